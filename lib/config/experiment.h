@@ -1,0 +1,85 @@
+// The experiment schema: plain structs with defaults. One ExperimentConfig describes a run
+// completely; it is what `--print-config` prints and what the run folder's config.yaml holds.
+//
+// Defaults < YAML file < CLI flags (lib/config/overrides.h). Validation lives in
+// lib/config/validate.h. Every key here has one entry in the field table of
+// lib/config/fields.cpp (name, help text, range), which drives YAML reading, `--set`,
+// printing and `--help`.
+#pragma once
+
+#include <cstdint>  // int64_t, uint64_t
+#include <string>   // std::string
+
+#include "lib/fp8/recipe.h"  // fp8::Recipe (the `fp8` section)
+
+namespace fp8t {
+
+enum class DeviceKind { kAuto, kCpu, kCuda };
+enum class Precision { kFp32, kBf16, kFp8 };
+enum class NormKind { kLayerNorm, kRMSNorm };
+enum class Activation { kGelu, kSwiGLU };
+enum class DataSource { kSynthetic, kText, kTokens };
+enum class LrSchedule { kCosine, kLinear, kConstant };
+
+struct RunSection {
+  std::string name = "default";   // run folder name under out_dir
+  std::string out_dir = "runs";
+  uint64_t seed = 1337;
+  DeviceKind device = DeviceKind::kAuto;  // auto: cuda when available, else cpu
+  bool quiet = false;             // no per-step console status lines (errors still print)
+  bool overwrite = false;         // allow replacing an existing run folder
+};
+
+struct ModelSection {
+  int64_t vocab_size = 64;
+  int64_t seq_len = 64;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t d_model = 128;
+  int64_t d_ff = 0;               // 0 means 4 * d_model
+  NormKind norm = NormKind::kLayerNorm;
+  double norm_eps = 1e-5;
+  Activation activation = Activation::kGelu;
+  bool bias = true;
+  double dropout = 0.0;
+  bool tie_embeddings = false;
+
+  int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
+};
+
+struct DataSection {
+  DataSource source = DataSource::kSynthetic;
+  std::string train_path;         // text file, llm.c shard or nanoGPT .bin (source text|tokens)
+  std::string val_path;           // optional separate validation file; else val_fraction of train
+  double val_fraction = 0.1;      // contiguous tail of the training data used for validation
+};
+
+struct TrainSection {
+  int64_t steps = 300;
+  int64_t micro_batch_size = 16;
+  int64_t grad_accum_steps = 1;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup_steps = 30;
+  LrSchedule schedule = LrSchedule::kCosine;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;         // global-norm clip; 0 disables
+  int64_t eval_interval = 100;    // 0 disables periodic eval (a final eval still runs)
+  int64_t eval_batches = 8;
+  int64_t log_interval = 10;
+  int64_t checkpoint_interval = 0;  // 0: only the final checkpoint
+};
+
+struct ExperimentConfig {
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  Precision precision = Precision::kFp32;
+  fp8::Recipe fp8;
+};
+
+}  // namespace fp8t

@@ -1,0 +1,56 @@
+// The FP8 recipe: plain settings, no YAML and no LibTorch. config/ fills it in,
+// fp8/ reads it. Field meanings follow fp8-reference.md section 2.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include "lib/fp8/format.h"  // Format
+
+namespace fp8t {
+namespace fp8 {
+
+// HYBRID: forward tensors (activations, weights) E4M3, gradients E5M2. E4M3: every tensor E4M3.
+enum class RecipeFormat { kHybrid, kE4M3 };
+enum class AmaxComputeAlgo { kMax, kMostRecent };
+
+// Which GEMMs of every FP8 Linear run in high precision instead of FP8.
+struct LinearPrecisionOverride {
+  bool fprop = false;
+  bool dgrad = false;
+  bool wgrad = false;
+};
+
+// Fast (non-promoting) accumulation per GEMM on the GPU; TE defaults (fprop on, dgrad/wgrad off).
+struct FastAccumulation {
+  bool fprop = true;
+  bool dgrad = false;
+  bool wgrad = false;
+};
+
+struct Recipe {
+  int margin = 0;              // scale = fp8_max / amax / 2^margin
+  int interval = 1;            // recompute scales every `interval` updates (history rolls every update)
+  RecipeFormat fp8_format = RecipeFormat::kHybrid;
+  int amax_history_len = 1024;
+  AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
+  LinearPrecisionOverride override_linear_precision;
+  FastAccumulation fast_accumulation;
+  // Rewrite pass: module names (exact, or a suffix after '.') that stay in high precision.
+  std::vector<std::string> skip_layers = {"lm_head"};
+  // Rewrite pass: Linear layers whose forward GEMM per token (in_features * out_features)
+  // is below this stay in high precision; 0 converts everything eligible.
+  int64_t min_features_product = 0;
+  // Per-layer FP8 health statistics (saturation and underflow fractions) on log steps.
+  bool stats = false;
+
+  Format forward_format() const { return Format::kE4M3; }
+  Format backward_format() const { return fp8_format == RecipeFormat::kHybrid ? Format::kE5M2 : Format::kE4M3; }
+};
+
+inline const char* to_string(RecipeFormat f) { return f == RecipeFormat::kHybrid ? "HYBRID" : "E4M3"; }
+inline const char* to_string(AmaxComputeAlgo a) { return a == AmaxComputeAlgo::kMax ? "max" : "most_recent"; }
+
+}  // namespace fp8
+}  // namespace fp8t
