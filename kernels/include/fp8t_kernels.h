@@ -8,7 +8,15 @@
 #pragma once
 
 #include <cuda_runtime.h>  // cudaStream_t, cudaError_t
-#include <stdint.h>        // uint8_t
+#include <stddef.h>        // size_t
+#include <stdint.h>        // uint8_t, int64_t
+
+// Element types of high-precision inputs/outputs (`*_dtype` arguments).
+#define FP8T_DTYPE_F32 0
+#define FP8T_DTYPE_BF16 1
+// FP8 formats (`fp8_format` arguments); the values of fp8t::fp8::Format (lib/fp8/format.h).
+#define FP8T_FORMAT_E4M3 0
+#define FP8T_FORMAT_E5M2 1
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +29,74 @@ cudaError_t fp8t_delayed_scaling_update(float* history, float* scale, float* sca
                                         const float* fp8_max, int n_slots, int history_len,
                                         float two_pow_margin, int use_max, int recompute,
                                         cudaStream_t stream);
+
+// ---- cast (kernels/cast.cu) ------------------------------------------------------------------
+// out[i] = fp8(x[i] * *scale) for n elements of x (fp32 or bf16), any shape (flat).
+// amax (nullable): max-accumulates max|x[i]| of the UNSCALED input. scale_inv_out (nullable):
+// receives 1 / *scale, the snapshot stored with the data. 16-byte vector loads/stores when x and
+// out are 16-byte aligned, scalar otherwise and for the tail. n == 0 still writes scale_inv_out.
+cudaError_t fp8t_cast(const void* x, int x_dtype, int64_t n, const float* scale, int fp8_format,
+                      uint8_t* out, float* amax, float* scale_inv_out, cudaStream_t stream);
+
+// ---- cast + transpose (kernels/cast_transpose.cu) --------------------------------------------
+// One read of x[rows, cols] (row-major, fp32 or bf16) writes out_rowwise[rows, cols] and
+// out_columnwise[cols, rows] (= the FP8 codes of x transposed); either output may be null.
+// amax / scale_inv_out as for fp8t_cast.
+cudaError_t fp8t_cast_transpose(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                                const float* scale, int fp8_format, uint8_t* out_rowwise,
+                                uint8_t* out_columnwise, float* amax, float* scale_inv_out,
+                                cudaStream_t stream);
+
+// Bytes of device workspace fp8t_cast_transpose_dbias needs (per-tile column partial sums).
+size_t fp8t_cast_transpose_dbias_workspace_bytes(int64_t rows, int64_t cols);
+
+// fp8t_cast_transpose for a gradient, also writing dbias[cols] = sum over rows of x, in FP32
+// (per-tile partials, then a second launch that adds them in a fixed order: deterministic).
+// workspace: at least fp8t_cast_transpose_dbias_workspace_bytes(rows, cols), 16-byte aligned.
+cudaError_t fp8t_cast_transpose_dbias(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                                      const float* scale, int fp8_format, uint8_t* out_rowwise,
+                                      uint8_t* out_columnwise, float* amax, float* scale_inv_out,
+                                      float* dbias, void* workspace, cudaStream_t stream);
+
+// out[cols, rows] = in[rows, cols]ᵀ for FP8 codes (the columnwise copy of an FP8 tensor that was
+// written rowwise, e.g. by the fused norm).
+cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
+                                 cudaStream_t stream);
+
+// ---- normalisation (kernels/norm.cu) -----------------------------------------------------------
+// LayerNorm (rms = 0) or RMSNorm (rms = 1) over the last dim of x[rows, cols] (fp32 or bf16),
+// FP32 statistics:
+//   LayerNorm: y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps) (biased var)
+//   RMSNorm:   y = x * rstd * gamma,                  rstd = 1 / sqrt(mean(x^2) + eps)
+// y has x's dtype. gamma [cols] float32; beta [cols] float32 or null (no bias; ignored for RMS).
+// mean [rows] (LayerNorm; may be null for RMS) and rstd [rows] float32.
+// FP8 output when scale != null: y_fp8[rows, cols] = fp8(y * *scale) of the STORED y (so it equals
+// a cast of y), amax (nullable) max-accumulates max|y|, scale_inv_out (nullable) = 1 / *scale.
+cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                              const float* gamma, const float* beta, float eps, int rms, void* y,
+                              float* mean, float* rstd, const float* scale, int fp8_format,
+                              uint8_t* y_fp8, float* amax, float* scale_inv_out,
+                              cudaStream_t stream);
+
+// Bytes of device workspace fp8t_norm_backward needs (per-block dgamma/dbeta partials).
+size_t fp8t_norm_backward_workspace_bytes(int64_t rows, int64_t cols);
+
+// Backward of fp8t_norm_forward. dy, x and dx share `dtype`; mean/rstd as saved by the forward
+// (mean ignored for RMS). dgamma [cols] and dbeta [cols] (nullable; ignored for RMS) float32,
+// accumulated in FP32 per block and then reduced in a fixed order (no atomics: deterministic).
+// workspace: at least fp8t_norm_backward_workspace_bytes(rows, cols), 16-byte aligned.
+cudaError_t fp8t_norm_backward(const void* dy, const void* x, int dtype, int64_t rows,
+                               int64_t cols, const float* gamma, const float* mean,
+                               const float* rstd, int rms, void* dx, float* dgamma, float* dbeta,
+                               void* workspace, cudaStream_t stream);
+
+// ---- FP8 health statistics (kernels/saturation.cu) -------------------------------------------
+// out[0] = fraction of x with |x * scale| >= fp8_max (saturates), out[1] = fraction with x != 0
+// whose code is +-0 (flushes to zero), over n elements of x (fp32 or bf16). counters: device
+// workspace of two unsigned long long (zeroed by the call). n == 0 gives zeros.
+cudaError_t fp8t_saturation_stats(const void* x, int x_dtype, int64_t n, const float* scale,
+                                  int fp8_format, float* out, unsigned long long* counters,
+                                  cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

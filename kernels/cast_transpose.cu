@@ -1,0 +1,326 @@
+// Cast + transpose: one read of x[rows, cols] writes the rowwise FP8 codes [rows, cols] and the
+// columnwise codes [cols, rows] (what dgrad/wgrad need on Hopper, fp8-reference.md section 3),
+// with the fused amax and, for gradients, dbias = column sums in FP32 (TE's bgrad_quantize).
+//
+// Tiling: a block of 256 threads owns a 64x64 tile. Load phase: thread (tr, tc) reads 8
+// consecutive elements of rows tr and tr+32 (16/32-byte loads), writes their codes rowwise (one
+// 8-byte store per row) and into a shared tile. Store phase: thread (oc, tr8) gathers 8 codes
+// of column oc (rows 8*tr8 .. 8*tr8+7) from the shared tile and writes them with one 8-byte
+// store into the transposed output. The shared tile's rows are 65 bytes apart, so the column
+// gathers of a warp touch 16 distinct banks (no conflicts); see the note at kTileStride.
+#include "fp8_device.cuh"  // load/convert helpers, block_amax_commit
+#include "fp8t_kernels.h"  // the C API
+
+// ---- kernels --------------------------------------------------------------------------------
+
+namespace {
+
+using namespace fp8t::kern;
+
+constexpr int kTile = 64;
+constexpr int kThreads = 256;
+constexpr int kChunk = 8;                     // elements per thread per row
+constexpr int kChunksPerRow = kTile / kChunk;  // 8 threads cover one tile row
+constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // 32
+// 65-byte rows: in the store phase a warp reads byte (8*t + j, oc..oc+3) for t = 0..7, i.e.
+// word 130*t + const, bank 2*t + const: 8 threads x up to 2 words = 16 distinct banks.
+constexpr int kTileStride = kTile + 1;
+constexpr int kSumStride = kTile + 1;  // float partial sums [32][65]: 2-way at worst
+
+struct TileGeom {
+  int64_t r0, c0;
+  bool full;  // whole 64x64 tile in bounds
+};
+
+__device__ __forceinline__ TileGeom tile_geom(int64_t rows, int64_t cols) {
+  TileGeom g;
+  g.r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  g.c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  g.full = g.r0 + kTile <= rows && g.c0 + kTile <= cols;
+  return g;
+}
+
+// Loads 8 consecutive elements x[row, col..col+7]; vector loads when `vec`, else bounds-checked
+// scalars (missing elements read as 0, which leaves amax and sums unchanged).
+template <int kDtype>
+__device__ __forceinline__ void load8(const void* x, int64_t cols, int64_t rows, int64_t row,
+                                      int64_t col, bool vec, float (&v)[kChunk]) {
+  const int64_t base = row * cols + col;
+  if (vec) {
+    if constexpr (kDtype == FP8T_DTYPE_F32) {
+      const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(x) + base);
+      const float4 a = __ldg(p), b = __ldg(p + 1);
+      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+      v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + base));
+      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = __uint_as_float(w[j] << 16);
+        v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      v[j] = (row < rows && col + j < cols) ? load_elem<kDtype>(x, base + j) : 0.0f;
+    }
+  }
+}
+
+// Store phase shared by the cast and the plain transpose: the block's shared tile (codes of
+// x[r0.., c0..]) goes to out_t[c0 + oc, r0 + r] (out_t is [cols, rows]).
+__device__ __forceinline__ void store_transposed(const uint8_t (*tile)[kTileStride], uint8_t* out_t,
+                                                 int64_t rows, int64_t cols, const TileGeom& g,
+                                                 bool vec) {
+  const int tr8 = threadIdx.x % kChunksPerRow;  // rows 8*tr8 .. 8*tr8+7 of the tile
+#pragma unroll
+  for (int pass = 0; pass < kTile / kRowsPerPass; ++pass) {
+    const int oc = threadIdx.x / kChunksPerRow + pass * kRowsPerPass;
+    uint8_t b[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) b[j] = tile[kChunk * tr8 + j][oc];
+    const int64_t orow = g.c0 + oc;
+    const int64_t ocol = g.r0 + kChunk * tr8;
+    if (g.full && vec) {
+      uint2 w;
+      w.x = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+      w.y = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
+      *reinterpret_cast<uint2*>(out_t + orow * rows + ocol) = w;
+    } else if (orow < cols) {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        if (ocol + j < rows) out_t[orow * rows + ocol + j] = b[j];
+      }
+    }
+  }
+}
+
+template <int kDtype, int kFormat, bool kDbias>
+__global__ void __launch_bounds__(kThreads)
+    cast_transpose_kernel(const void* __restrict__ x, int64_t rows, int64_t cols,
+                          const float* __restrict__ scale_ptr, uint8_t* __restrict__ out_row,
+                          uint8_t* __restrict__ out_col, float* amax, float* scale_inv_out,
+                          float* __restrict__ dbias_partial, bool vec) {
+  __shared__ uint8_t tile[kTile][kTileStride];
+  __shared__ float col_sums[kDbias ? kRowsPerPass : 1][kDbias ? kSumStride : 1];
+
+  const float scale = *scale_ptr;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_inv_out != nullptr) {
+    *scale_inv_out = 1.0f / scale;
+  }
+  const TileGeom g = tile_geom(rows, cols);
+  const int tc = threadIdx.x % kChunksPerRow;
+  const int tr = threadIdx.x / kChunksPerRow;
+  const int64_t col = g.c0 + kChunk * tc;
+
+  int local_max = 0;
+  float sum[kChunk];
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) sum[j] = 0.0f;
+
+#pragma unroll
+  for (int pass = 0; pass < kTile / kRowsPerPass; ++pass) {
+    const int r = tr + pass * kRowsPerPass;
+    const int64_t row = g.r0 + r;
+    float v[kChunk];
+    load8<kDtype>(x, cols, rows, row, col, g.full && vec, v);
+    uint8_t q[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; j += 2) {
+      const uint32_t two = to_fp8x2<kFormat>(v[j] * scale, v[j + 1] * scale);
+      q[j] = static_cast<uint8_t>(two & 0xffu);
+      q[j + 1] = static_cast<uint8_t>(two >> 8);
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      local_max = max(local_max, abs_bits(v[j]));
+      tile[r][kChunk * tc + j] = q[j];
+      if constexpr (kDbias) sum[j] += v[j];
+    }
+    if (out_row != nullptr) {
+      if (g.full && vec) {
+        uint2 w;
+        w.x = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
+        w.y = q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24);
+        *reinterpret_cast<uint2*>(out_row + row * cols + col) = w;
+      } else if (row < rows) {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          if (col + j < cols) out_row[row * cols + col + j] = q[j];
+        }
+      }
+    }
+  }
+  if constexpr (kDbias) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) col_sums[tr][kChunk * tc + j] = sum[j];
+  }
+  __syncthreads();
+
+  if (out_col != nullptr) store_transposed(tile, out_col, rows, cols, g, vec);
+
+  if constexpr (kDbias) {
+    // One thread per tile column adds the 32 row-group sums in a fixed order.
+    if (threadIdx.x < kTile && g.r0 < rows && g.c0 + threadIdx.x < cols) {
+      float s = 0.0f;
+      for (int i = 0; i < kRowsPerPass; ++i) s += col_sums[i][threadIdx.x];
+      dbias_partial[static_cast<int64_t>(blockIdx.y) * cols + g.c0 + threadIdx.x] = s;
+    }
+  }
+  block_amax_commit(local_max, amax);
+}
+
+// dbias[c] = sum over row tiles t (in order) of partial[t][c].
+__global__ void dbias_reduce_kernel(const float* __restrict__ partial, int n_tiles, int64_t cols,
+                                    float* __restrict__ dbias) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int t = 0; t < n_tiles; ++t) s += partial[t * cols + c];
+  dbias[c] = s;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    transpose_codes_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols,
+                           uint8_t* __restrict__ out, bool vec) {
+  __shared__ uint8_t tile[kTile][kTileStride];
+  const TileGeom g = tile_geom(rows, cols);
+  const int tc = threadIdx.x % kChunksPerRow;
+  const int tr = threadIdx.x / kChunksPerRow;
+  const int64_t col = g.c0 + kChunk * tc;
+#pragma unroll
+  for (int pass = 0; pass < kTile / kRowsPerPass; ++pass) {
+    const int r = tr + pass * kRowsPerPass;
+    const int64_t row = g.r0 + r;
+    uint8_t q[kChunk];
+    if (g.full && vec) {
+      const uint2 w = __ldg(reinterpret_cast<const uint2*>(in + row * cols + col));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        q[j] = static_cast<uint8_t>(w.x >> (8 * j));
+        q[4 + j] = static_cast<uint8_t>(w.y >> (8 * j));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) q[j] = (row < rows && col + j < cols) ? in[row * cols + col + j] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) tile[r][kChunk * tc + j] = q[j];
+  }
+  __syncthreads();
+  store_transposed(tile, out, rows, cols, g, vec);
+}
+
+template <int kDtype, bool kDbias>
+void launch_cast_transpose(int fp8_format, dim3 grid, cudaStream_t stream, const void* x,
+                           int64_t rows, int64_t cols, const float* scale, uint8_t* out_row,
+                           uint8_t* out_col, float* amax, float* scale_inv_out, float* partial,
+                           bool vec) {
+  if (fp8_format == FP8T_FORMAT_E4M3) {
+    cast_transpose_kernel<kDtype, FP8T_FORMAT_E4M3, kDbias><<<grid, kThreads, 0, stream>>>(
+        x, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec);
+  } else {
+    cast_transpose_kernel<kDtype, FP8T_FORMAT_E5M2, kDbias><<<grid, kThreads, 0, stream>>>(
+        x, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec);
+  }
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+
+int64_t n_tiles(int64_t extent) { return (extent + kTile - 1) / kTile; }
+
+// Grid over 64x64 tiles: x over column tiles, y over row tiles (y is limited to 65535).
+bool tile_grid(int64_t rows, int64_t cols, dim3* grid) {
+  const int64_t gx = n_tiles(cols), gy = n_tiles(rows);
+  if (gx > 0x7fffffff || gy > 65535) return false;
+  *grid = dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(gy < 1 ? 1 : gy));
+  return true;
+}
+
+cudaError_t cast_transpose_impl(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                                const float* scale, int fp8_format, uint8_t* out_row,
+                                uint8_t* out_col, float* amax, float* scale_inv_out, float* dbias,
+                                void* workspace, cudaStream_t stream) {
+  const bool want_dbias = dbias != nullptr;
+  if (rows < 0 || cols < 0 || scale == nullptr || (rows * cols > 0 && x == nullptr) ||
+      (x_dtype != FP8T_DTYPE_F32 && x_dtype != FP8T_DTYPE_BF16) ||
+      (fp8_format != FP8T_FORMAT_E4M3 && fp8_format != FP8T_FORMAT_E5M2) ||
+      (want_dbias && (workspace == nullptr || !aligned(workspace, 16)))) {
+    return cudaErrorInvalidValue;
+  }
+  dim3 grid;
+  if (!tile_grid(rows, cols, &grid)) return cudaErrorInvalidValue;
+  // Vector accesses need every row start aligned: 8-element chunks of x (16 or 32 bytes) and of
+  // the codes (8 bytes) in both layouts.
+  const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(x, 16) &&
+                   (out_row == nullptr || aligned(out_row, 8)) &&
+                   (out_col == nullptr || aligned(out_col, 8));
+  float* partial = static_cast<float*>(workspace);
+  if (x_dtype == FP8T_DTYPE_F32) {
+    if (want_dbias) {
+      launch_cast_transpose<FP8T_DTYPE_F32, true>(fp8_format, grid, stream, x, rows, cols, scale,
+                                                  out_row, out_col, amax, scale_inv_out, partial, vec);
+    } else {
+      launch_cast_transpose<FP8T_DTYPE_F32, false>(fp8_format, grid, stream, x, rows, cols, scale,
+                                                   out_row, out_col, amax, scale_inv_out, nullptr, vec);
+    }
+  } else {
+    if (want_dbias) {
+      launch_cast_transpose<FP8T_DTYPE_BF16, true>(fp8_format, grid, stream, x, rows, cols, scale,
+                                                   out_row, out_col, amax, scale_inv_out, partial, vec);
+    } else {
+      launch_cast_transpose<FP8T_DTYPE_BF16, false>(fp8_format, grid, stream, x, rows, cols, scale,
+                                                    out_row, out_col, amax, scale_inv_out, nullptr, vec);
+    }
+  }
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || !want_dbias || cols == 0) return err;
+  if (rows == 0) return cudaMemsetAsync(dbias, 0, cols * sizeof(float), stream);
+  constexpr int kReduceThreads = 256;
+  const dim3 rgrid(static_cast<unsigned>((cols + kReduceThreads - 1) / kReduceThreads));
+  dbias_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(partial, static_cast<int>(n_tiles(rows)),
+                                                            cols, dbias);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------
+
+extern "C" cudaError_t fp8t_cast_transpose(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                                           const float* scale, int fp8_format,
+                                           uint8_t* out_rowwise, uint8_t* out_columnwise,
+                                           float* amax, float* scale_inv_out, cudaStream_t stream) {
+  return cast_transpose_impl(x, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
+                             out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
+}
+
+extern "C" size_t fp8t_cast_transpose_dbias_workspace_bytes(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 16;
+  return static_cast<size_t>(n_tiles(rows)) * static_cast<size_t>(cols) * sizeof(float);
+}
+
+extern "C" cudaError_t fp8t_cast_transpose_dbias(const void* x, int x_dtype, int64_t rows,
+                                                 int64_t cols, const float* scale, int fp8_format,
+                                                 uint8_t* out_rowwise, uint8_t* out_columnwise,
+                                                 float* amax, float* scale_inv_out, float* dbias,
+                                                 void* workspace, cudaStream_t stream) {
+  if (dbias == nullptr) return cudaErrorInvalidValue;
+  return cast_transpose_impl(x, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
+                             out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
+}
+
+extern "C" cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols,
+                                            uint8_t* out, cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || (rows * cols > 0 && (in == nullptr || out == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  if (rows * cols == 0) return cudaSuccess;
+  dim3 grid;
+  if (!tile_grid(rows, cols, &grid)) return cudaErrorInvalidValue;
+  const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(in, 8) && aligned(out, 8);
+  transpose_codes_kernel<<<grid, kThreads, 0, stream>>>(in, rows, cols, out, vec);
+  return cudaGetLastError();
+}

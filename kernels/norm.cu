@@ -1,0 +1,346 @@
+// LayerNorm and RMSNorm over the rows of x[rows, cols]: forward with an optional fused FP8 cast
+// of the output (TE's LayerNormLinear, fp8-reference.md section 3), and backward.
+//
+// Statistics and accumulation are FP32. Forward: one block per row; each thread keeps its
+// columns (c = tid + k * blockDim) in registers when the row fits (kPer columns per thread),
+// so x is read once; very wide rows (kPer = 0) re-read the row from global memory (L2).
+// Backward: a fixed grid of blocks walks the rows; every thread accumulates dgamma/dbeta of its
+// own columns in registers, writes one partial row per block, and a second launch adds the
+// partials in block order: no atomics, deterministic.
+#include "fp8_device.cuh"  // load/store helpers, to_fp8, block_sum, block_amax_commit
+#include "fp8t_kernels.h"  // the C API
+
+// ---- kernels --------------------------------------------------------------------------------
+
+namespace {
+
+using namespace fp8t::kern;
+
+constexpr int kMaxBackwardBlocks = 512;
+
+template <int kPer>
+struct RowCache {
+  float v[kPer > 0 ? kPer : 1];
+};
+
+template <int kDtype, int kFormat, int kPer>
+__global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
+                                    const float* __restrict__ gamma, const float* __restrict__ beta,
+                                    float eps, int rms, void* __restrict__ y, float* mean,
+                                    float* rstd, const float* scale_ptr, uint8_t* __restrict__ y_fp8,
+                                    float* amax, float* scale_inv_out) {
+  __shared__ float scratch[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * cols;
+  const bool fp8 = scale_ptr != nullptr;
+  const float scale = fp8 ? *scale_ptr : 1.0f;
+  if (fp8 && blockIdx.x == 0 && threadIdx.x == 0 && scale_inv_out != nullptr) {
+    *scale_inv_out = 1.0f / scale;
+  }
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+
+  RowCache<kPer> row;
+  auto value = [&](int64_t c) -> float { return load_elem<kDtype>(x, base + c); };
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      row.v[k] = c < cols ? load_elem<kDtype>(x, base + c) : 0.0f;
+    }
+  }
+
+  float mu = 0.0f;
+  if (!rms) {
+    float s = 0.0f;
+    if constexpr (kPer > 0) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) s += row.v[k];
+    } else {
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += value(c);
+    }
+    mu = block_sum(s, scratch) * inv_cols;
+  }
+  // Two-pass variance (sum of squared deviations), more accurate than E[x^2] - mean^2.
+  float s2 = 0.0f;
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const float d = c < cols ? row.v[k] - mu : 0.0f;
+      s2 += d * d;
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float d = value(c) - mu;
+      s2 += d * d;
+    }
+  }
+  const float var = block_sum(s2, scratch) * inv_cols;
+  const float r = 1.0f / sqrtf(var + eps);
+  if (threadIdx.x == 0) {
+    if (mean != nullptr) mean[blockIdx.x] = mu;
+    rstd[blockIdx.x] = r;
+  }
+
+  int local_max = 0;
+  auto emit = [&](int64_t c, float xv) {
+    float yv = (xv - mu) * r * gamma[c];
+    if (!rms && beta != nullptr) yv += beta[c];
+    const float ys = round_to_dtype<kDtype>(yv);  // the value y will read back as
+    store_elem<kDtype>(y, base + c, ys);
+    if (fp8) {
+      y_fp8[base + c] = to_fp8<kFormat>(ys * scale);
+      local_max = max(local_max, abs_bits(ys));
+    }
+  };
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (c < cols) emit(c, row.v[k]);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) emit(c, value(c));
+  }
+  if (fp8) block_amax_commit(local_max, amax);
+}
+
+template <int kDtype, int kPer>
+__global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __restrict__ x,
+                                     int64_t rows, int64_t cols, const float* __restrict__ gamma,
+                                     const float* __restrict__ mean, const float* __restrict__ rstd,
+                                     int rms, void* __restrict__ dx, float* __restrict__ dgamma_part,
+                                     float* __restrict__ dbeta_part) {
+  __shared__ float scratch[32];
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  float* my_dgamma = dgamma_part + static_cast<int64_t>(blockIdx.x) * cols;
+  float* my_dbeta = dbeta_part + static_cast<int64_t>(blockIdx.x) * cols;
+
+  constexpr int kN = kPer > 0 ? kPer : 1;
+  float dg_acc[kN], db_acc[kN], xh[kN], g[kN], dyv[kN];
+#pragma unroll
+  for (int k = 0; k < kN; ++k) dg_acc[k] = db_acc[k] = 0.0f;
+  if constexpr (kPer == 0) {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) my_dgamma[c] = my_dbeta[c] = 0.0f;
+  }
+
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t base = row * cols;
+    const float mu = rms ? 0.0f : mean[row];
+    const float r = rstd[row];
+    // Pass 1: a = sum(dy * gamma), b = sum(dy * gamma * xhat).
+    float a = 0.0f, b = 0.0f;
+    if constexpr (kPer > 0) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (c < cols) {
+          dyv[k] = load_elem<kDtype>(dy, base + c);
+          xh[k] = (load_elem<kDtype>(x, base + c) - mu) * r;
+          g[k] = dyv[k] * gamma[c];
+        } else {
+          dyv[k] = xh[k] = g[k] = 0.0f;
+        }
+        a += g[k];
+        b += g[k] * xh[k];
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float gk = load_elem<kDtype>(dy, base + c) * gamma[c];
+        a += gk;
+        b += gk * (load_elem<kDtype>(x, base + c) - mu) * r;
+      }
+    }
+    const float mean_b = block_sum(b, scratch) * inv_cols;
+    const float mean_a = rms ? 0.0f : block_sum(a, scratch) * inv_cols;
+    // Pass 2: dx = rstd * (dy*gamma - mean_a - xhat * mean_b); dgamma += dy*xhat; dbeta += dy.
+    if constexpr (kPer > 0) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (c < cols) {
+          store_elem<kDtype>(dx, base + c, r * (g[k] - mean_a - xh[k] * mean_b));
+          dg_acc[k] += dyv[k] * xh[k];
+          db_acc[k] += dyv[k];
+        }
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float d = load_elem<kDtype>(dy, base + c);
+        const float xk = (load_elem<kDtype>(x, base + c) - mu) * r;
+        store_elem<kDtype>(dx, base + c, r * (d * gamma[c] - mean_a - xk * mean_b));
+        my_dgamma[c] += d * xk;  // this thread owns column c in every row: no race
+        my_dbeta[c] += d;
+      }
+    }
+  }
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (c < cols) {
+        my_dgamma[c] = dg_acc[k];
+        my_dbeta[c] = db_acc[k];
+      }
+    }
+  }
+}
+
+// out[c] = sum over blocks b (in order) of part[b][c].
+__global__ void column_reduce_kernel(const float* __restrict__ part, int n_parts, int64_t cols,
+                                     float* __restrict__ out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int b = 0; b < n_parts; ++b) s += part[b * cols + c];
+  out[c] = s;
+}
+
+// Threads per block and columns per thread (0: the row does not fit in registers).
+struct NormPolicy {
+  int threads;
+  int per;
+};
+
+NormPolicy norm_policy(int64_t cols) {
+  const int per_options[] = {1, 2, 4, 8};
+  for (int threads : {128, 256, 512}) {
+    for (int per : per_options) {
+      if (cols <= static_cast<int64_t>(threads) * per) return {threads, per};
+    }
+  }
+  if (cols <= 512 * 16) return {512, 16};
+  if (cols <= 512 * 32) return {512, 32};
+  return {512, 0};
+}
+
+template <int kDtype, int kFormat>
+void launch_forward_fmt(NormPolicy p, int64_t rows, cudaStream_t stream, const void* x,
+                        int64_t cols, const float* gamma, const float* beta, float eps, int rms,
+                        void* y, float* mean, float* rstd, const float* scale, uint8_t* y_fp8,
+                        float* amax, float* scale_inv_out) {
+  const dim3 grid(static_cast<unsigned>(rows));
+#define FP8T_NORM_FWD(PER)                                                                      \
+  norm_forward_kernel<kDtype, kFormat, PER><<<grid, p.threads, 0, stream>>>(                     \
+      x, cols, gamma, beta, eps, rms, y, mean, rstd, scale, y_fp8, amax, scale_inv_out)
+  switch (p.per) {
+    case 1: FP8T_NORM_FWD(1); break;
+    case 2: FP8T_NORM_FWD(2); break;
+    case 4: FP8T_NORM_FWD(4); break;
+    case 8: FP8T_NORM_FWD(8); break;
+    case 16: FP8T_NORM_FWD(16); break;
+    case 32: FP8T_NORM_FWD(32); break;
+    default: FP8T_NORM_FWD(0); break;
+  }
+#undef FP8T_NORM_FWD
+}
+
+template <int kDtype>
+void launch_backward(NormPolicy p, int blocks, cudaStream_t stream, const void* dy, const void* x,
+                     int64_t rows, int64_t cols, const float* gamma, const float* mean,
+                     const float* rstd, int rms, void* dx, float* dgamma_part, float* dbeta_part) {
+#define FP8T_NORM_BWD(PER)                                                               \
+  norm_backward_kernel<kDtype, PER><<<blocks, p.threads, 0, stream>>>(                    \
+      dy, x, rows, cols, gamma, mean, rstd, rms, dx, dgamma_part, dbeta_part)
+  switch (p.per) {
+    case 1: FP8T_NORM_BWD(1); break;
+    case 2: FP8T_NORM_BWD(2); break;
+    case 4: FP8T_NORM_BWD(4); break;
+    case 8: FP8T_NORM_BWD(8); break;
+    // Backward keeps 5 values per column in registers; beyond 8 columns a thread would spill.
+    default: FP8T_NORM_BWD(0); break;
+  }
+#undef FP8T_NORM_BWD
+}
+
+bool valid_dtype(int d) { return d == FP8T_DTYPE_F32 || d == FP8T_DTYPE_BF16; }
+bool valid_format(int f) { return f == FP8T_FORMAT_E4M3 || f == FP8T_FORMAT_E5M2; }
+
+int backward_blocks(int64_t rows) {
+  return static_cast<int>(rows < kMaxBackwardBlocks ? (rows < 1 ? 1 : rows) : kMaxBackwardBlocks);
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------
+
+extern "C" cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                                         const float* gamma, const float* beta, float eps, int rms,
+                                         void* y, float* mean, float* rstd, const float* scale,
+                                         int fp8_format, uint8_t* y_fp8, float* amax,
+                                         float* scale_inv_out, cudaStream_t stream) {
+  if (rows < 0 || cols <= 0 || rows > 0x7fffffff || !valid_dtype(x_dtype) ||
+      (rows > 0 && (x == nullptr || gamma == nullptr || y == nullptr || rstd == nullptr)) ||
+      (!rms && rows > 0 && mean == nullptr) || !(eps >= 0.0f) ||
+      (scale != nullptr && (y_fp8 == nullptr || !valid_format(fp8_format)))) {
+    return cudaErrorInvalidValue;
+  }
+  if (rows == 0) {
+    return scale != nullptr && scale_inv_out != nullptr ? fp8t_cast(nullptr, x_dtype, 0, scale, fp8_format, nullptr, nullptr, scale_inv_out, stream)
+                                                        : cudaSuccess;
+  }
+  const NormPolicy p = norm_policy(cols);
+  float* mean_out = rms ? nullptr : mean;
+  if (x_dtype == FP8T_DTYPE_F32) {
+    if (fp8_format == FP8T_FORMAT_E5M2) {
+      launch_forward_fmt<FP8T_DTYPE_F32, FP8T_FORMAT_E5M2>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
+                                                           mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
+    } else {
+      launch_forward_fmt<FP8T_DTYPE_F32, FP8T_FORMAT_E4M3>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
+                                                           mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
+    }
+  } else {
+    if (fp8_format == FP8T_FORMAT_E5M2) {
+      launch_forward_fmt<FP8T_DTYPE_BF16, FP8T_FORMAT_E5M2>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
+                                                            mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
+    } else {
+      launch_forward_fmt<FP8T_DTYPE_BF16, FP8T_FORMAT_E4M3>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
+                                                            mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
+    }
+  }
+  return cudaGetLastError();
+}
+
+extern "C" size_t fp8t_norm_backward_workspace_bytes(int64_t rows, int64_t cols) {
+  if (cols <= 0) return 16;
+  return 2 * static_cast<size_t>(backward_blocks(rows)) * static_cast<size_t>(cols) * sizeof(float);
+}
+
+extern "C" cudaError_t fp8t_norm_backward(const void* dy, const void* x, int dtype, int64_t rows,
+                                          int64_t cols, const float* gamma, const float* mean,
+                                          const float* rstd, int rms, void* dx, float* dgamma,
+                                          float* dbeta, void* workspace, cudaStream_t stream) {
+  if (rows < 0 || cols <= 0 || !valid_dtype(dtype) || gamma == nullptr || dgamma == nullptr ||
+      workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0 ||
+      (rows > 0 && (dy == nullptr || x == nullptr || rstd == nullptr || dx == nullptr)) ||
+      (!rms && rows > 0 && mean == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  float* want_dbeta = rms ? nullptr : dbeta;
+  if (rows == 0) {
+    cudaError_t err = cudaMemsetAsync(dgamma, 0, cols * sizeof(float), stream);
+    if (err == cudaSuccess && want_dbeta != nullptr) {
+      err = cudaMemsetAsync(want_dbeta, 0, cols * sizeof(float), stream);
+    }
+    return err;
+  }
+  const NormPolicy p = norm_policy(cols);
+  const int blocks = backward_blocks(rows);
+  float* dgamma_part = static_cast<float*>(workspace);
+  float* dbeta_part = dgamma_part + static_cast<int64_t>(blocks) * cols;
+  if (dtype == FP8T_DTYPE_F32) {
+    launch_backward<FP8T_DTYPE_F32>(p, blocks, stream, dy, x, rows, cols, gamma, mean, rstd, rms, dx,
+                                    dgamma_part, dbeta_part);
+  } else {
+    launch_backward<FP8T_DTYPE_BF16>(p, blocks, stream, dy, x, rows, cols, gamma, mean, rstd, rms, dx,
+                                     dgamma_part, dbeta_part);
+  }
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  constexpr int kReduceThreads = 256;
+  const dim3 rgrid(static_cast<unsigned>((cols + kReduceThreads - 1) / kReduceThreads));
+  column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(dgamma_part, blocks, cols, dgamma);
+  if (want_dbeta != nullptr) {
+    column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(dbeta_part, blocks, cols, want_dbeta);
+  }
+  return cudaGetLastError();
+}
