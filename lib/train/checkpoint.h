@@ -1,0 +1,34 @@
+// Checkpoint files: named tensors plus JSON metadata, in one file written atomically.
+//
+// Format: the zip container of torch.save (readable in Python with torch.load), holding one
+// dict {"format": "fp8train-checkpoint", "version": 1, "meta": <JSON text>,
+//       "tensors": {name: tensor}}.
+// Tensors are stored with their dtype and shape (CUDA tensors are copied to the host while
+// writing; a tensor that views part of a larger storage is stored compactly). Loading always
+// returns CPU tensors; the caller copies them to their devices.
+#pragma once
+
+#include <filesystem>  // std::filesystem::path
+#include <map>         // std::map
+#include <string>      // std::string
+
+#include <ATen/core/Tensor.h>   // at::Tensor
+#include <nlohmann/json.hpp>    // nlohmann::json
+
+namespace fp8t::train {
+
+struct Checkpoint {
+  std::map<std::string, at::Tensor> tensors;
+  nlohmann::json meta;  // anything JSON: step, config, RNG seeds, ...
+};
+
+// Writes `ckpt` to `path` atomically (lib/train/run_dir.h write_file_atomic): a crash or error
+// mid-write leaves the previous file at `path` intact. Throws fp8t::Error (kFailure, naming the
+// path) on I/O errors.
+void save_checkpoint(const std::filesystem::path& path, const Checkpoint& ckpt);
+
+// Reads a checkpoint written by save_checkpoint. Throws fp8t::Error (kBadInput, naming the
+// path) when the file is missing, unreadable, corrupt or not an fp8train checkpoint.
+Checkpoint load_checkpoint(const std::filesystem::path& path);
+
+}  // namespace fp8t::train

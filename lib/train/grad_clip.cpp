@@ -1,0 +1,55 @@
+#include "lib/train/grad_clip.h"
+
+#include <algorithm>  // std::find_if
+#include <iterator>   // std::prev
+#include <utility>    // std::pair
+
+#include <ATen/ATen.h>  // at::_foreach_norm, at::_foreach_mul_, at::stack
+
+#include "lib/util/error.h"  // FP8T_CHECK
+
+namespace fp8t::train {
+
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm) {
+  at::NoGradGuard no_grad;
+  // Gradients grouped by device, in first-seen order.
+  std::vector<std::pair<at::Device, std::vector<at::Tensor>>> by_device;
+  bool any_double = false;
+  for (const at::Tensor& p : params) {
+    if (!p.defined()) continue;
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    FP8T_CHECK(!g.is_sparse(), "clip_grad_norm_: sparse gradients are not supported");
+    any_double = any_double || g.scalar_type() == at::kDouble;
+    auto it = std::find_if(by_device.begin(), by_device.end(),
+                           [&](const auto& entry) { return entry.first == g.device(); });
+    if (it == by_device.end()) {
+      by_device.emplace_back(g.device(), std::vector<at::Tensor>{});
+      it = std::prev(by_device.end());
+    }
+    it->second.push_back(g);
+  }
+  const at::ScalarType norm_type = any_double ? at::kDouble : at::kFloat;
+  if (by_device.empty()) return at::zeros({}, at::TensorOptions().dtype(norm_type));
+
+  const at::Device first = by_device.front().first;
+  std::vector<at::Tensor> device_norms;
+  for (auto& [device, grads] : by_device) {
+    // dtype: accumulate in float32 (float64 for double grads) whatever the grads' dtype is.
+    std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2, norm_type);
+    device_norms.push_back(at::stack(norms).norm(2).to(first));
+  }
+  at::Tensor total =
+      device_norms.size() == 1 ? device_norms.front() : at::stack(device_norms).norm(2);
+
+  if (max_norm > 0.0) {
+    // max_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_, clamped to 1 on the device.
+    const at::Tensor coef = at::full_like(total, max_norm).div_(total + 1e-6).clamp_max_(1.0);
+    for (auto& [device, grads] : by_device) {
+      at::_foreach_mul_(grads, coef.to(device));
+    }
+  }
+  return total;
+}
+
+}  // namespace fp8t::train

@@ -1,0 +1,22 @@
+// Global-norm gradient clipping without a host sync.
+#pragma once
+
+#include <vector>  // std::vector
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+
+namespace fp8t::train {
+
+// Computes the total L2 norm of the gradients of `params` (parameters whose grad is undefined
+// are skipped): one at::_foreach_norm launch per device, the per-device norms combined on the
+// device of the first gradient. When max_norm > 0, scales every gradient in place by
+//   min(1, max_norm / (norm + 1e-6))
+// using tensor ops only (the norm is never read on the host, so no device sync). When
+// max_norm <= 0 the gradients are left untouched.
+//
+// Returns the 0-d norm (float32, or float64 when the gradients are float64), before clipping.
+// A non-finite norm is returned as is (the gradients then become non-finite or zero); the
+// caller decides what to do. With no gradients at all, returns a 0-d zero on the CPU.
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace fp8t::train

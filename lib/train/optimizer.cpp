@@ -1,0 +1,157 @@
+#include "lib/train/optimizer.h"
+
+#include <set>  // std::set
+
+#include <ATen/ATen.h>  // at::_fused_adamw_, at::_foreach_add_, at::zeros
+
+#include "lib/util/error.h"  // FP8T_CHECK, FP8T_INPUT_CHECK
+
+namespace fp8t::train {
+namespace {
+
+std::string shape_str(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes();
+  return os.str();
+}
+
+}  // namespace
+
+AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
+  FP8T_CHECK(options_.beta1 >= 0.0 && options_.beta1 < 1.0, "AdamW: beta1 must be in [0, 1)");
+  FP8T_CHECK(options_.beta2 >= 0.0 && options_.beta2 < 1.0, "AdamW: beta2 must be in [0, 1)");
+  FP8T_CHECK(options_.eps >= 0.0, "AdamW: eps must be >= 0");
+  FP8T_CHECK(options_.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0");
+  std::set<std::string> seen;
+  std::set<const void*> seen_tensors;
+  at::NoGradGuard no_grad;
+  for (auto& [name, param] : params) {
+    FP8T_CHECK(!name.empty(), "AdamW: parameter names must not be empty");
+    FP8T_CHECK(seen.insert(name).second, "AdamW: duplicate parameter name '", name, "'");
+    FP8T_CHECK(param.defined(), "AdamW: parameter '", name, "' is undefined");
+    // A tensor shared under two names (tied embeddings) is optimized once, under its first name.
+    if (!seen_tensors.insert(param.unsafeGetTensorImpl()).second) continue;
+    FP8T_CHECK(param.is_floating_point(), "AdamW: parameter '", name, "' is not floating point");
+    Slot s;
+    s.name = name;
+    s.param = param;
+    s.separate_master = param.scalar_type() != at::kFloat || !param.is_contiguous();
+    s.master = s.separate_master
+                   ? param.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true)
+                         .contiguous()
+                   : param;
+    s.exp_avg = at::zeros_like(s.master);
+    s.exp_avg_sq = at::zeros_like(s.master);
+    s.step = at::zeros({}, s.master.options().dtype(at::kFloat));
+    s.decay = param.dim() >= 2;
+    slots_.push_back(std::move(s));
+  }
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  // Groups keyed by (device, decay), in first-seen order.
+  struct Group {
+    at::Device device;
+    bool decay;
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    std::vector<const Slot*> slots;
+  };
+  std::vector<Group> groups;
+  for (const Slot& s : slots_) {
+    const at::Tensor& g = s.param.grad();
+    if (!g.defined()) continue;
+    FP8T_CHECK(!g.is_sparse(), "AdamW: sparse gradient for '", s.name, "' is not supported");
+    FP8T_CHECK(g.sizes() == s.param.sizes(), "AdamW: gradient of '", s.name, "' has shape ",
+               shape_str(g), ", parameter ", shape_str(s.param));
+    Group* group = nullptr;
+    for (Group& candidate : groups) {
+      if (candidate.device == s.master.device() && candidate.decay == s.decay) group = &candidate;
+    }
+    if (group == nullptr) {
+      groups.push_back(Group{s.master.device(), s.decay, {}, {}, {}, {}, {}, {}});
+      group = &groups.back();
+    }
+    group->params.push_back(s.master);
+    group->grads.push_back(g.to(at::kFloat).contiguous());
+    group->exp_avgs.push_back(s.exp_avg);
+    group->exp_avg_sqs.push_back(s.exp_avg_sq);
+    group->steps.push_back(s.step);
+    group->slots.push_back(&s);
+  }
+  for (Group& group : groups) {
+    at::_foreach_add_(group.steps, 1);
+    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs,
+                      /*max_exp_avg_sqs=*/{}, group.steps, lr, options_.beta1, options_.beta2,
+                      group.decay ? options_.weight_decay : 0.0, options_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+    for (const Slot* s : group.slots) {
+      if (s->separate_master) s->param.copy_(s->master);
+    }
+  }
+}
+
+void AdamW::zero_grad(bool set_to_none) {
+  for (Slot& s : slots_) {
+    at::Tensor& g = s.param.mutable_grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      g.reset();
+    } else {
+      g.detach_();
+      g.zero_();
+    }
+  }
+}
+
+std::map<std::string, at::Tensor> AdamW::state_dict() const {
+  std::map<std::string, at::Tensor> out;
+  for (const Slot& s : slots_) {
+    out[s.name + ".exp_avg"] = s.exp_avg;
+    out[s.name + ".exp_avg_sq"] = s.exp_avg_sq;
+    out[s.name + ".step"] = s.step;
+    if (s.separate_master) out[s.name + ".master"] = s.master;
+  }
+  return out;
+}
+
+void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
+  const std::map<std::string, at::Tensor> mine = state_dict();
+  for (const auto& [key, value] : state) {
+    FP8T_INPUT_CHECK(mine.count(key) == 1, "optimizer state has an unexpected key '", key,
+                     "' (no such parameter or state in this model)");
+  }
+  for (const auto& [key, target] : mine) {
+    auto it = state.find(key);
+    FP8T_INPUT_CHECK(it != state.end(), "optimizer state is missing key '", key, "'");
+    const at::Tensor& src = it->second;
+    FP8T_INPUT_CHECK(src.defined(), "optimizer state key '", key, "' holds no tensor");
+    FP8T_INPUT_CHECK(src.sizes() == target.sizes(), "optimizer state key '", key, "' has shape ",
+                     shape_str(src), ", expected ", shape_str(target));
+    FP8T_INPUT_CHECK(src.is_floating_point(), "optimizer state key '", key,
+                     "' is not a floating-point tensor (", src.scalar_type(), ")");
+  }
+  at::NoGradGuard no_grad;
+  for (const auto& [key, target] : mine) target.copy_(state.at(key));
+  for (const Slot& s : slots_) {
+    if (s.separate_master) s.param.copy_(s.master);
+  }
+}
+
+std::vector<std::string> AdamW::decay_names() const {
+  std::vector<std::string> out;
+  for (const Slot& s : slots_) {
+    if (s.decay) out.push_back(s.name);
+  }
+  return out;
+}
+
+std::vector<std::string> AdamW::no_decay_names() const {
+  std::vector<std::string> out;
+  for (const Slot& s : slots_) {
+    if (!s.decay) out.push_back(s.name);
+  }
+  return out;
+}
+
+}  // namespace fp8t::train

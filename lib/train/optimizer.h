@@ -1,0 +1,91 @@
+// AdamW with FP32 master weights and FP32 state, stepped by LibTorch's multi-tensor fused
+// kernel (at::_fused_adamw_, which has CPU and CUDA implementations in LibTorch >= 2.4).
+//
+// Per parameter p (0-based step count t before the step, lr given to step()):
+//   t      += 1
+//   p      -= lr * wd * p                  (decoupled weight decay; wd = 0 for dim() < 2)
+//   m       = beta1 * m + (1 - beta1) * g
+//   v       = beta2 * v + (1 - beta2) * g^2
+//   p      -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// exactly as torch.optim.AdamW(fused=True): two groups (weight decay for matrices and
+// embeddings, none for biases and norm gains), the step count kept as a 0-d float32 tensor on
+// the parameter's device and incremented on the device (no host sync).
+//
+// Master weights: a float32 contiguous parameter is updated in place. Any other parameter
+// (e.g. bfloat16) gets a float32 master copy; its gradient is converted to float32 for the
+// update and the parameter receives the rounded master after each step.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <map>      // std::map
+#include <string>   // std::string
+#include <utility>  // std::pair
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+
+#include "lib/config/experiment.h"  // TrainSection
+
+namespace fp8t::train {
+
+using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to parameters with dim() >= 2 only
+
+  static AdamWOptions from(const TrainSection& t) {
+    return AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay};
+  }
+};
+
+class AdamW {
+ public:
+  // `params` are the leaf tensors to optimize (e.g. module->named_parameters()); names must be
+  // unique and non-empty. A tensor listed twice (tied weights) is optimized once, under its
+  // first name. State is allocated here (zeros) on each parameter's device.
+  AdamW(NamedParameters params, AdamWOptions options);
+
+  // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
+  // step count does not advance). One fused launch per (device, weight-decay group).
+  void step(double lr);
+
+  // set_to_none: grads become undefined (the default, as torch.optim); else zeroed in place.
+  void zero_grad(bool set_to_none = true);
+
+  // Optimizer state as named tensors (the live tensors, not copies), keys per parameter name:
+  //   "<name>.exp_avg", "<name>.exp_avg_sq" (float32, the parameter's shape),
+  //   "<name>.step" (0-d float32), and "<name>.master" (float32) for parameters with a
+  //   separate master copy. Callers that store them next to model weights should prefix them
+  //   (e.g. "optim.").
+  std::map<std::string, at::Tensor> state_dict() const;
+
+  // Copies `state` into the optimizer state (and master copies). The key set must match
+  // state_dict() exactly; shapes must match. Throws fp8t::Error (kBadInput) naming the first
+  // missing, unexpected or mismatched key.
+  void load_state_dict(const std::map<std::string, at::Tensor>& state);
+
+  const AdamWOptions& options() const { return options_; }
+  // Names of the parameters in the weight-decay group (dim() >= 2) and in the no-decay group.
+  std::vector<std::string> decay_names() const;
+  std::vector<std::string> no_decay_names() const;
+
+ private:
+  struct Slot {
+    std::string name;
+    at::Tensor param;    // the model's parameter
+    at::Tensor master;   // float32 contiguous; the same tensor as `param` when possible
+    at::Tensor exp_avg;  // float32, like master
+    at::Tensor exp_avg_sq;
+    at::Tensor step;     // 0-d float32 on the parameter's device
+    bool decay = false;
+    bool separate_master = false;
+  };
+
+  AdamWOptions options_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace fp8t::train

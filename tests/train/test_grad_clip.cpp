@@ -1,0 +1,96 @@
+#include "lib/train/grad_clip.h"
+
+#include <cmath>  // std::sqrt
+
+#include <torch/torch.h>
+
+#include "tests/catch.h"
+
+using fp8t::train::clip_grad_norm_;
+
+namespace {
+
+std::vector<at::Tensor> params_with_grads(std::vector<at::Tensor> grads) {
+  std::vector<at::Tensor> params;
+  for (const at::Tensor& g : grads) {
+    at::Tensor p = torch::zeros(g.sizes(), g.options()).set_requires_grad(true);
+    p.mutable_grad() = g.clone();
+    params.push_back(p);
+  }
+  return params;
+}
+
+// sqrt(sum of squares) in double over all grads.
+double direct_norm(const std::vector<at::Tensor>& params) {
+  double sum = 0.0;
+  for (const at::Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    sum += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+  }
+  return std::sqrt(sum);
+}
+
+}  // namespace
+
+// Tolerances: the norm is accumulated in float32 over ~100 elements, relative error a few
+// 1e-7; 1e-5 relative is well above that and far below the effect of any wrong formula
+// (missing square root, one tensor skipped: >= 1%).
+
+TEST_CASE("clip_grad_norm_ returns the global L2 norm and scales grads to max_norm",
+          "[train]") {
+  torch::manual_seed(3);
+  auto params = params_with_grads({torch::randn({10, 5}), torch::randn({7}), torch::randn({3, 2, 4})});
+  at::Tensor extra = torch::zeros({4}).set_requires_grad(true);  // no grad: skipped
+  params.push_back(extra);
+  std::vector<at::Tensor> before;
+  for (size_t i = 0; i < 3; ++i) before.push_back(params[i].grad().clone());
+  const double expected = direct_norm(params);
+  REQUIRE(expected > 2.0);
+
+  const at::Tensor norm = clip_grad_norm_(params, /*max_norm=*/1.0);
+  REQUIRE(norm.dim() == 0);
+  REQUIRE(norm.scalar_type() == at::kFloat);
+  REQUIRE(norm.item<double>() == Approx(expected).epsilon(1e-5));
+  // Every grad scaled by the same factor max_norm / (norm + 1e-6).
+  const double coef = 1.0 / (expected + 1e-6);
+  for (size_t i = 0; i < 3; ++i) {
+    REQUIRE(torch::allclose(params[i].grad(), before[i] * coef, /*rtol=*/1e-5, /*atol=*/1e-7));
+  }
+  REQUIRE(direct_norm(params) == Approx(1.0).epsilon(1e-5));
+  REQUIRE_FALSE(extra.grad().defined());
+}
+
+TEST_CASE("clip_grad_norm_ leaves grads below max_norm unchanged", "[train]") {
+  auto params = params_with_grads({torch::full({3}, 0.5), torch::full({2, 2}, -0.25)});
+  const at::Tensor g0 = params[0].grad().clone();
+  const at::Tensor g1 = params[1].grad().clone();
+  const at::Tensor norm = clip_grad_norm_(params, 10.0);
+  // sqrt(3 * 0.25 + 4 * 0.0625) = 1 exactly in float32.
+  REQUIRE(norm.item<float>() == 1.0f);
+  // The clamped factor is exactly 1, so grads are bit-identical.
+  REQUIRE(torch::equal(params[0].grad(), g0));
+  REQUIRE(torch::equal(params[1].grad(), g1));
+}
+
+TEST_CASE("clip_grad_norm_ with max_norm <= 0 only measures", "[train]") {
+  auto params = params_with_grads({torch::full({4}, 3.0), torch::full({4}, 4.0)});
+  const at::Tensor norm = clip_grad_norm_(params, 0.0);
+  REQUIRE(norm.item<float>() == Approx(10.0).epsilon(1e-6));  // sqrt(4*9 + 4*16)
+  REQUIRE(torch::equal(params[0].grad(), torch::full({4}, 3.0)));
+  REQUIRE(torch::equal(params[1].grad(), torch::full({4}, 4.0)));
+}
+
+TEST_CASE("clip_grad_norm_ handles bfloat16 grads and no grads at all", "[train]") {
+  auto params = params_with_grads({torch::full({16}, 2.0, torch::kBFloat16)});
+  const at::Tensor norm = clip_grad_norm_(params, 4.0);
+  REQUIRE(norm.scalar_type() == at::kFloat);
+  REQUIRE(norm.item<float>() == Approx(8.0).epsilon(1e-6));
+  REQUIRE(params[0].grad().scalar_type() == at::kBFloat16);
+  // 2 * 4 / 8 = 1 (bfloat16 rounding of 1 - 1.25e-7 gives exactly 1).
+  REQUIRE(params[0].grad().to(at::kFloat).max().item<float>() == Approx(1.0).epsilon(1e-2));
+
+  std::vector<at::Tensor> none = {torch::zeros({3}).set_requires_grad(true)};
+  const at::Tensor zero = clip_grad_norm_(none, 1.0);
+  REQUIRE(zero.dim() == 0);
+  REQUIRE(zero.item<float>() == 0.0f);
+}

@@ -1,0 +1,257 @@
+#include "lib/train/optimizer.h"
+
+#include <cmath>   // std::sqrt, std::pow
+#include <vector>  // std::vector
+
+#include <torch/torch.h>
+
+#include "lib/train/checkpoint.h"
+#include "lib/util/error.h"
+#include "tests/catch.h"
+#include "tests/train/temp_dir.h"
+
+using fp8t::train::AdamW;
+using fp8t::train::AdamWOptions;
+using fp8t::train::NamedParameters;
+
+namespace {
+
+// Plain AdamW in double precision over flat vectors (the formula of optimizer.h).
+struct RefParam {
+  std::vector<double> p, m, v;
+  bool decay;
+};
+
+void ref_step(RefParam& r, const std::vector<double>& g, int64_t t, double lr,
+              const AdamWOptions& o) {
+  const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    if (r.decay) r.p[i] -= lr * o.weight_decay * r.p[i];
+    r.m[i] = o.beta1 * r.m[i] + (1.0 - o.beta1) * g[i];
+    r.v[i] = o.beta2 * r.v[i] + (1.0 - o.beta2) * g[i] * g[i];
+    const double mhat = r.m[i] / bc1;
+    const double vhat = r.v[i] / bc2;
+    r.p[i] -= lr * mhat / (std::sqrt(vhat) + o.eps);
+  }
+}
+
+std::vector<double> to_vec(const at::Tensor& t) {
+  at::Tensor c = t.detach().to(at::kDouble).contiguous().cpu();
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+double max_abs_diff(const at::Tensor& t, const std::vector<double>& ref) {
+  const std::vector<double> v = to_vec(t);
+  REQUIRE(v.size() == ref.size());
+  double d = 0.0;
+  for (size_t i = 0; i < v.size(); ++i) d = std::max(d, std::abs(v[i] - ref[i]));
+  return d;
+}
+
+at::Tensor leaf(const at::Tensor& t) { return t.clone().set_requires_grad(true); }
+
+AdamWOptions test_options() { return AdamWOptions{0.9, 0.95, 1e-8, 0.1}; }
+
+}  // namespace
+
+TEST_CASE("AdamW matches a double-precision reference over several steps", "[train]") {
+  torch::manual_seed(7);
+  at::Tensor w = leaf(torch::randn({4, 3}));     // decayed
+  at::Tensor e = leaf(torch::randn({2, 3, 2}));  // decayed (dim >= 2)
+  at::Tensor b = leaf(torch::randn({5}));        // not decayed
+  at::Tensor frozen = leaf(torch::randn({3}));   // never gets a grad
+  const at::Tensor frozen0 = frozen.detach().clone();
+  const AdamWOptions opt = test_options();
+  AdamW adamw({{"w", w}, {"e", e}, {"b", b}, {"frozen", frozen}}, opt);
+  REQUIRE(adamw.decay_names() == std::vector<std::string>{"w", "e"});
+  REQUIRE(adamw.no_decay_names() == std::vector<std::string>{"b", "frozen"});
+
+  std::vector<at::Tensor> params = {w, e, b};
+  std::vector<RefParam> ref;
+  for (const at::Tensor& p : params) {
+    const size_t n = static_cast<size_t>(p.numel());
+    ref.push_back(RefParam{to_vec(p), std::vector<double>(n), std::vector<double>(n), p.dim() >= 2});
+  }
+  const std::vector<double> start_w = ref[0].p;
+
+  const int64_t steps = 6;
+  for (int64_t t = 1; t <= steps; ++t) {
+    const double lr = 1e-2 * static_cast<double>(t) / steps;  // varies, as a schedule would
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor g = torch::randn(params[i].sizes());
+      params[i].mutable_grad() = g;
+      ref_step(ref[i], to_vec(g), t, lr, opt);
+    }
+    adamw.step(lr);
+    adamw.zero_grad();
+  }
+
+  // Tolerance 1e-5 (absolute; values are O(1)): the fused kernel computes in float32 (ulp(1) =
+  // 1.2e-7), so each step adds a few ulps of rounding to p (decay, update) and a relative
+  // ~1e-7 error to the update lr*mhat/(sqrt(vhat)+eps) (<= lr = 1e-2 in size); over 6 steps
+  // that is < 2e-6. A wrong formula (bias correction, decay on the wrong group, lr off by a
+  // step) moves p by >= 1e-3 here, far outside the tolerance.
+  const auto state = adamw.state_dict();
+  const char* names[] = {"w", "e", "b"};
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO("param " << names[i]);
+    REQUIRE(max_abs_diff(params[i], ref[i].p) < 1e-5);
+    REQUIRE(max_abs_diff(state.at(std::string(names[i]) + ".exp_avg"), ref[i].m) < 1e-6);
+    REQUIRE(max_abs_diff(state.at(std::string(names[i]) + ".exp_avg_sq"), ref[i].v) < 1e-6);
+    REQUIRE(state.at(std::string(names[i]) + ".step").item<float>() == static_cast<float>(steps));
+  }
+  // The comparison is not vacuous: the parameters moved by far more than the tolerance.
+  double moved = 0.0;
+  for (size_t i = 0; i < start_w.size(); ++i) moved = std::max(moved, std::abs(ref[0].p[i] - start_w[i]));
+  REQUIRE(moved > 1e-2);
+  // A parameter without grad is skipped entirely.
+  REQUIRE(torch::equal(frozen.detach(), frozen0));
+  REQUIRE(state.at("frozen.step").item<float>() == 0.0f);
+  REQUIRE(state.at("frozen.exp_avg").abs().max().item<float>() == 0.0f);
+  REQUIRE(state.count("w.master") == 0);  // float32 parameters are their own master
+}
+
+TEST_CASE("AdamW decays matrices but not vectors", "[train]") {
+  // With zero gradients Adam's update is 0 / (0 + eps) = 0, leaving only the decay.
+  at::Tensor w = leaf(torch::full({3, 4}, 2.0));
+  at::Tensor b = leaf(torch::full({4}, 2.0));
+  AdamW adamw({{"w", w}, {"b", b}}, AdamWOptions{0.9, 0.95, 1e-8, 0.1});
+  w.mutable_grad() = torch::zeros_like(w);
+  b.mutable_grad() = torch::zeros_like(b);
+  adamw.step(0.5);
+  // 2 * (1 - 0.5 * 0.1) = 1.9; float32 rounding only (relative 1e-6).
+  REQUIRE(w.min().item<float>() == Approx(1.9).epsilon(1e-6));
+  REQUIRE(w.max().item<float>() == Approx(1.9).epsilon(1e-6));
+  REQUIRE(torch::equal(b.detach(), torch::full({4}, 2.0)));
+}
+
+TEST_CASE("AdamW zero_grad sets grads to none or to zero", "[train]") {
+  at::Tensor w = leaf(torch::ones({2, 2}));
+  AdamW adamw({{"w", w}}, test_options());
+  w.mutable_grad() = torch::ones({2, 2});
+  adamw.zero_grad(/*set_to_none=*/false);
+  REQUIRE(w.grad().defined());
+  REQUIRE(w.grad().abs().sum().item<float>() == 0.0f);
+  adamw.zero_grad();
+  REQUIRE_FALSE(w.grad().defined());
+}
+
+TEST_CASE("AdamW state round trip (through a checkpoint file) continues bit-exactly",
+          "[train]") {
+  fp8t::test::TempDir dir("optim");
+  torch::manual_seed(11);
+  const at::Tensor w0 = torch::randn({8, 4});
+  const at::Tensor b0 = torch::randn({4});
+  std::vector<std::vector<at::Tensor>> grads;
+  for (int i = 0; i < 6; ++i) grads.push_back({torch::randn({8, 4}), torch::randn({4})});
+  const std::vector<double> lrs = {1e-3, 2e-3, 3e-3, 2.5e-3, 2e-3, 1e-3};
+
+  auto run = [&](AdamW& opt, at::Tensor& w, at::Tensor& b, int from, int to) {
+    for (int i = from; i < to; ++i) {
+      w.mutable_grad() = grads[i][0].clone();
+      b.mutable_grad() = grads[i][1].clone();
+      opt.step(lrs[i]);
+      opt.zero_grad();
+    }
+  };
+
+  // Uninterrupted: 6 steps.
+  at::Tensor wa = leaf(w0), ba = leaf(b0);
+  AdamW a({{"w", wa}, {"b", ba}}, test_options());
+  run(a, wa, ba, 0, 6);
+
+  // Interrupted after 3: save params + state, restore into a fresh optimizer, 3 more.
+  at::Tensor wb = leaf(w0), bb = leaf(b0);
+  {
+    AdamW b({{"w", wb}, {"b", bb}}, test_options());
+    run(b, wb, bb, 0, 3);
+    fp8t::train::Checkpoint ck;
+    ck.tensors["model.w"] = wb;
+    ck.tensors["model.b"] = bb;
+    for (const auto& [k, v] : b.state_dict()) ck.tensors["optim." + k] = v;
+    fp8t::train::save_checkpoint(dir / "ck.pt", ck);
+  }
+  const fp8t::train::Checkpoint ck = fp8t::train::load_checkpoint(dir / "ck.pt");
+  at::Tensor wc = leaf(ck.tensors.at("model.w")), bc = leaf(ck.tensors.at("model.b"));
+  AdamW c({{"w", wc}, {"b", bc}}, test_options());
+  std::map<std::string, at::Tensor> state;
+  for (const auto& [k, v] : ck.tensors) {
+    if (k.rfind("optim.", 0) == 0) state[k.substr(6)] = v;
+  }
+  c.load_state_dict(state);
+  run(c, wc, bc, 3, 6);
+
+  REQUIRE(torch::equal(wa.detach(), wc.detach()));
+  REQUIRE(torch::equal(ba.detach(), bc.detach()));
+  const auto sa = a.state_dict();
+  const auto sc = c.state_dict();
+  REQUIRE(sa.size() == sc.size());
+  for (const auto& [k, v] : sa) {
+    INFO("state " << k);
+    REQUIRE(torch::equal(v, sc.at(k)));
+  }
+  // And the restart mattered: a fresh optimizer without the state diverges.
+  at::Tensor wd = leaf(ck.tensors.at("model.w")), bd = leaf(ck.tensors.at("model.b"));
+  AdamW d({{"w", wd}, {"b", bd}}, test_options());
+  run(d, wd, bd, 3, 6);
+  REQUIRE_FALSE(torch::equal(wa.detach(), wd.detach()));
+}
+
+TEST_CASE("AdamW load_state_dict names missing, unexpected and mismatched keys", "[train]") {
+  at::Tensor w = leaf(torch::ones({2, 3}));
+  AdamW adamw({{"w", w}}, test_options());
+  auto good = adamw.state_dict();
+  for (auto& [k, v] : good) v = v.clone();
+
+  auto expect_error = [&](const std::map<std::string, at::Tensor>& s, const std::string& key) {
+    try {
+      adamw.load_state_dict(s);
+      FAIL("no throw");
+    } catch (const fp8t::Error& e) {
+      REQUIRE(e.code() == fp8t::ExitCode::kBadInput);
+      REQUIRE_THAT(std::string(e.what()), FP8T_CONTAINS("'" + key + "'"));
+    }
+  };
+  auto missing = good;
+  missing.erase("w.exp_avg_sq");
+  expect_error(missing, "w.exp_avg_sq");
+  auto extra = good;
+  extra["v.exp_avg"] = torch::zeros({2});
+  expect_error(extra, "v.exp_avg");
+  auto wrong_shape = good;
+  wrong_shape["w.exp_avg"] = torch::zeros({3, 2});
+  expect_error(wrong_shape, "w.exp_avg");
+  REQUIRE_NOTHROW(adamw.load_state_dict(good));
+}
+
+TEST_CASE("AdamW keeps a float32 master for bfloat16 parameters", "[train]") {
+  at::Tensor w = leaf(torch::full({4, 4}, 1.0, torch::kBFloat16));
+  AdamW adamw({{"w", w}}, AdamWOptions{0.9, 0.95, 1e-8, 0.0});
+  // Updates of 1e-3 are below bfloat16's resolution at 1.0 (ulp 2^-7 = 7.8e-3): only a float32
+  // master accumulates them. After 5 steps the master is 1 - 5e-3 (Adam's first steps move by
+  // ~lr each with a constant gradient), which rounds to 0.9961 (= 1 - 2^-8) in bfloat16.
+  for (int i = 0; i < 5; ++i) {
+    w.mutable_grad() = torch::ones({4, 4}, torch::kBFloat16);
+    adamw.step(1e-3);
+  }
+  const auto state = adamw.state_dict();
+  REQUIRE(state.count("w.master") == 1);
+  const at::Tensor master = state.at("w.master");
+  REQUIRE(master.scalar_type() == at::kFloat);
+  REQUIRE(master.max().item<float>() == Approx(1.0 - 5e-3).margin(1e-6));
+  REQUIRE(w.scalar_type() == at::kBFloat16);
+  REQUIRE(torch::equal(w.detach(), master.to(torch::kBFloat16)));
+  REQUIRE(w.max().item<float>() < 1.0f);
+}
+
+TEST_CASE("AdamW optimizes a tensor listed under two names once", "[train]") {
+  at::Tensor w = leaf(torch::ones({2, 2}));
+  AdamW adamw({{"wte", w}, {"lm_head", w}}, test_options());
+  const auto state = adamw.state_dict();
+  REQUIRE(state.count("wte.exp_avg") == 1);
+  REQUIRE(state.count("lm_head.exp_avg") == 0);
+  w.mutable_grad() = torch::ones({2, 2});
+  adamw.step(1e-2);
+  REQUIRE(state.at("wte.step").item<float>() == 1.0f);
+}
