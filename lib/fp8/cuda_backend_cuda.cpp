@@ -1,0 +1,244 @@
+// CudaBackend: the FP8 backend for CUDA tensors. Casts, norms and statistics are kernels/ (C API
+// in kernels/include/fp8t_kernels.h); GEMMs are lib/gemm/ (cuBLASLt).
+//
+// Every method only enqueues work on the current LibTorch CUDA stream: no host synchronisation
+// (no .item(), no .cpu()), scales and amaxes stay on the device. Outputs and workspaces come from
+// at::empty on the input's device, so the caching allocator reuses them step after step.
+#include "lib/fp8/cuda_backend.h"
+
+#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
+#include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
+
+#include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose, fp8t_norm_*, ...
+#include "lib/gemm/gemm_engine.h"   // gemm::fp8_gemm
+#include "lib/gemm/status_check.h"  // FP8T_CUDA_CHECK
+#include "lib/util/error.h"         // FP8T_CHECK
+
+namespace fp8t {
+namespace fp8 {
+
+namespace {
+
+cudaStream_t stream_of(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+at::TensorOptions bytes_on(const at::Tensor& t) { return at::TensorOptions().dtype(at::kByte).device(t.device()); }
+at::TensorOptions floats_on(const at::Tensor& t) { return at::TensorOptions().dtype(at::kFloat).device(t.device()); }
+
+// The kernels read fp32 or bf16; anything else (fp16, fp64) is converted to fp32 first.
+at::Tensor kernel_input(const at::Tensor& x) {
+  const at::ScalarType t = x.scalar_type();
+  const at::Tensor y = (t == at::kFloat || t == at::kBFloat16) ? x : x.to(at::kFloat);
+  return y.contiguous();
+}
+
+int dtype_code(const at::Tensor& x) { return x.scalar_type() == at::kFloat ? FP8T_DTYPE_F32 : FP8T_DTYPE_BF16; }
+int format_code(Format f) { return f == Format::kE4M3 ? FP8T_FORMAT_E4M3 : FP8T_FORMAT_E5M2; }
+
+// A float32 scalar on x's device (slot tensors are views into the DelayedScaling state).
+float* device_scalar(const at::Tensor& t, const at::Tensor& x, const char* what, const SlotRef& slot) {
+  FP8T_CHECK(t.defined() && t.numel() == 1 && t.scalar_type() == at::kFloat && t.device() == x.device(),
+             "fp8 slot ", slot.index, ": ", what, " must be a 1-element float32 tensor on ", x.device().str(),
+             t.defined() ? ", got one on " + t.device().str() : std::string(", got none"));
+  return t.data_ptr<float>();
+}
+
+Fp8Operand make_operand(at::Tensor codes, const at::Tensor& scale_inv, Format f) {
+  Fp8Operand op;
+  op.codes = std::move(codes);
+  op.scale_inv = scale_inv;
+  op.format = f;
+  return op;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  Fp8Tensor quantize(const at::Tensor& x_in, const SlotRef& slot, bool rowwise, bool columnwise) override {
+    return cast(x_in, slot, rowwise, columnwise, nullptr);
+  }
+
+  Fp8Tensor quantize_grad(const at::Tensor& dy, const SlotRef& slot, bool want_dbias, at::Tensor* dbias) override {
+    FP8T_CHECK(!want_dbias || dbias != nullptr, "quantize_grad: want_dbias needs an output tensor");
+    return cast(dy, slot, true, true, want_dbias ? dbias : nullptr);
+  }
+
+  at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias, at::ScalarType out_dtype,
+                  GemmKind kind, bool fast_accum) override {
+    FP8T_CHECK(a.defined() && b.defined(), "fp8 gemm ", to_string(kind), ": missing FP8 operand (A ",
+               a.defined() ? "set" : "missing", ", B ", b.defined() ? "set" : "missing", ")");
+    return gemm::fp8_gemm(a.codes, a.format, a.scale_inv, b.codes, b.format, b.scale_inv, bias, out_dtype,
+                          fast_accum, to_string(kind));
+  }
+
+  NormForwardResult norm_forward(const at::Tensor& x_in, const at::Tensor& gamma, const at::Tensor& beta, double eps,
+                                 bool rms, const SlotRef* slot) override {
+    FP8T_CHECK(x_in.dim() == 2 && x_in.is_cuda(), "norm_forward expects a 2-D CUDA tensor, got ", x_in.sizes(), " on ",
+               x_in.device().str());
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const at::Tensor x = kernel_input(x_in);
+    const int64_t rows = x.size(0), cols = x.size(1);
+    FP8T_CHECK(gamma.numel() == cols, "norm_forward: gamma has ", gamma.numel(), " elements, rows have ", cols);
+    const at::Tensor g = gamma.to(floats_on(x)).contiguous();
+    const bool use_beta = !rms && beta.defined();
+    const at::Tensor b = use_beta ? beta.to(floats_on(x)).contiguous() : at::Tensor();
+
+    NormForwardResult r;
+    r.y = at::empty({rows, cols}, x.options());
+    r.rstd = at::empty({rows}, floats_on(x));
+    if (!rms) r.mean = at::empty({rows}, floats_on(x));
+    const float* scale = nullptr;
+    float* amax = nullptr;
+    at::Tensor codes, scale_inv;
+    if (slot != nullptr) {
+      scale = device_scalar(slot->scale, x, "scale", *slot);
+      amax = device_scalar(slot->amax, x, "amax", *slot);
+      codes = at::empty({rows, cols}, bytes_on(x));
+      scale_inv = at::empty({}, floats_on(x));
+    }
+    const cudaStream_t stream = stream_of(x);
+    FP8T_CUDA_CHECK(fp8t_norm_forward(x.data_ptr(), dtype_code(x), rows, cols, g.data_ptr<float>(),
+                                      use_beta ? b.data_ptr<float>() : nullptr, static_cast<float>(eps), rms ? 1 : 0,
+                                      r.y.data_ptr(), rms ? nullptr : r.mean.data_ptr<float>(), r.rstd.data_ptr<float>(),
+                                      scale, slot != nullptr ? format_code(slot->format) : FP8T_FORMAT_E4M3,
+                                      slot != nullptr ? codes.data_ptr<uint8_t>() : nullptr, amax,
+                                      slot != nullptr ? scale_inv.data_ptr<float>() : nullptr, stream),
+                    "norm_forward ", rows, "x", cols, rms ? " (RMSNorm)" : " (LayerNorm)");
+    if (slot != nullptr) {
+      // The consumer Linear needs both layouts when training (wgrad reads the columnwise copy):
+      // transpose the codes (1 byte in, 1 out) rather than re-reading y.
+      at::Tensor codes_t = at::empty({cols, rows}, bytes_on(x));
+      FP8T_CUDA_CHECK(fp8t_transpose_codes(codes.data_ptr<uint8_t>(), rows, cols, codes_t.data_ptr<uint8_t>(), stream),
+                      "norm_forward: transpose of the FP8 output ", rows, "x", cols);
+      r.y_fp8.rowwise = make_operand(codes, scale_inv, slot->format);
+      r.y_fp8.columnwise = make_operand(codes_t, scale_inv, slot->format);
+    }
+    if (r.y.scalar_type() != x_in.scalar_type()) r.y = r.y.to(x_in.scalar_type());
+    return r;
+  }
+
+  NormBackwardResult norm_backward(const at::Tensor& dy_in, const at::Tensor& x_in, const at::Tensor& gamma,
+                                   const at::Tensor& beta, const at::Tensor& mean, const at::Tensor& rstd,
+                                   bool rms) override {
+    FP8T_CHECK(x_in.dim() == 2 && x_in.is_cuda() && dy_in.sizes() == x_in.sizes(),
+               "norm_backward expects 2-D CUDA x and dy of one shape, got ", x_in.sizes(), " and ", dy_in.sizes());
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const at::Tensor x = kernel_input(x_in);
+    const at::Tensor dy = dy_in.to(x.scalar_type()).contiguous();
+    const int64_t rows = x.size(0), cols = x.size(1);
+    const at::Tensor g = gamma.to(floats_on(x)).contiguous();
+    const at::Tensor rs = rstd.to(floats_on(x)).contiguous();
+    const at::Tensor mu = rms ? at::Tensor() : mean.to(floats_on(x)).contiguous();
+    const bool want_beta = !rms && beta.defined();
+
+    NormBackwardResult r;
+    r.grad_x = at::empty({rows, cols}, x.options());
+    at::Tensor dgamma = at::empty({cols}, floats_on(x));
+    at::Tensor dbeta = want_beta ? at::empty({cols}, floats_on(x)) : at::Tensor();
+    at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_norm_backward_workspace_bytes(rows, cols))}, bytes_on(x));
+    FP8T_CUDA_CHECK(fp8t_norm_backward(dy.data_ptr(), x.data_ptr(), dtype_code(x), rows, cols, g.data_ptr<float>(),
+                                       rms ? nullptr : mu.data_ptr<float>(), rs.data_ptr<float>(), rms ? 1 : 0,
+                                       r.grad_x.data_ptr(), dgamma.data_ptr<float>(),
+                                       want_beta ? dbeta.data_ptr<float>() : nullptr, ws.data_ptr(), stream_of(x)),
+                    "norm_backward ", rows, "x", cols, rms ? " (RMSNorm)" : " (LayerNorm)");
+    if (r.grad_x.scalar_type() != x_in.scalar_type()) r.grad_x = r.grad_x.to(x_in.scalar_type());
+    // Parameter gradients in the parameters' dtype (autograd requires it); FP32 accumulation.
+    r.grad_gamma = dgamma.to(gamma.scalar_type());
+    if (want_beta) r.grad_beta = dbeta.to(beta.scalar_type());
+    return r;
+  }
+
+  void update_scaling(at::Tensor& history, at::Tensor& scale, at::Tensor& scale_inv, const at::Tensor& fp8_max,
+                      float two_pow_margin, bool use_max, bool recompute) override {
+    FP8T_CHECK(history.dim() == 2 && history.is_cuda() && history.is_contiguous() &&
+                   history.scalar_type() == at::kFloat,
+               "update_scaling: history must be a contiguous float32 CUDA tensor [L, S], got ", history.sizes());
+    const int64_t slots = history.size(1);
+    const at::Tensor* per_slot[] = {&scale, &scale_inv, &fp8_max};
+    for (const at::Tensor* t : per_slot) {
+      FP8T_CHECK(t->numel() == slots && t->is_contiguous() && t->scalar_type() == at::kFloat &&
+                     t->device() == history.device(),
+                 "update_scaling: scale, scale_inv and fp8_max must be contiguous float32 [", slots, "] on ",
+                 history.device().str());
+    }
+    if (slots == 0) return;
+    const c10::cuda::CUDAGuard guard(history.device());
+    FP8T_CUDA_CHECK(fp8t_delayed_scaling_update(history.data_ptr<float>(), scale.data_ptr<float>(),
+                                                scale_inv.data_ptr<float>(), fp8_max.data_ptr<float>(),
+                                                static_cast<int>(slots), static_cast<int>(history.size(0)),
+                                                two_pow_margin, use_max ? 1 : 0, recompute ? 1 : 0,
+                                                stream_of(history)),
+                    "update_scaling of ", slots, " slots, history ", history.size(0));
+  }
+
+  at::Tensor saturation_stats(const at::Tensor& x_in, const SlotRef& slot) override {
+    FP8T_CHECK(x_in.is_cuda(), "saturation_stats expects a CUDA tensor, got one on ", x_in.device().str());
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const at::Tensor x = kernel_input(x_in);
+    at::Tensor out = at::empty({2}, floats_on(x));
+    at::Tensor counters = at::empty({2}, at::TensorOptions().dtype(at::kLong).device(x.device()));
+    FP8T_CUDA_CHECK(fp8t_saturation_stats(x.data_ptr(), dtype_code(x), x.numel(), device_scalar(slot.scale, x, "scale", slot),
+                                          format_code(slot.format), out.data_ptr<float>(),
+                                          reinterpret_cast<unsigned long long*>(counters.data_ptr<int64_t>()),
+                                          stream_of(x)),
+                    "saturation_stats of ", x.numel(), " elements (slot ", slot.index, ")");
+    return out;
+  }
+
+ private:
+  // One read of x: rowwise only -> fp8t_cast; any columnwise -> fp8t_cast_transpose (+ dbias).
+  Fp8Tensor cast(const at::Tensor& x_in, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias) {
+    FP8T_CHECK(x_in.is_cuda(), "fp8 cast (slot ", slot.index, ") expects a CUDA tensor, got one on ",
+               x_in.device().str());
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const at::Tensor x = kernel_input(x_in);
+    float* scale = device_scalar(slot.scale, x, "scale", slot);
+    float* amax = device_scalar(slot.amax, x, "amax", slot);
+    const int f = format_code(slot.format);
+    const cudaStream_t stream = stream_of(x);
+    at::Tensor scale_inv = at::empty({}, floats_on(x));
+    Fp8Tensor out;
+
+    if (!columnwise && dbias == nullptr) {
+      // Elementwise: any shape (the codes keep x's shape). With neither layout requested the
+      // cast still records the amax (the codes are dropped).
+      at::Tensor codes = at::empty(x.sizes(), bytes_on(x));
+      FP8T_CUDA_CHECK(fp8t_cast(x.data_ptr(), dtype_code(x), x.numel(), scale, f, codes.data_ptr<uint8_t>(),
+                                amax, scale_inv.data_ptr<float>(), stream),
+                      "fp8 cast of ", x.sizes(), " (slot ", slot.index, ")");
+      if (rowwise) out.rowwise = make_operand(codes, scale_inv, slot.format);
+      return out;
+    }
+    FP8T_CHECK(x.dim() == 2, "fp8 cast+transpose (slot ", slot.index, ") expects a 2-D tensor, got ", x.sizes());
+    const int64_t rows = x.size(0), cols = x.size(1);
+    at::Tensor codes = rowwise ? at::empty({rows, cols}, bytes_on(x)) : at::Tensor();
+    at::Tensor codes_t = columnwise ? at::empty({cols, rows}, bytes_on(x)) : at::Tensor();
+    uint8_t* row_ptr = rowwise ? codes.data_ptr<uint8_t>() : nullptr;
+    uint8_t* col_ptr = columnwise ? codes_t.data_ptr<uint8_t>() : nullptr;
+    if (dbias != nullptr) {
+      *dbias = at::empty({cols}, floats_on(x));
+      at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_cast_transpose_dbias_workspace_bytes(rows, cols))}, bytes_on(x));
+      FP8T_CUDA_CHECK(fp8t_cast_transpose_dbias(x.data_ptr(), dtype_code(x), rows, cols, scale, f, row_ptr, col_ptr, amax,
+                                                scale_inv.data_ptr<float>(), dbias->data_ptr<float>(), ws.data_ptr(),
+                                                stream),
+                      "fp8 cast+transpose+dbias of ", rows, "x", cols, " (slot ", slot.index, ")");
+    } else {
+      FP8T_CUDA_CHECK(fp8t_cast_transpose(x.data_ptr(), dtype_code(x), rows, cols, scale, f, row_ptr, col_ptr, amax,
+                                          scale_inv.data_ptr<float>(), stream),
+                      "fp8 cast+transpose of ", rows, "x", cols, " (slot ", slot.index, ")");
+    }
+    if (rowwise) out.rowwise = make_operand(codes, scale_inv, slot.format);
+    if (columnwise) out.columnwise = make_operand(codes_t, scale_inv, slot.format);
+    return out;
+  }
+};
+
+}  // namespace
+
+Backend& cuda_backend() {
+  static CudaBackend backend;
+  return backend;
+}
+
+}  // namespace fp8
+}  // namespace fp8t

@@ -1,0 +1,366 @@
+#include "lib/gemm/gemm_engine.h"
+
+#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
+#include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
+#include <cublasLt.h>               // cublasLt*
+
+#include <cstring>        // std::memcmp
+#include <functional>     // std::hash
+#include <mutex>          // std::mutex, std::lock_guard
+#include <unordered_map>  // std::unordered_map
+#include <vector>         // std::vector
+
+#include "lib/gemm/status_check.h"  // FP8T_CUBLAS_CHECK, FP8T_CUDA_CHECK
+#include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK
+
+namespace fp8t {
+namespace gemm {
+
+namespace {
+
+cudaDataType_t cuda_type(DataType t) {
+  switch (t) {
+    case DataType::kE4M3: return CUDA_R_8F_E4M3;
+    case DataType::kE5M2: return CUDA_R_8F_E5M2;
+    case DataType::kBF16: return CUDA_R_16BF;
+    case DataType::kF32: return CUDA_R_32F;
+  }
+  return CUDA_R_32F;
+}
+
+// Largest power of two (<= 256) dividing the address and the leading dimension in bytes: what
+// the kernels of an algorithm may assume (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_* covers pointer and ld).
+uint32_t alignment_of(const void* p, int64_t ld_bytes) {
+  const uint64_t bits = reinterpret_cast<uint64_t>(p) | static_cast<uint64_t>(ld_bytes) | 256u;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+struct PlanKey {
+  int device;
+  int64_t m, n, k;
+  DataType a_type, b_type, out_type;
+  bool has_bias, fast_accum, trans_a, trans_b;
+  uint32_t align_a, align_b, align_out;
+
+  bool operator==(const PlanKey& o) const {
+    return device == o.device && m == o.m && n == o.n && k == o.k && a_type == o.a_type &&
+           b_type == o.b_type && out_type == o.out_type && has_bias == o.has_bias &&
+           fast_accum == o.fast_accum && trans_a == o.trans_a && trans_b == o.trans_b &&
+           align_a == o.align_a && align_b == o.align_b && align_out == o.align_out;
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = std::hash<int64_t>()(k.m);
+    auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    mix(static_cast<uint64_t>(k.n));
+    mix(static_cast<uint64_t>(k.k));
+    mix(static_cast<uint64_t>(k.device));
+    mix((static_cast<uint64_t>(k.a_type) << 0) | (static_cast<uint64_t>(k.b_type) << 4) |
+        (static_cast<uint64_t>(k.out_type) << 8) | (uint64_t{k.has_bias} << 12) |
+        (uint64_t{k.fast_accum} << 13) | (uint64_t{k.trans_a} << 14) | (uint64_t{k.trans_b} << 15));
+    mix((static_cast<uint64_t>(k.align_a) << 32) | (static_cast<uint64_t>(k.align_b) << 16) | k.align_out);
+    return h;
+  }
+};
+
+// Descriptors + algorithm of one cached problem. Destroyed never (the engine lives forever).
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;  // cuBLAS naming
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;
+  at::Tensor workspace;  // kWorkspaceBytes, from the caching allocator, held forever
+  int cc_major = 0, cc_minor = 0;
+  std::string name;
+};
+
+}  // namespace
+
+struct GemmEngine::Impl {
+  mutable std::mutex mutex;
+  std::vector<std::unique_ptr<DeviceState>> devices;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+
+  DeviceState& device_state(int device) {
+    if (device >= static_cast<int>(devices.size())) devices.resize(device + 1);
+    if (!devices[device]) {
+      auto st = std::make_unique<DeviceState>();
+      cudaDeviceProp prop{};
+      FP8T_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "gemm engine: device ", device);
+      st->cc_major = prop.major;
+      st->cc_minor = prop.minor;
+      st->name = prop.name;
+      FP8T_CUBLAS_CHECK(cublasLtCreate(&st->handle), "gemm engine: cublasLtCreate on device ", device);
+      st->workspace = at::empty({static_cast<int64_t>(kWorkspaceBytes)},
+                                at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+      devices[device] = std::move(st);
+    }
+    return *devices[device];
+  }
+
+  Plan& plan_for(const PlanKey& key, const GemmProblem& p, DeviceState& dev) {
+    auto it = plans.find(key);
+    if (it != plans.end()) return *it->second;
+
+    const std::string what = describe(p);
+    auto plan = std::make_unique<Plan>();
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    // Row-major out[M,N] = A[M,K]·B[N,K]ᵀ is column-major D[N,M] = op(B)·op(A): cuBLAS "A" is our
+    // B, cuBLAS "B" is our A (fp8-reference.md section 4).
+    const cublasOperation_t op_a = p.trans_b ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const cublasOperation_t op_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), what);
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), what);
+    if (p.fp8()) {
+      const int8_t fast = p.fast_accum ? 1 : 0;
+      FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)), what);
+    }
+    if (p.has_bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      const int32_t bias_type = cuda_type(p.out_type);  // BF16 out: BF16 bias; BF16 GEMM FP32 out: FP32
+      FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), what);
+      FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                       sizeof(bias_type)), what);
+    }
+    // cuBLAS A = our B: stored [N,K] row-major = column-major K x N (ld K), or [K,N] = N x K (ld N).
+    if (p.trans_b) {
+      FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(p.b_type), p.n, p.k, p.n), what);
+    } else {
+      FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(p.b_type), p.k, p.n, p.k), what);
+    }
+    // cuBLAS B = our A: stored [M,K] = column-major K x M (ld K), or [K,M] = M x K (ld M).
+    if (p.trans_a) {
+      FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(p.a_type), p.m, p.k, p.m), what);
+    } else {
+      FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(p.a_type), p.k, p.m, p.k), what);
+    }
+    // C and D: the row-major [M,N] output = column-major N x M (ld N). C is unused (beta = 0) but
+    // must have a supported type: the output's.
+    FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(p.out_type), p.n, p.m, p.n), what);
+    FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(p.out_type), p.n, p.m, p.n), what);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    FP8T_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
+    const uint64_t ws = kWorkspaceBytes;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    // Without these the heuristic assumes 256-byte aligned buffers (fp8-reference.md section 4).
+    const uint32_t al_a = key.align_b, al_b = key.align_a, al_cd = key.align_out;  // cuBLAS naming
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_cd, sizeof(al_cd));
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_cd, sizeof(al_cd));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulAlgoGetHeuristic(dev.handle, plan->op, plan->a, plan->b, plan->c, plan->d, pref, 1,
+                                          &result, &found);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    FP8T_CUBLAS_CHECK(st, what, " (cuBLASLt heuristic; alignment A/B/out ", key.align_a, "/", key.align_b, "/",
+                      key.align_out, " bytes)");
+    FP8T_CHECK(found > 0, what, ": cuBLASLt found no algorithm (alignment A/B/out ", key.align_a, "/", key.align_b,
+               "/", key.align_out, " bytes, device ", dev.name, ")");
+    plan->algo = result.algo;
+    Plan& ref = *plan;
+    plans.emplace(key, std::move(plan));
+    return ref;
+  }
+};
+
+GemmEngine::GemmEngine() : impl_(std::make_unique<Impl>()) {}
+GemmEngine::~GemmEngine() = default;
+
+GemmEngine& GemmEngine::instance() {
+  static GemmEngine* engine = new GemmEngine();  // intentionally leaked, see the header
+  return *engine;
+}
+
+size_t GemmEngine::cached_plans() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->plans.size();
+}
+
+void GemmEngine::run(const GemmProblem& p, const GemmOperands& ops, cudaStream_t stream) {
+  validate(p);
+  FP8T_CHECK(p.k > 0, describe(p), ": K must be positive (the tensor API handles K = 0)");
+  if (p.m == 0 || p.n == 0) return;
+  FP8T_CHECK(ops.a != nullptr && ops.b != nullptr && ops.out != nullptr && (!p.has_bias || ops.bias != nullptr),
+             describe(p), ": null operand pointer");
+
+  int device = 0;
+  FP8T_CUDA_CHECK(cudaGetDevice(&device), describe(p));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  DeviceState& dev = impl_->device_state(device);
+  if (p.fp8()) validate_fp8_device(dev.cc_major, dev.cc_minor, dev.name);
+
+  const int64_t lda_bytes = (p.trans_a ? p.m : p.k) * static_cast<int64_t>(element_size(p.a_type));
+  const int64_t ldb_bytes = (p.trans_b ? p.n : p.k) * static_cast<int64_t>(element_size(p.b_type));
+  const int64_t ldo_bytes = p.n * static_cast<int64_t>(element_size(p.out_type));
+  PlanKey key{device, p.m, p.n, p.k, p.a_type, p.b_type, p.out_type, p.has_bias, p.fp8() && p.fast_accum,
+              p.trans_a, p.trans_b, alignment_of(ops.a, lda_bytes), alignment_of(ops.b, ldb_bytes),
+              alignment_of(ops.out, ldo_bytes)};
+  if (p.fp8()) {
+    FP8T_INPUT_CHECK(key.align_a >= 16 && key.align_b >= 16, describe(p),
+                     ": FP8 operands must be 16-byte aligned (a view at an odd offset?); pass a contiguous copy");
+  }
+  Plan& plan = impl_->plan_for(key, p, dev);
+
+  // Per-call pointers live in the (cached) descriptor; cublasLtMatmul reads them at enqueue time.
+  if (p.fp8()) {
+    const void* scale_a = ops.b_scale_inv;  // cuBLAS A is our B
+    const void* scale_b = ops.a_scale_inv;
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a,
+                                                     sizeof(scale_a)), describe(p));
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b,
+                                                     sizeof(scale_b)), describe(p));
+  }
+  if (p.has_bias) {
+    const void* bias = ops.bias;
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                      describe(p));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  FP8T_CUBLAS_CHECK(cublasLtMatmul(dev.handle, plan.op, &alpha, ops.b, plan.a, ops.a, plan.b, &beta, ops.out, plan.c,
+                                   ops.out, plan.d, &plan.algo, dev.workspace.data_ptr(), kWorkspaceBytes, stream),
+                    describe(p));
+}
+
+// ---- tensor-level API -------------------------------------------------------------------------
+
+namespace {
+
+DataType out_type_of(at::ScalarType t, const std::string& what) {
+  FP8T_INPUT_CHECK(t == at::kBFloat16 || t == at::kFloat, what, ": output dtype must be bfloat16 or float32, got ",
+                   c10::toString(t));
+  return t == at::kBFloat16 ? DataType::kBF16 : DataType::kF32;
+}
+
+at::Tensor as_codes(const at::Tensor& t, const char* name, const std::string& what) {
+  FP8T_CHECK(t.defined() && t.dim() == 2, what, ": ", name, " must be a 2-D tensor of FP8 codes");
+  FP8T_CHECK(t.is_cuda(), what, ": ", name, " is on ", t.device().str(), ", expected a CUDA tensor");
+  at::Tensor c = t.scalar_type() == at::kByte ? t : t.view(at::kByte);
+  FP8T_CHECK(c.element_size() == 1, what, ": ", name, " must hold 1-byte FP8 codes, got ", c10::toString(t.scalar_type()));
+  return c.contiguous();
+}
+
+const float* scale_ptr(const at::Tensor& s, const at::Tensor& like, const char* name, const std::string& what) {
+  FP8T_CHECK(s.defined() && s.numel() == 1 && s.scalar_type() == at::kFloat && s.device() == like.device(), what,
+             ": ", name, " must be a 1-element float32 tensor on ", like.device().str());
+  return s.data_ptr<float>();
+}
+
+// A logical [rows, K] operand as cuBLASLt reads it: row-major, or the transpose of a row-major
+// tensor (then `trans` is set and the returned tensor is that row-major [K, rows] storage).
+at::Tensor storage_of(const at::Tensor& t, bool* trans) {
+  if (t.is_contiguous()) {
+    *trans = false;
+    return t;
+  }
+  if (t.t().is_contiguous()) {
+    *trans = true;
+    return t.t();
+  }
+  *trans = false;
+  return t.contiguous();
+}
+
+}  // namespace
+
+at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::Tensor& a_scale_inv,
+                    const at::Tensor& b_codes, fp8::Format b_format, const at::Tensor& b_scale_inv,
+                    const at::Tensor& bias, at::ScalarType out_dtype, bool fast_accum, const std::string& label) {
+  GemmProblem p;
+  p.label = label;
+  p.a_type = from_format(a_format);
+  p.b_type = from_format(b_format);
+  p.fast_accum = fast_accum;
+  const std::string what0 = "fp8 gemm " + label;
+  p.out_type = out_type_of(out_dtype, what0);
+  const at::Tensor a = as_codes(a_codes, "A", what0);
+  const at::Tensor b = as_codes(b_codes, "B", what0);
+  FP8T_CHECK(a.device() == b.device(), what0, ": A on ", a.device().str(), ", B on ", b.device().str());
+  p.m = a.size(0);
+  p.k = a.size(1);
+  p.n = b.size(0);
+  FP8T_CHECK(b.size(1) == p.k, describe(p), ": A is ", a.sizes(), " but B is ", b.sizes(),
+             " (both must be [rows, K] with the same K)");
+  // The BIAS epilogue needs BF16 output; with FP32 output the bias is added afterwards.
+  p.has_bias = bias.defined() && p.out_type == DataType::kBF16;
+  validate(p);
+  if (bias.defined()) {
+    FP8T_CHECK(bias.numel() == p.n && bias.device() == a.device(), describe(p), ": bias must have N=", p.n,
+               " elements on ", a.device().str(), ", got ", bias.sizes(), " on ", bias.device().str());
+  }
+
+  const c10::cuda::CUDAGuard guard(a.device());
+  at::Tensor out = at::empty({p.m, p.n}, at::TensorOptions().dtype(out_dtype).device(a.device()));
+  if (p.m == 0 || p.n == 0) return out;
+  if (p.k == 0) {
+    out.zero_();
+    if (bias.defined()) out.add_(bias.view({1, -1}));
+    return out;
+  }
+  at::Tensor bias_t;
+  GemmOperands ops;
+  ops.a = a.data_ptr();
+  ops.b = b.data_ptr();
+  ops.a_scale_inv = scale_ptr(a_scale_inv, a, "A scale_inv", describe(p));
+  ops.b_scale_inv = scale_ptr(b_scale_inv, a, "B scale_inv", describe(p));
+  if (p.has_bias) {
+    bias_t = bias.reshape({-1}).to(at::kBFloat16).contiguous();
+    ops.bias = bias_t.data_ptr();
+  }
+  ops.out = out.data_ptr();
+  GemmEngine::instance().run(p, ops, at::cuda::getCurrentCUDAStream(a.device().index()).stream());
+  if (bias.defined() && !p.has_bias) out.add_(bias.to(at::kFloat).view({1, -1}));
+  return out;
+}
+
+at::Tensor bf16_gemm(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& bias,
+                     at::ScalarType out_dtype, const std::string& label) {
+  GemmProblem p;
+  p.label = label;
+  p.a_type = p.b_type = DataType::kBF16;
+  const std::string what0 = "bf16 gemm " + label;
+  p.out_type = out_type_of(out_dtype, what0);
+  FP8T_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && a_in.is_cuda() && a_in.device() == b_in.device(), what0,
+             ": operands must be 2-D CUDA tensors on one device, got ", a_in.sizes(), " and ", b_in.sizes());
+  p.m = a_in.size(0);
+  p.k = a_in.size(1);
+  p.n = b_in.size(0);
+  FP8T_CHECK(b_in.size(1) == p.k, describe(p), ": A is ", a_in.sizes(), " but B is ", b_in.sizes(),
+             " (out = A · Bᵀ needs the same K)");
+  p.has_bias = bias.defined();
+  validate(p);
+
+  const c10::cuda::CUDAGuard guard(a_in.device());
+  at::Tensor out = at::empty({p.m, p.n}, at::TensorOptions().dtype(out_dtype).device(a_in.device()));
+  if (p.m == 0 || p.n == 0) return out;
+  if (p.k == 0) {
+    out.zero_();
+    if (bias.defined()) out.add_(bias.view({1, -1}));
+    return out;
+  }
+  const at::Tensor a = storage_of(a_in.to(at::kBFloat16), &p.trans_a);
+  const at::Tensor b = storage_of(b_in.to(at::kBFloat16), &p.trans_b);
+  at::Tensor bias_t;
+  GemmOperands ops;
+  ops.a = a.data_ptr();
+  ops.b = b.data_ptr();
+  if (p.has_bias) {
+    FP8T_CHECK(bias.numel() == p.n, describe(p), ": bias must have N=", p.n, " elements, got ", bias.sizes());
+    bias_t = bias.reshape({-1}).to(out_dtype).contiguous();
+    ops.bias = bias_t.data_ptr();
+  }
+  ops.out = out.data_ptr();
+  GemmEngine::instance().run(p, ops, at::cuda::getCurrentCUDAStream(a_in.device().index()).stream());
+  return out;
+}
+
+}  // namespace gemm
+}  // namespace fp8t

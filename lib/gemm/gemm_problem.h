@@ -1,0 +1,55 @@
+// What one GEMM is (shape, types, layout, epilogue) and whether cuBLASLt can run it.
+//
+// The convention of the whole project: out[M,N] = A[M,K] · B[N,K]ᵀ (+ bias[N]) with both
+// operands row-major and K contiguous (x·Wᵀ of a Linear). cuBLASLt is column-major, so the engine
+// passes B as cuBLAS "A" with TRANSA=T and A as cuBLAS "B" with TRANSB=N; D is then the row-major
+// [M,N] (fp8-reference.md section 4). Only the BF16 path also accepts transposed storage.
+//
+// validate() runs on the host before anything touches the device, so its errors (which name the
+// GEMM, the shape and the fix) are testable without a GPU.
+#pragma once
+
+#include <cstddef>  // size_t
+#include <cstdint>  // int64_t
+#include <string>   // std::string
+
+#include "lib/fp8/format.h"  // fp8::Format
+
+namespace fp8t {
+namespace gemm {
+
+enum class DataType : int { kE4M3, kE5M2, kBF16, kF32 };
+
+const char* to_string(DataType t);
+bool is_fp8(DataType t);
+DataType from_format(fp8::Format f);
+size_t element_size(DataType t);
+
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  DataType a_type = DataType::kE4M3;
+  DataType b_type = DataType::kE4M3;
+  DataType out_type = DataType::kBF16;
+  bool has_bias = false;     // bias[N], added in the epilogue
+  bool fast_accum = false;   // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM
+  bool trans_a = false;      // BF16 only: A stored as [K,M] (row-major) instead of [M,K]
+  bool trans_b = false;      // BF16 only: B stored as [K,N] (row-major) instead of [N,K]
+  std::string label = "gemm";  // which GEMM ("fprop", "dgrad", "wgrad", "bench"): names errors
+
+  bool fp8() const { return is_fp8(a_type) || is_fp8(b_type); }
+};
+
+// "fp8 gemm fprop 8192x768x3072 (MxKxN, E4M3 x E4M3 -> BF16)"
+std::string describe(const GemmProblem& p);
+
+// Throws fp8t::Error (kBadInput) naming the GEMM, its shape and what to do when cuBLASLt cannot
+// run the problem: FP8 needs K and N multiples of 16, the TN layout, not E5M2 x E5M2, BF16 or
+// FP32 output; BF16 GEMMs need both operands BF16. Negative sizes are rejected too.
+void validate(const GemmProblem& p);
+
+// FP8 GEMMs need compute capability >= 8.9 (Ada, Hopper and later). Throws kBadInput with the
+// device name otherwise.
+void validate_fp8_device(int cc_major, int cc_minor, const std::string& device_name);
+
+}  // namespace gemm
+}  // namespace fp8t
