@@ -1,0 +1,233 @@
+#include "lib/data/dataset.h"
+
+#include <algorithm>  // std::copy_n, std::max
+#include <cmath>    // std::llround
+#include <iomanip>  // std::setprecision
+#include <sstream>  // std::ostringstream
+#include <vector>   // std::vector
+
+#include "lib/data/counter_rng.h"   // hash_key, SplitMix64, Stream
+#include "lib/data/markov_chain.h"  // MarkovChain
+#include "lib/data/text_source.h"   // read_text_file, kByteVocabSize
+#include "lib/data/token_file.h"    // read_token_file, format_name
+#include "lib/data/token_store.h"   // TokenStore
+#include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK
+
+namespace fp8t::data {
+
+namespace {
+
+constexpr const char* kTrainKey = "data.train_path";
+constexpr const char* kValKey = "data.val_path";
+
+// A half-open slice [begin, end) of a loaded file.
+struct TokenRange {
+  std::shared_ptr<const TokenStore> store;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+struct LoadedFile {
+  std::shared_ptr<const TokenStore> store;
+  std::string format;  // for describe()
+};
+
+LoadedFile load(DataSource source, const std::string& path, const char* key, const ModelSection& model) {
+  LoadedFile file;
+  if (source == DataSource::kText) {
+    file.store = std::make_shared<const TokenStore>(read_text_file(path, key));
+    file.format = "bytes";
+  } else {
+    TokenFile tokens = read_token_file(path, key);
+    file.store = std::make_shared<const TokenStore>(std::move(tokens.tokens));
+    file.format = format_name(tokens.format);
+  }
+  const TokenStore& store = *file.store;
+  FP8T_INPUT_CHECK(!store.empty(), key, ": '", path, "' holds no tokens");
+  if (store.max_token() >= model.vocab_size) {
+    const int64_t at = store.find_first_at_least(model.vocab_size);
+    FP8T_INPUT_CHECK(false, key, ": '", path, "' holds token ", store.at(at), " at position ", at,
+                     ", but model.vocab_size is ", model.vocab_size, " (the largest token in the file is ",
+                     store.max_token(), ", so model.vocab_size must be at least ", store.max_token() + 1, ")");
+  }
+  const int64_t needed = model.seq_len + 1;
+  FP8T_INPUT_CHECK(store.size() >= needed, key, ": '", path, "' holds ", store.size(),
+                   " tokens, fewer than the ", needed, " (model.seq_len + 1) one window needs");
+  return file;
+}
+
+}  // namespace
+
+struct Dataset::Impl {
+  DataSource source = DataSource::kSynthetic;
+  int64_t seq_len = 0;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  std::optional<MarkovChain> chain;  // synthetic
+  TokenRange train;                  // text / tokens
+  TokenRange val;
+  int64_t vocab_needed = 0;
+  std::string description;
+
+  // A [batch_size, T] batch whose rows fill_row(row, inputs_row, targets_row) writes.
+  template <typename RowFiller>
+  Batch make_batch(int64_t batch_size, RowFiller&& fill_row) const;
+};
+
+template <typename RowFiller>
+Batch Dataset::Impl::make_batch(int64_t batch_size, RowFiller&& fill_row) const {
+  FP8T_CHECK(batch_size > 0, "batch size must be positive, got ", batch_size);
+  const auto options = at::TensorOptions().dtype(at::kLong).device(at::kCPU);
+  Batch batch{at::empty({batch_size, seq_len}, options), at::empty({batch_size, seq_len}, options)};
+  int64_t* inputs = batch.inputs.data_ptr<int64_t>();
+  int64_t* targets = batch.targets.data_ptr<int64_t>();
+  for (int64_t row = 0; row < batch_size; ++row) {
+    fill_row(row, inputs + row * seq_len, targets + row * seq_len);
+  }
+  return batch;
+}
+
+Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank,
+                      int world_size) {
+  FP8T_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "bad data-parallel rank ", rank,
+             " of world size ", world_size);
+  FP8T_INPUT_CHECK(model.seq_len >= 1, "model.seq_len must be at least 1, got ", model.seq_len);
+  FP8T_INPUT_CHECK(model.vocab_size >= 2, "model.vocab_size must be at least 2, got ", model.vocab_size);
+
+  auto impl = std::make_shared<Impl>();
+  impl->source = data.source;
+  impl->seq_len = model.seq_len;
+  impl->seed = seed;
+  impl->rank = rank;
+  impl->world_size = world_size;
+  std::ostringstream describe;
+
+  if (data.source == DataSource::kSynthetic) {
+    impl->chain = MarkovChain::random(model.vocab_size, seed);
+    impl->vocab_needed = model.vocab_size;  // the chain is irreducible: every token occurs
+    describe << "synthetic: random first-order Markov chain over " << model.vocab_size << " tokens ("
+             << MarkovChain::kMinSuccessors << "-" << MarkovChain::kMaxSuccessors
+             << " successors each, seed " << seed << "), windows generated on the fly; entropy floor "
+             << std::fixed << std::setprecision(4) << impl->chain->entropy_rate_nats() << " nats";
+    impl->description = describe.str();
+    return Dataset(std::move(impl));
+  }
+
+  const char* source_name = data.source == DataSource::kText ? "text" : "tokens";
+  FP8T_INPUT_CHECK(!data.train_path.empty(), kTrainKey, " must name a file when data.source is ",
+                   source_name);
+  if (data.source == DataSource::kText) {
+    FP8T_INPUT_CHECK(model.vocab_size >= kByteVocabSize, "data.source text reads bytes (256 token ids), but model.vocab_size is ",
+                     model.vocab_size, "; set model.vocab_size to at least ", kByteVocabSize);
+  }
+  const int64_t needed = model.seq_len + 1;
+
+  const LoadedFile train = load(data.source, data.train_path, kTrainKey, model);
+  const int64_t n = train.store->size();
+  std::string val_origin;
+  int64_t vocab_needed = train.store->max_token() + 1;
+  if (!data.val_path.empty()) {
+    const LoadedFile val = load(data.source, data.val_path, kValKey, model);
+    impl->train = {train.store, 0, n};
+    impl->val = {val.store, 0, val.store->size()};
+    vocab_needed = std::max(vocab_needed, val.store->max_token() + 1);
+    val_origin = data.val_path + " (" + val.format + ")";
+  } else {
+    FP8T_INPUT_CHECK(data.val_fraction > 0.0 && data.val_fraction < 1.0,
+                     "data.val_fraction must be in (0, 1) when data.val_path is not set (got ",
+                     data.val_fraction, "): validation is the tail of ", kTrainKey);
+    // Contiguous tail rather than scattered windows: no window straddles train and val text.
+    const int64_t n_val = std::llround(static_cast<double>(n) * data.val_fraction);
+    const int64_t n_train = n - n_val;
+    FP8T_INPUT_CHECK(n_val >= needed, kTrainKey, ": the validation tail of '", data.train_path, "' (data.val_fraction ",
+                     data.val_fraction, " of ", n, " tokens) holds ", n_val, " tokens, fewer than the ", needed,
+                     " (model.seq_len + 1) one window needs; raise data.val_fraction or set ", kValKey);
+    FP8T_INPUT_CHECK(n_train >= needed, kTrainKey, ": after holding out the last ", n_val, " tokens of '",
+                     data.train_path, "' for validation (data.val_fraction ", data.val_fraction, "), ", n_train,
+                     " tokens remain for training, fewer than the ", needed,
+                     " (model.seq_len + 1) one window needs; lower data.val_fraction or set ", kValKey);
+    impl->train = {train.store, 0, n_train};
+    impl->val = {train.store, n_train, n};
+    std::ostringstream origin;
+    origin << "last " << data.val_fraction * 100.0 << "% of " << kTrainKey;
+    val_origin = origin.str();
+  }
+  impl->vocab_needed = vocab_needed;
+  describe << source_name << ": " << data.train_path << " (" << train.format << "), train "
+           << impl->train.size() << " tokens, val " << impl->val.size() << " tokens (" << val_origin << ")";
+  impl->description = describe.str();
+  return Dataset(std::move(impl));
+}
+
+Batch Dataset::next_train(int64_t batch_size) {
+  const Impl& d = *impl_;
+  const uint64_t position = static_cast<uint64_t>(train_position_);
+  auto row_key = [&](int64_t row) {
+    return hash_key({d.seed, static_cast<uint64_t>(Stream::kTrain), static_cast<uint64_t>(d.rank),
+                     position, static_cast<uint64_t>(row)});
+  };
+  Batch batch;
+  if (d.chain) {
+    std::vector<int64_t> window(d.seq_len + 1);
+    batch = d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
+      d.chain->sample_window(row_key(row), d.seq_len + 1, window.data());
+      std::copy_n(window.data(), d.seq_len, in);
+      std::copy_n(window.data() + 1, d.seq_len, tgt);
+    });
+  } else {
+    const uint64_t starts = static_cast<uint64_t>(d.train.size() - d.seq_len);  // >= 1 (checked at open)
+    batch = d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
+      const int64_t s = d.train.begin + static_cast<int64_t>(SplitMix64(row_key(row)).below(starts));
+      d.train.store->copy_to(s, d.seq_len, in);
+      d.train.store->copy_to(s + 1, d.seq_len, tgt);
+    });
+  }
+  ++train_position_;
+  return batch;
+}
+
+Batch Dataset::val_batch(int64_t index, int64_t batch_size) const {
+  FP8T_CHECK(index >= 0, "validation batch index must be non-negative, got ", index);
+  const Impl& d = *impl_;
+  // Row g of global validation batch `index`; rank k holds rows [k * B, (k + 1) * B).
+  auto global_row = [&](int64_t row) { return d.rank * batch_size + row; };
+  if (d.chain) {
+    std::vector<int64_t> window(d.seq_len + 1);
+    return d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
+      const uint64_t key = hash_key({d.seed, static_cast<uint64_t>(Stream::kVal), static_cast<uint64_t>(index),
+                                     static_cast<uint64_t>(global_row(row))});
+      d.chain->sample_window(key, d.seq_len + 1, window.data());
+      std::copy_n(window.data(), d.seq_len, in);
+      std::copy_n(window.data() + 1, d.seq_len, tgt);
+    });
+  }
+  // Consecutive non-overlapping windows, wrapping around when the tail is exhausted.
+  const int64_t windows = (d.val.size() - 1) / d.seq_len;  // >= 1 (checked at open)
+  const int64_t rows_per_batch = batch_size * d.world_size;
+  return d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
+    const int64_t window = (index % windows * (rows_per_batch % windows) + global_row(row)) % windows;
+    const int64_t s = d.val.begin + window * d.seq_len;
+    d.val.store->copy_to(s, d.seq_len, in);
+    d.val.store->copy_to(s + 1, d.seq_len, tgt);
+  });
+}
+
+void Dataset::set_train_position(int64_t position) {
+  FP8T_CHECK(position >= 0, "train position must be non-negative, got ", position);
+  train_position_ = position;
+}
+
+std::string Dataset::describe() const { return impl_->description; }
+
+std::optional<double> Dataset::entropy_floor_nats() const {
+  if (impl_->chain) return impl_->chain->entropy_rate_nats();
+  return std::nullopt;
+}
+
+int64_t Dataset::vocab_size_needed() const { return impl_->vocab_needed; }
+
+int64_t Dataset::seq_len() const { return impl_->seq_len; }
+
+}  // namespace fp8t::data
