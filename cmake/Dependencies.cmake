@@ -52,6 +52,20 @@ if(FP8T_BUILD_TESTS)
   find_package(Catch2 REQUIRED)
 endif()
 
+# The fmt clash: the LibTorch wheel ships fmt 12 headers in torch/include/fmt, and its -isystem
+# directory is searched before the compiler's default /usr/include, where Debian's fmt 9 (the
+# one spdlog 1.10 is built against) lives. A shim directory holding only a link to the OS fmt,
+# put first on the include path, makes every `#include <fmt/...>` resolve to the OS fmt.
+get_target_property(_fp8t_fmt_includes fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+set(FP8T_FMT_SHIM "${PROJECT_BINARY_DIR}/fmt-shim")
+foreach(_dir ${_fp8t_fmt_includes})
+  if(EXISTS "${_dir}/fmt/format.h")
+    file(MAKE_DIRECTORY "${FP8T_FMT_SHIM}")
+    file(CREATE_LINK "${_dir}/fmt" "${FP8T_FMT_SHIM}/fmt" SYMBOLIC)
+    break()
+  endif()
+endforeach()
+
 # yaml-cpp names its target differently across versions.
 if(TARGET yaml-cpp::yaml-cpp)
   set(FP8T_YAML_TARGET yaml-cpp::yaml-cpp)

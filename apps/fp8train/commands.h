@@ -12,8 +12,6 @@ namespace app {
 void add_train_command(CLI::App& app);
 // `fp8train bench-gemm`: FP8 vs BF16 GEMM throughput (needs a CUDA GPU).
 void add_bench_gemm_command(CLI::App& app);
-// `fp8train bench`: training-step throughput of a config in bf16 and fp8.
-void add_bench_command(CLI::App& app);
 
 }  // namespace app
 }  // namespace fp8t

@@ -1,3 +1,44 @@
-#include <iostream>
-#include "lib/util/versions.h"
-int main() { std::cout << fp8t::runtime_versions() << "\n"; return 0; }
+// fp8train: parse the command line, run the chosen command, map errors to exit codes.
+//
+// Exit codes: 0 success, 1 internal error, 2 bad config/flag/data, 3 training failure
+// (non-finite loss), 130 interrupted (a checkpoint was saved first).
+#include <CLI/CLI.hpp>      // CLI::App
+#include <spdlog/spdlog.h>  // spdlog::error
+
+#include <cstdio>     // std::fprintf
+#include <exception>  // std::exception
+
+#include "apps/fp8train/commands.h"  // add_*_command
+#include "lib/util/error.h"          // fp8t::Error
+#include "lib/util/versions.h"       // fp8train_version, runtime_versions
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp8train: train GPT models in FP8 with delayed scaling (CPU emulation or CUDA + cuBLASLt).\n"
+               "Run `fp8train --config configs/default.yaml`; every config key can be overridden with a flag or\n"
+               "--set section.key=value. Exit codes: 0 ok, 1 internal error, 2 bad input, 3 training failed,\n"
+               "130 interrupted.",
+               "fp8train"};
+  app.set_version_flag("--version", [] {
+    return "fp8train " + fp8t::fp8train_version() + "\n" + fp8t::runtime_versions();
+  });
+  fp8t::app::add_train_command(app);
+  fp8t::app::add_bench_gemm_command(app);
+  try {
+    app.parse(argc, argv);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // --help and --version arrive here too (exit code 0).
+    const int code = app.exit(e);
+    return code == 0 ? 0 : static_cast<int>(fp8t::ExitCode::kBadInput);
+  } catch (const fp8t::Error& e) {
+    spdlog::error("{}", e.what());
+    spdlog::debug("raised at {}", e.where());
+    return static_cast<int>(e.code());
+  } catch (const c10::Error& e) {
+    spdlog::error("LibTorch error: {}", e.what_without_backtrace());
+    return static_cast<int>(fp8t::ExitCode::kFailure);
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return static_cast<int>(fp8t::ExitCode::kFailure);
+  }
+}

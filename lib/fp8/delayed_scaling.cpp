@@ -1,0 +1,108 @@
+#include "lib/fp8/delayed_scaling.h"
+
+#include <cmath>  // std::ldexp
+
+#include "lib/util/error.h"  // FP8T_CHECK
+
+namespace fp8t {
+namespace fp8 {
+
+DelayedScaling::DelayedScaling(const Recipe& recipe) : recipe_(recipe) {
+  FP8T_CHECK(recipe.amax_history_len >= 1, "fp8.amax_history_len must be >= 1");
+  FP8T_CHECK(recipe.interval >= 1, "fp8.interval must be >= 1");
+}
+
+int DelayedScaling::add_slot(const std::string& name, Format format) {
+  FP8T_CHECK(!finalized(), "slots must be added before finalize()");
+  names_.push_back(name);
+  formats_.push_back(format);
+  return static_cast<int>(names_.size()) - 1;
+}
+
+void DelayedScaling::finalize(const at::Device& device) {
+  const int64_t S = num_slots();
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  history_ = at::zeros({recipe_.amax_history_len, S}, opts);
+  scale_ = at::ones({S}, opts);
+  scale_inv_ = at::ones({S}, opts);
+  std::vector<float> maxes;
+  for (Format f : formats_) maxes.push_back(format_max(f));
+  fp8_max_ = at::tensor(maxes, at::kFloat).to(device);
+  last_amax_ = at::zeros({S}, opts);
+  scratch_amax_ = at::zeros({S}, opts);
+  stats_sum_ = at::zeros({S, 3}, opts);
+}
+
+SlotRef DelayedScaling::slot(int index, bool record) const {
+  FP8T_CHECK(finalized(), "DelayedScaling used before finalize()");
+  FP8T_CHECK(index >= 0 && index < num_slots(), "bad FP8 slot index ", index);
+  SlotRef ref;
+  ref.scale = scale_[index];
+  ref.amax = record ? history_[0][index] : scratch_amax_[index];
+  ref.format = formats_[index];
+  ref.index = index;
+  return ref;
+}
+
+void DelayedScaling::update() {
+  FP8T_CHECK(finalized(), "DelayedScaling used before finalize()");
+  if (num_slots() == 0) return;
+  at::Tensor row0 = history_[0];
+  if (reducer_) reducer_(row0);
+  last_amax_.copy_(row0);
+  ++update_count_;
+  const bool recompute = update_count_ % recipe_.interval == 0;
+  const float two_pow_margin = std::ldexp(1.0f, recipe_.margin);
+  backend_for(history_.device())
+      .update_scaling(history_, scale_, scale_inv_, fp8_max_, two_pow_margin,
+                      recipe_.amax_compute_algo == AmaxComputeAlgo::kMax, recompute);
+}
+
+void DelayedScaling::add_stats(int index, const at::Tensor& fractions) {
+  at::Tensor row = stats_sum_[index];
+  row.narrow(0, 0, 2).add_(fractions.to(row.device()));
+  row[2].add_(1.0);
+}
+
+std::vector<DelayedScaling::SlotStats> DelayedScaling::read_stats() {
+  const at::Tensor amax = last_amax_.cpu(), scale = scale_.cpu(), sums = stats_sum_.cpu();
+  std::vector<SlotStats> out;
+  for (int i = 0; i < num_slots(); ++i) {
+    const float n = sums[i][2].item<float>();
+    out.push_back(SlotStats{names_[i], format_name(formats_[i]), amax[i].item<float>(),
+                            scale[i].item<float>(), n > 0 ? sums[i][0].item<float>() / n : 0.0f,
+                            n > 0 ? sums[i][1].item<float>() / n : 0.0f});
+  }
+  stats_sum_.zero_();
+  return out;
+}
+
+std::map<std::string, at::Tensor> DelayedScaling::state_dict() const {
+  return {{"fp8.amax_history", history_},
+          {"fp8.scale", scale_},
+          {"fp8.scale_inv", scale_inv_},
+          {"fp8.last_amax", last_amax_},
+          {"fp8.update_count", at::tensor({update_count_}, at::kLong)}};
+}
+
+void DelayedScaling::load_state_dict(const std::map<std::string, at::Tensor>& state) {
+  FP8T_CHECK(finalized(), "DelayedScaling used before finalize()");
+  auto get = [&](const std::string& key) -> const at::Tensor& {
+    const auto it = state.find(key);
+    FP8T_INPUT_CHECK(it != state.end(), "checkpoint has no FP8 state '", key,
+                     "' (was it written by a run with precision fp8?)");
+    return it->second;
+  };
+  const at::Tensor& h = get("fp8.amax_history");
+  FP8T_INPUT_CHECK(h.sizes() == history_.sizes(), "checkpoint FP8 history has shape ", h.sizes(),
+                   " but this run needs ", history_.sizes(),
+                   " (fp8.amax_history_len and the converted layers must match the checkpointed run)");
+  history_.copy_(h);
+  scale_.copy_(get("fp8.scale"));
+  scale_inv_.copy_(get("fp8.scale_inv"));
+  last_amax_.copy_(get("fp8.last_amax"));
+  update_count_ = get("fp8.update_count").item<int64_t>();
+}
+
+}  // namespace fp8
+}  // namespace fp8t

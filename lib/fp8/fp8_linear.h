@@ -1,0 +1,75 @@
+// Fp8Linear: y = x W^T + b with its three GEMMs in FP8 under delayed scaling.
+//
+//   fprop  y  = x  . W^T    x (E4M3, slot "input")  x W (E4M3, slot "weight")
+//   dgrad  dx = dy . W      dy (E5M2 under HYBRID, slot "grad_output") x W^T (column-wise copy)
+//   wgrad  dW = dy^T . x    dy^T (column-wise copy of dy) x x^T (column-wise copy of x)
+// Every operand is passed K-contiguous (the "TN" layout Hopper requires), so the backward uses
+// the column-wise FP8 copies made by the same cast pass; the FP8 copy of x (1 byte per element)
+// is what the forward saves for wgrad, not x itself. A GEMM named in
+// recipe.override_linear_precision runs in high precision (the activation dtype: FP32 on CPU,
+// BF16 under CUDA autocast) on the unquantized operands instead.
+//
+// The weight is cast once per optimizer step: the FP8 copy (with the scale_inv it was cast with)
+// is reused by every micro-batch until the weight or the scales change.
+#pragma once
+
+#include <memory>  // std::shared_ptr
+#include <string>  // std::string
+
+#include "lib/fp8/backend.h"          // Fp8Tensor, SlotRef
+#include "lib/fp8/delayed_scaling.h"  // DelayedScaling
+#include "lib/model/layers.h"         // model::Linear, model::UnaryModule
+
+namespace fp8t {
+namespace fp8 {
+
+class Fp8Linear : public model::UnaryModule {
+ public:
+  // Shares src's weight and bias (same tensors, same parameter names). Registers the slots
+  // "<name>:input", "<name>:weight", "<name>:grad_output" in `scaling`.
+  Fp8Linear(const model::Linear& src, const std::string& name, std::shared_ptr<DelayedScaling> scaling);
+
+  at::Tensor forward(const at::Tensor& x) override;
+
+  // Handed over by a preceding Fp8Norm: its output y, already cast with input_slot().
+  void set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8);
+  SlotRef input_slot(bool record) const { return scaling_->slot(slot_input_, record); }
+  // Whether the backward needs the column-wise FP8 copy of the input (wgrad in FP8).
+  bool needs_input_columnwise(bool training) const;
+
+  // The weight in FP8, cast at most once per (weight version, scaling update).
+  const Fp8Tensor& weight_fp8(bool record, bool rowwise, bool columnwise);
+
+  const std::string& layer_name() const { return name_; }
+  DelayedScaling& scaling() const { return *scaling_; }
+  int slot_input() const { return slot_input_; }
+  int slot_weight() const { return slot_weight_; }
+  int slot_grad_output() const { return slot_grad_; }
+
+  int64_t in_features;
+  int64_t out_features;
+  at::Tensor weight;
+  at::Tensor bias;
+
+ private:
+  std::string name_;
+  std::shared_ptr<DelayedScaling> scaling_;
+  int slot_input_, slot_weight_, slot_grad_;
+
+  struct Pending {
+    at::Tensor y;
+    Fp8Tensor y_fp8;
+  } pending_;
+
+  struct WeightCache {
+    Fp8Tensor fp8;
+    int64_t weight_version = -1;
+    int64_t update_count = -1;
+    bool recorded = false;
+  } weight_cache_;
+
+  friend class Fp8LinearFunction;
+};
+
+}  // namespace fp8
+}  // namespace fp8t

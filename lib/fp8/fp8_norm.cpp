@@ -1,0 +1,57 @@
+#include "lib/fp8/fp8_norm.h"
+
+#include <torch/torch.h>  // torch::autograd::Function
+
+namespace fp8t {
+namespace fp8 {
+
+namespace {
+
+// Autograd node of Fp8Norm on 2-D x. The FP8 copy of y is returned through *y_fp8.
+class Fp8NormFunction : public torch::autograd::Function<Fp8NormFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gamma,
+                            const at::Tensor& beta, double eps, bool rms, const SlotRef* slot, Fp8Tensor* y_fp8) {
+    Backend& backend = backend_for(x.device());
+    NormForwardResult r = backend.norm_forward(x, gamma, beta, eps, rms, slot);
+    if (y_fp8 != nullptr) *y_fp8 = std::move(r.y_fp8);
+    ctx->save_for_backward({x, gamma, beta, r.mean, r.rstd});
+    ctx->saved_data["rms"] = rms;
+    return r.y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const bool rms = ctx->saved_data["rms"].toBool();
+    NormBackwardResult r =
+        backend_for(grads[0].device()).norm_backward(grads[0].contiguous(), s[0], s[1], s[2], s[3], s[4], rms);
+    return {r.grad_x, r.grad_gamma, r.grad_beta, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+Fp8Norm::Fp8Norm(const model::Norm& src, std::shared_ptr<Fp8Linear> consumer)
+    : kind(src.kind), dim(src.dim), eps(src.eps), consumer_(std::move(consumer)) {
+  weight = register_parameter("weight", src.weight);
+  if (src.bias.defined()) bias = register_parameter("bias", src.bias);
+}
+
+at::Tensor Fp8Norm::forward(const at::Tensor& x) {
+  const bool training = is_training() && at::GradMode::is_enabled();
+  const SlotRef slot = consumer_->input_slot(/*record=*/training);
+  const bool rms = kind == model::Norm::Kind::kRMSNorm;
+  Fp8Tensor y_fp8;
+  const at::Tensor y = Fp8NormFunction::apply(x.reshape({-1, dim}), weight, bias, eps, rms, &slot, &y_fp8)
+                           .view(x.sizes());
+  DelayedScaling& scaling = consumer_->scaling();
+  if (training && scaling.collect_stats()) {
+    scaling.add_stats(slot.index, backend_for(x.device()).saturation_stats(y.reshape({-1, dim}), slot));
+  }
+  consumer_->set_pending_input(y, std::move(y_fp8));
+  return y;
+}
+
+}  // namespace fp8
+}  // namespace fp8t

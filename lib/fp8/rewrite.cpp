@@ -1,0 +1,127 @@
+#include "lib/fp8/rewrite.h"
+
+#include <iomanip>  // std::setw
+#include <map>      // std::map
+#include <sstream>  // std::ostringstream
+
+#include "lib/fp8/fp8_linear.h"  // Fp8Linear
+#include "lib/fp8/fp8_norm.h"    // Fp8Norm
+#include "lib/model/layers.h"    // SlotModule, Linear, Norm
+
+namespace fp8t {
+namespace fp8 {
+
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+// "h0.attn.c_proj" matches "c_proj", "attn.c_proj" and "h0.attn.c_proj".
+bool name_listed(const std::string& name, const std::vector<std::string>& list) {
+  for (const std::string& s : list) {
+    if (name == s) return true;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
+        name[name.size() - s.size() - 1] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string skip_reason(const model::Linear& l, const std::string& name, const Recipe& r) {
+  if (name_listed(name, r.skip_layers)) return "listed in fp8.skip_layers";
+  if (l.in_features % 16 != 0 || l.out_features % 16 != 0) {
+    return "features " + std::to_string(l.in_features) + "x" + std::to_string(l.out_features) +
+           " not multiples of 16 (FP8 GEMM requirement)";
+  }
+  if (l.in_features * l.out_features < r.min_features_product) {
+    return "in*out " + std::to_string(l.in_features * l.out_features) + " below fp8.min_features_product " +
+           std::to_string(r.min_features_product);
+  }
+  return "";
+}
+
+}  // namespace
+
+RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, const at::Device& device) {
+  RewriteResult result;
+  result.scaling = std::make_shared<DelayedScaling>(recipe);
+  RewriteReport& report = result.report;
+
+  // Containers in registration order (deterministic slot order), by full name.
+  std::vector<std::pair<std::string, std::shared_ptr<model::SlotModule>>> containers;
+  if (auto* self = dynamic_cast<model::SlotModule*>(&root)) {
+    // The root is not owned by a shared_ptr we can reach; alias it without ownership.
+    containers.emplace_back("", std::shared_ptr<model::SlotModule>(std::shared_ptr<model::SlotModule>{}, self));
+  }
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    if (auto c = std::dynamic_pointer_cast<model::SlotModule>(item.value())) containers.emplace_back(item.key(), c);
+  }
+
+  // Pass 1: Linear layers.
+  std::map<std::string, std::shared_ptr<Fp8Linear>> fp8_linears;
+  double total_macs = 0.0, fp8_macs = 0.0;
+  for (auto& [prefix, container] : containers) {
+    for (const auto& slot : container->slots()) {
+      auto linear = std::dynamic_pointer_cast<model::Linear>(*slot.member);
+      if (!linear) continue;
+      const std::string name = join(prefix, slot.name);
+      LayerDecision d{name, "Linear", std::to_string(linear->in_features) + "x" + std::to_string(linear->out_features),
+                      false, skip_reason(*linear, name, recipe),
+                      static_cast<double>(linear->in_features * linear->out_features)};
+      total_macs += d.gemm_macs_per_token;
+      if (d.reason.empty()) {
+        auto fp8 = std::make_shared<Fp8Linear>(*linear, name, result.scaling);
+        container->replace_slot(slot.name, fp8);
+        fp8_linears[name] = fp8;
+        d.converted = true;
+        fp8_macs += d.gemm_macs_per_token;
+        ++report.converted_linears;
+      }
+      report.layers.push_back(d);
+    }
+  }
+
+  // Pass 2: norms whose single consumer is now an Fp8Linear.
+  for (auto& [prefix, container] : containers) {
+    for (const auto& slot : container->slots()) {
+      auto norm = std::dynamic_pointer_cast<model::Norm>(*slot.member);
+      if (!norm) continue;
+      const std::string name = join(prefix, slot.name);
+      LayerDecision d{name, norm->kind == model::Norm::Kind::kRMSNorm ? "RMSNorm" : "LayerNorm",
+                      std::to_string(norm->dim), false, "", 0.0};
+      const std::string consumer = slot.feeds.empty() ? "" : join(prefix, slot.feeds);
+      const auto it = fp8_linears.find(consumer);
+      if (consumer.empty()) {
+        d.reason = "no single consumer Linear";
+      } else if (it == fp8_linears.end()) {
+        d.reason = "its consumer " + consumer + " stays in high precision";
+      } else {
+        container->replace_slot(slot.name, std::make_shared<Fp8Norm>(*norm, it->second));
+        d.converted = true;
+        ++report.converted_norms;
+      }
+      report.layers.push_back(d);
+    }
+  }
+  report.fp8_gemm_share = total_macs > 0 ? fp8_macs / total_macs : 0.0;
+  result.scaling->finalize(device);
+  return result;
+}
+
+std::string RewriteReport::to_string() const {
+  std::ostringstream os;
+  size_t width = 5;
+  for (const auto& l : layers) width = std::max(width, l.name.size());
+  os << "FP8 rewrite: " << converted_linears << " Linear and " << converted_norms << " norm layers converted; "
+     << std::fixed << std::setprecision(1) << 100.0 * fp8_gemm_share << "% of Linear GEMM FLOPs in FP8\n";
+  for (const auto& l : layers) {
+    os << "  " << std::left << std::setw(static_cast<int>(width)) << l.name << "  " << std::setw(9) << l.kind << " "
+       << std::setw(11) << l.shape << " " << (l.converted ? "fp8" : "kept: " + l.reason) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace fp8
+}  // namespace fp8t

@@ -1,0 +1,48 @@
+// The FP8 rewrite pass: walks a LibTorch module tree and puts Fp8Linear in place of every
+// eligible model::Linear and Fp8Norm in place of every norm whose single consumer became an
+// Fp8Linear. Weights are kept (the same tensors, the same parameter names), and the typed
+// members of the model follow (model::SlotModule::replace_slot).
+//
+// Skip rules, in order: the layer's name is in recipe.skip_layers (exact, or the last name
+// components, e.g. "lm_head" or "attn.c_proj"); in or out features not a multiple of 16
+// (cuBLASLt FP8 requirement); in*out below recipe.min_features_product (too small to gain).
+#pragma once
+
+#include <torch/torch.h>  // torch::nn::Module
+
+#include <memory>  // std::shared_ptr
+#include <string>  // std::string
+#include <vector>  // std::vector
+
+#include "lib/fp8/delayed_scaling.h"  // DelayedScaling
+#include "lib/fp8/recipe.h"           // Recipe
+
+namespace fp8t {
+namespace fp8 {
+
+struct LayerDecision {
+  std::string name;
+  std::string kind;      // "Linear", "LayerNorm", "RMSNorm"
+  std::string shape;     // "768x3072" (in x out) for Linear, "768" for norms
+  bool converted = false;
+  std::string reason;    // why it was skipped (empty when converted)
+  double gemm_macs_per_token = 0.0;  // in*out for Linear, 0 for norms
+};
+
+struct RewriteReport {
+  std::vector<LayerDecision> layers;
+  int converted_linears = 0;
+  int converted_norms = 0;
+  double fp8_gemm_share = 0.0;  // share of Linear GEMM work (per token) now in FP8
+  std::string to_string() const;
+};
+
+struct RewriteResult {
+  std::shared_ptr<DelayedScaling> scaling;  // finalized on `device`
+  RewriteReport report;
+};
+
+RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, const at::Device& device);
+
+}  // namespace fp8
+}  // namespace fp8t

@@ -1,0 +1,127 @@
+#include "lib/model/gpt.h"
+
+#include <cmath>          // std::sqrt
+#include <unordered_set>  // std::unordered_set
+
+namespace fp8t {
+namespace model {
+
+namespace {
+
+std::shared_ptr<UnaryModule> make_norm(const ModelSection& cfg) {
+  const auto kind = cfg.norm == NormKind::kRMSNorm ? Norm::Kind::kRMSNorm : Norm::Kind::kLayerNorm;
+  return std::make_shared<Norm>(kind, cfg.d_model, cfg.norm_eps, cfg.bias);
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const ModelSection& cfg)
+    : n_head_(cfg.n_head), dropout_(cfg.dropout) {
+  add_slot("c_attn", std::make_shared<Linear>(cfg.d_model, 3 * cfg.d_model, cfg.bias), &c_attn);
+  add_slot("c_proj", std::make_shared<Linear>(cfg.d_model, cfg.d_model, cfg.bias), &c_proj);
+  resid_drop_ = register_module("resid_drop", torch::nn::Dropout(cfg.dropout));
+}
+
+at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  // [B, T, 3, H, D] -> three [B, H, T, D]
+  const at::Tensor qkv = c_attn->forward(x).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
+  const at::Tensor y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
+                                                        is_training() ? dropout_ : 0.0, /*is_causal=*/true);
+  return resid_drop_->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+}
+
+Mlp::Mlp(const ModelSection& cfg) : swiglu_(cfg.activation == Activation::kSwiGLU) {
+  const int64_t ff = cfg.ff_dim();
+  add_slot("c_fc", std::make_shared<Linear>(cfg.d_model, swiglu_ ? 2 * ff : ff, cfg.bias), &c_fc);
+  add_slot("c_proj", std::make_shared<Linear>(ff, cfg.d_model, cfg.bias), &c_proj);
+  drop_ = register_module("drop", torch::nn::Dropout(cfg.dropout));
+}
+
+at::Tensor Mlp::forward(const at::Tensor& x) {
+  at::Tensor h = c_fc->forward(x);
+  if (swiglu_) {
+    const auto parts = h.chunk(2, -1);
+    h = at::silu(parts[0]) * parts[1];
+  } else {
+    h = at::gelu(h, "tanh");
+  }
+  return drop_->forward(c_proj->forward(h));
+}
+
+Block::Block(const ModelSection& cfg) {
+  add_slot("ln_1", make_norm(cfg), &ln_1, /*feeds=*/"attn.c_attn");
+  add_slot("ln_2", make_norm(cfg), &ln_2, /*feeds=*/"mlp.c_fc");
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg));
+  mlp = register_module("mlp", std::make_shared<Mlp>(cfg));
+}
+
+at::Tensor Block::forward(const at::Tensor& x) {
+  const at::Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
+  wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.d_model));
+  wpe = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.d_model));
+  drop_ = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>(cfg)));
+  }
+  add_slot("ln_f", make_norm(cfg), &ln_f, /*feeds=*/"lm_head");
+  auto head = std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, /*bias=*/false);
+
+  // GPT-2 initialisation: N(0, 0.02) everywhere, residual projections scaled by
+  // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
+  torch::NoGradGuard no_grad;
+  wte->weight.normal_(0.0, 0.02);
+  wpe->weight.normal_(0.0, 0.02);
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  for (auto& b : blocks) {
+    std::static_pointer_cast<Linear>(b->attn->c_proj)->weight.normal_(0.0, proj_std);
+    std::static_pointer_cast<Linear>(b->mlp->c_proj)->weight.normal_(0.0, proj_std);
+  }
+  if (cfg.tie_embeddings) {
+    // The head shares the embedding matrix: replace its own parameter by the same tensor.
+    head->weight = head->register_parameter("weight", wte->weight);
+  }
+  add_slot("lm_head", head, &lm_head);
+}
+
+at::Tensor Gpt::forward(const at::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  const at::Tensor pos = torch::arange(T, idx.options());
+  at::Tensor x = drop_->forward(wte->forward(idx) + wpe->forward(pos));
+  for (auto& b : blocks) x = b->forward(x);
+  return lm_head->forward(ln_f->forward(x));
+}
+
+at::Tensor Gpt::loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Gpt::unique_named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+int64_t Gpt::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : unique_named_parameters()) n += p.second.numel();
+  return n;
+}
+
+double Gpt::flops_per_token() const {
+  const double n_embd_params = static_cast<double>(wpe->weight.numel()) +
+                               (cfg_.tie_embeddings ? 0.0 : static_cast<double>(wte->weight.numel()));
+  const double dense = static_cast<double>(parameter_count()) - n_embd_params;
+  const double attn = 6.0 * 2.0 * static_cast<double>(cfg_.n_layer * cfg_.seq_len * cfg_.d_model);
+  return 6.0 * dense + attn;
+}
+
+}  // namespace model
+}  // namespace fp8t

@@ -1,0 +1,78 @@
+// A GPT decoder as ordinary LibTorch modules: token (+ learned position) embedding, pre-norm
+// blocks with causal multi-head attention and an MLP, a final norm and the LM head
+// (optionally tied to the token embedding). It knows nothing about FP8.
+#pragma once
+
+#include <torch/torch.h>  // torch::nn
+
+#include <memory>  // std::shared_ptr
+#include <vector>  // std::vector
+
+#include "lib/config/experiment.h"  // ModelSection
+#include "lib/model/layers.h"       // Linear, Norm, SlotModule
+
+namespace fp8t {
+namespace model {
+
+class CausalSelfAttention : public SlotModule {
+ public:
+  explicit CausalSelfAttention(const ModelSection& cfg);
+  at::Tensor forward(const at::Tensor& x);
+  std::shared_ptr<UnaryModule> c_attn;  // d -> 3d (q, k, v)
+  std::shared_ptr<UnaryModule> c_proj;  // d -> d
+ private:
+  int64_t n_head_;
+  double dropout_;
+  torch::nn::Dropout resid_drop_{nullptr};
+};
+
+class Mlp : public SlotModule {
+ public:
+  explicit Mlp(const ModelSection& cfg);
+  at::Tensor forward(const at::Tensor& x);
+  std::shared_ptr<UnaryModule> c_fc;    // d -> ff (GELU) or d -> 2ff (SwiGLU: gate and up, fused)
+  std::shared_ptr<UnaryModule> c_proj;  // ff -> d
+ private:
+  bool swiglu_;
+  torch::nn::Dropout drop_{nullptr};
+};
+
+class Block : public SlotModule {
+ public:
+  explicit Block(const ModelSection& cfg);
+  at::Tensor forward(const at::Tensor& x);
+  std::shared_ptr<UnaryModule> ln_1;
+  std::shared_ptr<UnaryModule> ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<Mlp> mlp;
+};
+
+class Gpt : public SlotModule {
+ public:
+  explicit Gpt(const ModelSection& cfg);
+  // idx: int64 [B, T] -> logits [B, T, vocab]
+  at::Tensor forward(const at::Tensor& idx);
+  // Mean next-token cross-entropy in FP32.
+  static at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
+
+  // Parameters without duplicates (a tied LM head shares the embedding weight), by name.
+  std::vector<std::pair<std::string, at::Tensor>> unique_named_parameters() const;
+  int64_t parameter_count() const;  // unique parameters
+  // Forward + backward FLOPs per token: 6 * (non-embedding params) + attention 6*n_layer*T*d
+  // (QK^T and AV, forward 2*2*T*d per layer without causal savings, times 3 with backward).
+  double flops_per_token() const;
+
+  const ModelSection& config() const { return cfg_; }
+  torch::nn::Embedding wte{nullptr};
+  torch::nn::Embedding wpe{nullptr};
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::shared_ptr<UnaryModule> ln_f;
+  std::shared_ptr<UnaryModule> lm_head;
+
+ private:
+  ModelSection cfg_;
+  torch::nn::Dropout drop_{nullptr};
+};
+
+}  // namespace model
+}  // namespace fp8t

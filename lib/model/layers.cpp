@@ -1,0 +1,55 @@
+#include "lib/model/layers.h"
+
+#include "lib/util/error.h"  // FP8T_CHECK
+
+namespace fp8t {
+namespace model {
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias) : in_features(in), out_features(out) {
+  weight = register_parameter("weight", torch::empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+  torch::NoGradGuard no_grad;
+  weight.normal_(0.0, 0.02);
+}
+
+at::Tensor Linear::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+
+Norm::Norm(Kind k, int64_t d, double e, bool with_bias) : kind(k), dim(d), eps(e) {
+  weight = register_parameter("weight", torch::ones({d}));
+  if (with_bias && kind == Kind::kLayerNorm) bias = register_parameter("bias", torch::zeros({d}));
+}
+
+at::Tensor Norm::forward(const at::Tensor& x) {
+  if (kind == Kind::kLayerNorm) return at::layer_norm(x, {dim}, weight, bias, eps);
+  // RMSNorm with FP32 statistics, output in the input dtype.
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor rstd = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (xf * rstd).to(x.scalar_type()) * weight.to(x.scalar_type());
+}
+
+std::shared_ptr<UnaryModule> SlotModule::slot(const std::string& name) const {
+  for (const Slot& s : slots_) {
+    if (s.name == name) return *s.member;
+  }
+  FP8T_CHECK(false, "module has no slot '", name, "'");
+  return nullptr;
+}
+
+void SlotModule::replace_slot(const std::string& name, std::shared_ptr<UnaryModule> replacement) {
+  for (Slot& s : slots_) {
+    if (s.name != name) continue;
+    replace_module(name, replacement);
+    *s.member = std::move(replacement);
+    return;
+  }
+  FP8T_CHECK(false, "module has no slot '", name, "'");
+}
+
+void SlotModule::add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,
+                          std::shared_ptr<UnaryModule>* member, const std::string& feeds) {
+  *member = register_module(name, std::move(module));
+  slots_.push_back(Slot{name, member, feeds});
+}
+
+}  // namespace model
+}  // namespace fp8t

@@ -1,0 +1,73 @@
+// The model's building blocks: plain LibTorch modules with no FP8 knowledge.
+//
+// Linear and norm layers are UnaryModules held through named slots of a SlotModule. The
+// typed member and the registered child always point to the same object, and
+// SlotModule::replace_slot() swaps both at once, so a later pass (lib/fp8/rewrite.h) can put
+// another implementation of a layer in place without the model knowing about it.
+#pragma once
+
+#include <torch/torch.h>  // torch::nn::Module, at::Tensor
+
+#include <memory>  // std::shared_ptr
+#include <string>  // std::string
+#include <vector>  // std::vector
+
+namespace fp8t {
+namespace model {
+
+// A layer computing y = f(x) from one tensor.
+class UnaryModule : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+};
+
+// y = x W^T + b, W: [out, in]. GPT-2 initialisation is applied by the model.
+class Linear : public UnaryModule {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias);
+  at::Tensor forward(const at::Tensor& x) override;
+  int64_t in_features;
+  int64_t out_features;
+  at::Tensor weight;
+  at::Tensor bias;  // undefined when bias = false
+};
+
+// Normalisation over the last dim. kind: LayerNorm (mean and variance, weight and optional
+// bias) or RMSNorm (root mean square, weight only).
+class Norm : public UnaryModule {
+ public:
+  enum class Kind { kLayerNorm, kRMSNorm };
+  Norm(Kind kind, int64_t dim, double eps, bool bias);
+  at::Tensor forward(const at::Tensor& x) override;
+  Kind kind;
+  int64_t dim;
+  double eps;
+  at::Tensor weight;
+  at::Tensor bias;  // undefined for RMSNorm or bias = false
+};
+
+// A module whose Linear/norm children live in replaceable slots.
+class SlotModule : public torch::nn::Module {
+ public:
+  struct Slot {
+    std::string name;
+    std::shared_ptr<UnaryModule>* member;
+    // For a norm: the path (relative to this module) of the only Linear that reads its
+    // output, e.g. "attn.c_attn". Empty when there is no single consumer.
+    std::string feeds;
+  };
+  const std::vector<Slot>& slots() const { return slots_; }
+  std::shared_ptr<UnaryModule> slot(const std::string& name) const;
+  // Put `replacement` in slot `name`: both the typed member and the registered child change.
+  void replace_slot(const std::string& name, std::shared_ptr<UnaryModule> replacement);
+
+ protected:
+  void add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,
+                std::shared_ptr<UnaryModule>* member, const std::string& feeds = "");
+
+ private:
+  std::vector<Slot> slots_;
+};
+
+}  // namespace model
+}  // namespace fp8t

@@ -1,0 +1,37 @@
+// The training run: config -> data -> model -> FP8 rewrite -> loop -> run folder.
+//
+// Nothing is written before the config, the data and the model have been checked, so bad input
+// leaves the disk untouched. The loop reads top to bottom: micro-batches (forward, backward),
+// FP8 scale update, clip, optimizer step, one status line per log interval. The device is read
+// on the host only on log, eval and checkpoint steps.
+#pragma once
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include <string>  // std::string
+
+#include "lib/config/loader.h"  // config::LoadedConfig
+
+namespace fp8t {
+namespace train {
+
+struct TrainOptions {
+  bool resume = false;   // continue the run folder's checkpoint
+  bool dry_run = false;  // validate, build, print the plan; write nothing
+  // Train at most this many steps in this invocation, then save a checkpoint and stop
+  // (status "stopped", exit 0); continue later with resume. 0: no limit. For time-limited
+  // job slots.
+  int64_t stop_after = 0;
+};
+
+// Runs (or dry-runs) the experiment. Returns the summary (also written to summary.json).
+// Throws fp8t::Error: kBadInput for bad data/run folder, kTrainingFailed when the loss
+// becomes non-finite, kInterrupted on SIGINT/SIGTERM (after saving a checkpoint).
+nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptions& options);
+
+// "cuda" when run.device is auto and a GPU is visible, else "cpu" (cuda requested without a
+// GPU is a kBadInput error naming run.device).
+at::Device resolve_device(DeviceKind kind);
+
+}  // namespace train
+}  // namespace fp8t

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Installs what fp8train needs and builds it. Idempotent: re-running skips what is there.
+#
+#   scripts/setup.sh            # dependencies + configure + build (build/)
+#   FP8T_BUILD_DIR=out scripts/setup.sh
+#
+# Dependencies:
+#   - OS packages (Debian/Ubuntu): cmake, ninja, g++, yaml-cpp, spdlog, fmt, CLI11, Catch2,
+#     nlohmann-json. Installed with apt-get when missing (as root, or through sudo).
+#     Without apt (an offline GPU machine) put the .deb files in .deps/ (see
+#     scripts/fetch-deps.sh); they are unpacked into .deps/root.
+#   - LibTorch: the PyTorch wheel. An importable torch >= 2.11 of $FP8T_PYTHON (or python3) is
+#     reused; otherwise a project-local .venv gets `pip install torch`.
+#     A downloaded libtorch works too: FP8T_TORCH_PREFIX=/path/to/libtorch scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${FP8T_BUILD_DIR:-build}
+APT_PACKAGES="cmake ninja-build g++ python3-venv libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2 nlohmann-json3-dev"
+log() { echo "[setup] $*"; }
+
+# ---- OS packages ------------------------------------------------------------------------
+missing=()
+if command -v dpkg-query >/dev/null 2>&1; then
+  for p in $APT_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+fi
+EXTRA_PREFIX=""
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    log "installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  elif ls .deps/*.deb >/dev/null 2>&1; then
+    log "no apt: unpacking .deps/*.deb into .deps/root"
+    mkdir -p .deps/root
+    for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
+    EXTRA_PREFIX="$ROOT/.deps/root/usr;$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/cmake;$ROOT/.deps/root/usr/share/cmake"
+  else
+    log "missing packages: ${missing[*]} (no apt-get and no .deps/*.deb); continuing, CMake will say what it cannot find"
+  fi
+elif [ -d .deps/root ] && ! command -v apt-get >/dev/null 2>&1; then
+  EXTRA_PREFIX="$ROOT/.deps/root/usr;$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/cmake;$ROOT/.deps/root/usr/share/cmake"
+fi
+
+# ---- LibTorch ---------------------------------------------------------------------------
+torch_ok() { "$1" -c 'import sys, torch; v=tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(0 if v >= (2, 11) else 1)' 2>/dev/null; }
+PY=""
+if [ -n "${FP8T_TORCH_PREFIX:-}" ]; then
+  log "LibTorch from FP8T_TORCH_PREFIX=$FP8T_TORCH_PREFIX"
+elif [ -x .venv/bin/python3 ] && torch_ok .venv/bin/python3; then
+  PY=$ROOT/.venv/bin/python3
+elif torch_ok "${FP8T_PYTHON:-python3}"; then
+  PY=$(command -v "${FP8T_PYTHON:-python3}")
+  log "reusing the installed torch of $PY"
+else
+  log "creating .venv and installing the PyTorch wheel (several GB, once)"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q torch
+  PY=$ROOT/.venv/bin/python3
+fi
+[ -z "$PY" ] || log "LibTorch: torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($PY)"
+
+# ---- configure + build ------------------------------------------------------------------
+GEN=""; command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" $GEN -DCMAKE_BUILD_TYPE=Release ${PY:+-DFP8T_PYTHON="$PY"} \
+    ${EXTRA_PREFIX:+-DCMAKE_PREFIX_PATH="$EXTRA_PREFIX"} ${FP8T_CMAKE_ARGS:-} >/dev/null
+fi
+log "building in $BUILD_DIR (first build: about 15-20 minutes on 2 cores)"
+cmake --build "$BUILD_DIR" --target fp8train ${FP8T_BUILD_TARGETS:-} -j "${FP8T_JOBS:-$(nproc)}"
+log "done: $BUILD_DIR/fp8train"

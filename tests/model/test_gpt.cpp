@@ -1,0 +1,88 @@
+// lib/model/gpt.* and layers.*
+#include "lib/model/gpt.h"
+
+#include <cmath>  // std::log
+
+#include "tests/catch.h"
+
+using namespace fp8t;
+
+namespace {
+ModelSection tiny() {
+  ModelSection m;
+  m.vocab_size = 50;
+  m.seq_len = 12;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.d_model = 32;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("gpt: output shape and parameter count", "[model]") {
+  torch::manual_seed(0);
+  const ModelSection m = tiny();
+  model::Gpt gpt(m);
+  const at::Tensor logits = gpt.forward(torch::randint(0, 50, {3, 12}));
+  REQUIRE(logits.sizes() == at::IntArrayRef({3, 12, 50}));
+  // wte 50*32 + wpe 12*32 + per block (2 LN: 4*32, c_attn 32*96+96, c_proj 32*32+32,
+  // c_fc 32*128+128, c_proj 128*32+32) + ln_f 2*32 + head 32*50
+  const int64_t block = 4 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32);
+  REQUIRE(gpt.parameter_count() == 50 * 32 + 12 * 32 + 2 * block + 2 * 32 + 32 * 50);
+}
+
+TEST_CASE("gpt: tied embeddings share one tensor and count once", "[model]") {
+  ModelSection m = tiny();
+  m.tie_embeddings = true;
+  model::Gpt gpt(m);
+  auto head = std::dynamic_pointer_cast<model::Linear>(gpt.lm_head);
+  REQUIRE(head->weight.data_ptr() == gpt.wte->weight.data_ptr());
+  model::Gpt untied(tiny());
+  REQUIRE(untied.parameter_count() - gpt.parameter_count() == 50 * 32);
+}
+
+TEST_CASE("gpt: attention is causal", "[model]") {
+  torch::manual_seed(0);
+  model::Gpt gpt(tiny());
+  gpt.eval();
+  torch::NoGradGuard g;
+  at::Tensor idx = torch::randint(0, 50, {1, 12});
+  const at::Tensor a = gpt.forward(idx);
+  idx[0][8] = (idx[0][8].item<int64_t>() + 1) % 50;  // change a later token
+  const at::Tensor b = gpt.forward(idx);
+  REQUIRE(at::allclose(a.narrow(1, 0, 8), b.narrow(1, 0, 8), 0.0, 1e-6));
+  REQUIRE_FALSE(at::allclose(a.narrow(1, 8, 1), b.narrow(1, 8, 1), 0.0, 1e-6));
+}
+
+TEST_CASE("gpt: initial loss is close to ln(vocab)", "[model]") {
+  torch::manual_seed(0);
+  model::Gpt gpt(tiny());
+  const at::Tensor idx = torch::randint(0, 50, {8, 12});
+  const double loss = model::Gpt::loss(gpt.forward(idx), torch::randint(0, 50, {8, 12})).item<double>();
+  // Init std 0.02 keeps logits near zero: uniform prediction within 0.1 nats.
+  REQUIRE(std::fabs(loss - std::log(50.0)) < 0.1);
+}
+
+TEST_CASE("gpt: RMSNorm and SwiGLU variants run and differ from the default", "[model]") {
+  ModelSection m = tiny();
+  m.norm = NormKind::kRMSNorm;
+  m.activation = Activation::kSwiGLU;
+  m.bias = false;
+  torch::manual_seed(0);
+  model::Gpt gpt(m);
+  const auto c_fc = std::dynamic_pointer_cast<model::Linear>(gpt.blocks[0]->mlp->c_fc);
+  REQUIRE(c_fc->out_features == 2 * 128);  // gate and up fused
+  REQUIRE_FALSE(c_fc->bias.defined());
+  const at::Tensor logits = gpt.forward(torch::randint(0, 50, {2, 12}));
+  REQUIRE(logits.isfinite().all().item<bool>());
+  // RMSNorm: unit RMS per row at init (weight 1).
+  auto norm = std::dynamic_pointer_cast<model::Norm>(gpt.blocks[0]->ln_1);
+  const at::Tensor y = norm->forward(torch::randn({5, 32}) * 7.0);
+  REQUIRE(at::allclose(y.pow(2).mean(-1), torch::ones({5}), 1e-4, 1e-4));
+}
+
+TEST_CASE("gpt: flops per token follows 6N + 12 L T d", "[model]") {
+  model::Gpt gpt(tiny());
+  const double n_dense = static_cast<double>(gpt.parameter_count() - 50 * 32 - 12 * 32);
+  REQUIRE(gpt.flops_per_token() == Approx(6.0 * n_dense + 12.0 * 2 * 12 * 32));
+}
