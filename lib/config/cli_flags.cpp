@@ -1,0 +1,90 @@
+// The config flags: each occurrence appends an Override at once (trigger_on_parse), so the
+// overrides keep command-line order.
+#include "lib/config/cli_flags.h"
+
+#include "lib/config/fields.h"  // find_field, Field
+#include "lib/util/error.h"     // FP8T_THROW, FP8T_CHECK
+
+namespace fp8t {
+namespace config {
+namespace {
+
+// The value placeholder shown by --help.
+std::string value_name(const Field& f) {
+  switch (f.type) {
+    case FieldType::kBool: return "BOOL";
+    case FieldType::kInt: return "INT";
+    case FieldType::kUInt: return "UINT";
+    case FieldType::kFloat: return "FLOAT";
+    case FieldType::kString: return "TEXT";
+    case FieldType::kEnum: return f.type_name();
+    case FieldType::kGemmFlags: return "FPROP,DGRAD,WGRAD";
+    case FieldType::kStringList: return "NAME,...";
+  }
+  return "VALUE";
+}
+
+}  // namespace
+
+const std::vector<ConfigFlag>& config_flags() {
+  static const std::vector<ConfigFlag> flags = {
+      {"--precision", "precision", false},
+      {"--steps", "train.steps", false},
+      {"--seed", "run.seed", false},
+      {"--run-name", "run.name", false},
+      {"--out-dir", "run.out_dir", false},
+      {"--device", "run.device", false},
+      {"--fp8-margin", "fp8.margin", false},
+      {"--fp8-interval", "fp8.interval", false},
+      {"--fp8-format", "fp8.fp8_format", false},
+      {"--fp8-amax-history-len", "fp8.amax_history_len", false},
+      {"--fp8-amax-compute-algo", "fp8.amax_compute_algo", false},
+      {"--fp8-override-linear-precision", "fp8.override_linear_precision", false},
+      {"--fp8-stats", "fp8.stats", true},
+      {"--quiet", "run.quiet", true},
+      {"--overwrite", "run.overwrite", true},
+  };
+  return flags;
+}
+
+Override parse_set_argument(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos) {
+    FP8T_THROW(ExitCode::kBadInput, "--set: expected KEY=VALUE (e.g. --set model.n_layer=4), got '", text, "'");
+  }
+  std::string key = text.substr(0, eq);
+  while (!key.empty() && key.back() == ' ') key.pop_back();
+  while (!key.empty() && key.front() == ' ') key.erase(key.begin());
+  if (key.empty()) FP8T_THROW(ExitCode::kBadInput, "--set: missing key before '=' in '", text, "'; expected KEY=VALUE");
+  return Override{key, text.substr(eq + 1), "--set"};
+}
+
+void add_config_flags(CLI::App& app, std::vector<Override>* out) {
+  FP8T_CHECK(out != nullptr, "add_config_flags: no output vector");
+  CLI::Option_group* group = app.add_option_group(
+      "Experiment config", "Override keys of the experiment file; later flags win over earlier ones");
+  for (const ConfigFlag& cf : config_flags()) {
+    const Field* f = find_field(cf.key);
+    FP8T_CHECK(f != nullptr, "config flag ", cf.flag, " names unknown key ", cf.key);
+    const std::string help = f->help + " [" + cf.key + "]";
+    if (cf.is_switch) {
+      group->add_flag_callback(cf.flag, [out, cf] { out->push_back(Override{cf.key, "true", cf.flag}); }, help)
+          ->trigger_on_parse();
+    } else {
+      group
+          ->add_option_function<std::string>(
+              cf.flag, [out, cf](const std::string& v) { out->push_back(Override{cf.key, v, cf.flag}); }, help)
+          ->type_name(value_name(*f))
+          ->trigger_on_parse();
+    }
+  }
+  group
+      ->add_option_function<std::string>(
+          "--set", [out](const std::string& v) { out->push_back(parse_set_argument(v)); },
+          "Set any key of the experiment file, e.g. --set model.n_layer=4 (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->trigger_on_parse();
+}
+
+}  // namespace config
+}  // namespace fp8t

@@ -1,0 +1,54 @@
+// to_yaml and describe_keys, both generated from the field table.
+#include "lib/config/print.h"
+
+#include <algorithm>  // std::max
+#include <sstream>    // std::ostringstream
+
+#include "lib/config/fields.h"  // fields(), format_value, top_level_names
+
+namespace fp8t {
+namespace config {
+
+std::string to_yaml(const ExperimentConfig& config) {
+  std::ostringstream os;
+  std::string section = "\x01";  // none yet
+  for (const auto& f : fields()) {
+    const std::string s = f.section();
+    if (s.empty()) {
+      os << f.key << ": " << format_value(f, f.get(config)) << "\n";
+      section = s;
+      continue;
+    }
+    if (s != section) {
+      os << s << ":\n";
+      section = s;
+    }
+    os << "  " << f.name() << ": " << format_value(f, f.get(config)) << "\n";
+  }
+  return os.str();
+}
+
+std::string describe_keys() {
+  const ExperimentConfig defaults;
+  struct Row {
+    std::string key, type, def, help;
+  };
+  std::vector<Row> rows;
+  size_t wk = 3, wt = 4, wd = 7;
+  for (const auto& f : fields()) {
+    Row r{f.key, f.type_name(), format_value(f, f.get(defaults)), f.help};
+    if (f.range) r.type += " " + f.range->describe();
+    wk = std::max(wk, r.key.size());
+    wt = std::max(wt, r.type.size());
+    wd = std::max(wd, r.def.size());
+    rows.push_back(std::move(r));
+  }
+  auto pad = [](const std::string& s, size_t w) { return s + std::string(w - s.size() + 2, ' '); };
+  std::ostringstream os;
+  os << pad("KEY", wk) << pad("TYPE", wt) << pad("DEFAULT", wd) << "DESCRIPTION\n";
+  for (const auto& r : rows) os << pad(r.key, wk) << pad(r.type, wt) << pad(r.def, wd) << r.help << "\n";
+  return os.str();
+}
+
+}  // namespace config
+}  // namespace fp8t
