@@ -1,0 +1,67 @@
+#include "lib/data/markov_chain.h"
+
+#include <cmath>   // std::log, std::isfinite
+#include <vector>  // std::vector
+
+#include "lib/data/counter_rng.h"  // hash_key
+#include "tests/catch.h"
+
+using fp8t::data::MarkovChain;
+
+TEST_CASE("MarkovChain rows are sparse probability distributions", "[data]") {
+  const MarkovChain chain = MarkovChain::random(64, 1337);
+  for (int64_t from = 0; from < 64; ++from) {
+    double total = 0.0;
+    int nonzero = 0;
+    for (int64_t to = 0; to < 64; ++to) {
+      const double p = chain.probability(from, to);
+      REQUIRE(p >= 0.0);
+      total += p;
+      nonzero += p > 0.0;
+    }
+    REQUIRE(total == Approx(1.0).margin(1e-12));
+    REQUIRE(nonzero == chain.successor_count(from));
+    REQUIRE(nonzero >= MarkovChain::kMinSuccessors);
+    REQUIRE(nonzero <= MarkovChain::kMaxSuccessors);
+  }
+}
+
+TEST_CASE("MarkovChain stationary distribution is a fixed point of the chain", "[data]") {
+  const MarkovChain chain = MarkovChain::random(64, 7);
+  const std::vector<double>& pi = chain.stationary();
+  double total = 0.0;
+  for (double p : pi) {
+    REQUIRE(p > 0.0);  // irreducible: every token has positive mass
+    total += p;
+  }
+  REQUIRE(total == Approx(1.0).margin(1e-12));
+  for (int64_t to = 0; to < 64; ++to) {
+    double inflow = 0.0;
+    for (int64_t from = 0; from < 64; ++from) inflow += pi[from] * chain.probability(from, to);
+    // Power iteration stops at an L1 change of 1e-13; 1e-10 leaves room for rounding.
+    REQUIRE(inflow == Approx(pi[to]).margin(1e-10));
+  }
+}
+
+TEST_CASE("MarkovChain is a function of the seed and the walk a function of the key", "[data]") {
+  const MarkovChain a = MarkovChain::random(32, 5), b = MarkovChain::random(32, 5), c = MarkovChain::random(32, 6);
+  REQUIRE(a.entropy_rate_nats() == b.entropy_rate_nats());
+  REQUIRE(a.entropy_rate_nats() != c.entropy_rate_nats());
+  std::vector<int64_t> wa(100), wb(100), wc(100);
+  a.sample_window(fp8t::data::hash_key({1, 2}), 100, wa.data());
+  b.sample_window(fp8t::data::hash_key({1, 2}), 100, wb.data());
+  a.sample_window(fp8t::data::hash_key({1, 3}), 100, wc.data());
+  REQUIRE(wa == wb);
+  REQUIRE(wa != wc);
+  for (size_t t = 1; t < wa.size(); ++t) REQUIRE(a.probability(wa[t - 1], wa[t]) > 0.0);
+}
+
+TEST_CASE("MarkovChain handles the smallest vocabulary and a GPT-2 sized one", "[data]") {
+  const MarkovChain tiny = MarkovChain::random(2, 1);
+  REQUIRE(std::isfinite(tiny.entropy_rate_nats()));
+  REQUIRE(tiny.entropy_rate_nats() > 0.0);
+  REQUIRE(tiny.entropy_rate_nats() < std::log(2.0));
+  const MarkovChain large = MarkovChain::random(50257, 1);
+  REQUIRE(large.entropy_rate_nats() > 0.0);
+  REQUIRE(large.entropy_rate_nats() < std::log(double(MarkovChain::kMaxSuccessors)));
+}

@@ -1,0 +1,188 @@
+#include "lib/data/token_file.h"
+
+#include <cstdint>  // uint16_t, uint32_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include "lib/data/dataset.h"
+#include "tests/catch.h"
+#include "tests/data/data_test_checks.h"
+#include "tests/data/data_test_files.h"
+
+using fp8t::data::Batch;
+using fp8t::data::Dataset;
+using fp8t::data::read_token_file;
+using fp8t::data::TokenFileFormat;
+using fp8t::data::testing::llmc_shard_bytes;
+using fp8t::data::testing::nanogpt_bin_bytes;
+using fp8t::data::testing::require_bad_input;
+using fp8t::data::testing::ScratchDir;
+using fp8t::data::testing::write_bytes;
+
+namespace {
+
+// count tokens i * stride + offset (mod modulus): distinct neighbours, values up to modulus - 1.
+std::vector<uint32_t> token_ramp(size_t count, uint32_t stride, uint32_t modulus, uint32_t offset = 0) {
+  std::vector<uint32_t> tokens(count);
+  for (size_t i = 0; i < count; ++i) tokens[i] = static_cast<uint32_t>((i * stride + offset) % modulus);
+  return tokens;
+}
+
+void require_tokens(const fp8t::data::TokenStore& store, const std::vector<uint32_t>& expected) {
+  REQUIRE(store.size() == static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i) REQUIRE(store.at(i) == static_cast<int64_t>(expected[i]));
+}
+
+fp8t::DataSection token_data(const std::string& path) {
+  fp8t::DataSection data;
+  data.source = fp8t::DataSource::kTokens;
+  data.train_path = path;
+  return data;
+}
+
+fp8t::ModelSection model_of(int64_t vocab, int64_t seq_len) {
+  fp8t::ModelSection model;
+  model.vocab_size = vocab;
+  model.seq_len = seq_len;
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("llm.c shard v1 (uint16 tokens) reads correctly", "[data]") {
+  ScratchDir dir;
+  const auto tokens = token_ramp(3000, 7919, 50257);  // GPT-2 ids, many above 255
+  write_bytes(dir.file("s.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240520, 1));
+  const auto file = read_token_file(dir.file("s.bin"), "data.train_path");
+  REQUIRE(file.format == TokenFileFormat::kLlmcUint16);
+  REQUIRE(file.tokens.element_bytes() == 2);
+  require_tokens(file.tokens, tokens);
+}
+
+TEST_CASE("llm.c shard v7 (uint32 tokens) reads correctly", "[data]") {
+  ScratchDir dir;
+  const auto tokens = token_ramp(3000, 104729, 128256);  // Llama-3 ids, many above 65535
+  write_bytes(dir.file("s.bin"), llmc_shard_bytes<uint32_t>(tokens, 20240801, 7));
+  const auto file = read_token_file(dir.file("s.bin"), "data.train_path");
+  REQUIRE(file.format == TokenFileFormat::kLlmcUint32);
+  REQUIRE(file.tokens.element_bytes() == 4);
+  require_tokens(file.tokens, tokens);
+  REQUIRE(file.tokens.max_token() > 65535);
+}
+
+TEST_CASE("headerless nanoGPT .bin reads as raw uint16", "[data]") {
+  ScratchDir dir;
+  // Starts with zeros like a header would not: tokens 0 0 0 then a ramp.
+  auto tokens = token_ramp(2000, 31, 65, 0);
+  tokens[0] = tokens[1] = tokens[2] = 0;
+  write_bytes(dir.file("train.bin"), nanogpt_bin_bytes(tokens));
+  const auto file = read_token_file(dir.file("train.bin"), "data.train_path");
+  REQUIRE(file.format == TokenFileFormat::kNanoGptUint16);
+  require_tokens(file.tokens, tokens);
+  // Short files (under a header's 1024 bytes) are .bin files too.
+  const auto few = token_ramp(40, 3, 65);
+  write_bytes(dir.file("few.bin"), nanogpt_bin_bytes(few));
+  require_tokens(read_token_file(dir.file("few.bin"), "data.train_path").tokens, few);
+}
+
+TEST_CASE("token datasets cut windows from the shard, validation from data.val_path", "[data]") {
+  ScratchDir dir;
+  // Token i is i (mod 50000): a window's first token identifies its start.
+  const auto train = token_ramp(40000, 1, 50000), val = token_ramp(500, 1, 50000, 45000);
+  write_bytes(dir.file("train.bin"), llmc_shard_bytes<uint16_t>(train, 20240520, 1));
+  write_bytes(dir.file("val.bin"), nanogpt_bin_bytes(val));
+  fp8t::DataSection data = token_data(dir.file("train.bin"));
+  data.val_path = dir.file("val.bin");
+  const int64_t seq_len = 32;
+  Dataset dataset = Dataset::open(data, model_of(50304, seq_len), 3);
+  REQUIRE(dataset.vocab_size_needed() == 45499 + 1);  // the largest id is in val.bin
+  REQUIRE_THAT(dataset.describe(), FP8T_CONTAINS("llm.c shard v1"));
+  REQUIRE_THAT(dataset.describe(), FP8T_CONTAINS("train 40000 tokens, val 500 tokens"));
+  const Batch b = dataset.next_train(8);
+  const at::Tensor expected = b.inputs.select(1, 0).unsqueeze(1) + at::arange(seq_len, at::kLong);
+  REQUIRE(at::equal(b.inputs, expected));
+  REQUIRE(at::equal(b.targets, expected + 1));
+  REQUIRE(b.inputs.min().item<int64_t>() >= 0);
+  REQUIRE(b.targets.max().item<int64_t>() < 40000);
+  const Batch v = dataset.val_batch(0, 2);
+  REQUIRE(v.inputs[1][0].item<int64_t>() == 45000 + seq_len);
+  REQUIRE(v.targets[1][seq_len - 1].item<int64_t>() == 45000 + 2 * seq_len);
+
+  // Resume and rank sharding on file data.
+  Dataset resumed = Dataset::open(data, model_of(50304, seq_len), 3);
+  resumed.set_train_position(1);
+  const Batch b1 = dataset.next_train(8);
+  REQUIRE(at::equal(resumed.next_train(8).inputs, b1.inputs));
+  Dataset rank1 = Dataset::open(data, model_of(50304, seq_len), 3, 1, 2);
+  REQUIRE_FALSE(at::equal(rank1.next_train(8).inputs, b.inputs));
+}
+
+TEST_CASE("corrupt token files throw bad-input errors naming the file", "[data]") {
+  ScratchDir dir;
+  const auto tokens = token_ramp(200, 7, 60);
+  const fp8t::ModelSection model = model_of(64, 16);
+  auto open_file = [&](const std::string& name) { Dataset::open(token_data(dir.file(name)), model, 1); };
+
+  SECTION("bad magic") {
+    write_bytes(dir.file("magic.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240521, 1));
+    require_bad_input([&] { open_file("magic.bin"); }, {dir.file("magic.bin"), "bad magic 20240521"});
+  }
+  SECTION("bad version") {
+    write_bytes(dir.file("version.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240520, 7));
+    require_bad_input([&] { open_file("version.bin"); }, {dir.file("version.bin"), "bad version 7", "expected 1"});
+  }
+  SECTION("truncated body: size mismatch") {
+    // The header claims 210 tokens; the body holds 200.
+    write_bytes(dir.file("trunc.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240520, 1, 210));
+    require_bad_input([&] { open_file("trunc.bin"); },
+                      {dir.file("trunc.bin"), "size mismatch", "1444 bytes", "is 1424 bytes"});
+  }
+  SECTION("uint32 shard with uint16 body: size mismatch") {
+    write_bytes(dir.file("width.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240801, 7));
+    require_bad_input([&] { open_file("width.bin"); }, {dir.file("width.bin"), "1824 bytes", "is 1424 bytes"});
+  }
+  SECTION("truncated header") {
+    auto bytes = llmc_shard_bytes<uint16_t>(tokens, 20240520, 1);
+    bytes.resize(500);
+    write_bytes(dir.file("header.bin"), bytes);
+    require_bad_input([&] { open_file("header.bin"); }, {dir.file("header.bin"), "1024"});
+  }
+  SECTION("odd-sized .bin") {
+    auto bytes = nanogpt_bin_bytes(tokens);
+    bytes.push_back(1);
+    write_bytes(dir.file("odd.bin"), bytes);
+    require_bad_input([&] { open_file("odd.bin"); }, {dir.file("odd.bin"), "odd", "401"});
+  }
+  SECTION("file shorter than seq_len + 1 tokens") {
+    write_bytes(dir.file("short.bin"), nanogpt_bin_bytes(token_ramp(16, 1, 60)));
+    require_bad_input([&] { open_file("short.bin"); }, {dir.file("short.bin"), "holds 16 tokens", "17"});
+  }
+  SECTION("token beyond the vocabulary") {
+    auto bad = tokens;
+    bad[150] = 70;
+    write_bytes(dir.file("vocab.bin"), llmc_shard_bytes<uint16_t>(bad, 20240520, 1));
+    require_bad_input([&] { open_file("vocab.bin"); },
+                      {dir.file("vocab.bin"), "token 70", "position 150", "model.vocab_size is 64"});
+  }
+  SECTION("token beyond the vocabulary in the validation file") {
+    write_bytes(dir.file("train.bin"), nanogpt_bin_bytes(tokens));
+    auto bad = tokens;
+    bad[3] = 64;
+    write_bytes(dir.file("val.bin"), nanogpt_bin_bytes(bad));
+    fp8t::DataSection data = token_data(dir.file("train.bin"));
+    data.val_path = dir.file("val.bin");
+    require_bad_input([&] { Dataset::open(data, model, 1); },
+                      {dir.file("val.bin"), "data.val_path", "token 64", "model.vocab_size"});
+  }
+  SECTION("missing file") {
+    require_bad_input([&] { open_file("missing.bin"); }, {dir.file("missing.bin"), "data.train_path"});
+  }
+  SECTION("empty file") {
+    write_bytes(dir.file("empty.bin"), {});
+    require_bad_input([&] { open_file("empty.bin"); }, {dir.file("empty.bin"), "empty"});
+  }
+  SECTION("a good file opens") {
+    write_bytes(dir.file("good.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240520, 1));
+    REQUIRE_NOTHROW(open_file("good.bin"));
+  }
+}
