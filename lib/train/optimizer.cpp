@@ -98,7 +98,11 @@ void AdamW::zero_grad(bool set_to_none) {
     if (set_to_none) {
       g.reset();
     } else {
-      g.detach_();
+      if (g.grad_fn()) {
+        g = g.detach();
+      } else {
+        g.requires_grad_(false);
+      }
       g.zero_();
     }
   }

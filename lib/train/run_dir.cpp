@@ -124,8 +124,13 @@ void write_file_atomic(const fs::path& target,
                        const std::function<void(const fs::path& tmp)>& write) {
   static std::atomic<uint64_t> counter{0};
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp." +
-                              std::to_string(::getpid()) + "." + std::to_string(counter++));
+  std::string tmp_name = ".";
+  tmp_name.append(target.filename().string());
+  tmp_name.append(".tmp.");
+  tmp_name.append(std::to_string(::getpid()));
+  tmp_name.append(".");
+  tmp_name.append(std::to_string(counter++));
+  const fs::path tmp = dir / tmp_name;
   try {
     write(tmp);
     const int sync_err = fsync_path(tmp, /*directory=*/false);

@@ -6,6 +6,9 @@
 //     "[YYYY-mm-dd HH:MM:SS.mmm] [level] message", flushed per message.
 // It may be called again at any time (e.g. once the run folder exists); the new sinks replace
 // the previous ones and the previous log file is closed.
+//
+// Log with <spdlog/spdlog.h> directly; the build puts the OS fmt ahead of LibTorch's bundled
+// copy (cmake/Dependencies.cmake, fmt shim).
 #pragma once
 
 #include <functional>  // std::function

@@ -3,9 +3,9 @@
 #include <cmath>  // NAN
 #include <cstdio>  // std::tmpfile
 
-#include <spdlog/spdlog.h>
+#include <spdlog/spdlog.h>  // spdlog::info, spdlog::warn
 
-#include "lib/util/log.h"
+#include "lib/util/log.h"  // setup_logging
 #include "tests/catch.h"
 
 using fp8t::train::format_count;

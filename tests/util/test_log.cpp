@@ -8,7 +8,8 @@
 #include <regex>       // std::regex_search
 #include <thread>      // std::this_thread::sleep_for
 
-#include <spdlog/spdlog.h>
+#include <spdlog/sinks/sink.h>  // spdlog::sinks::sink
+#include <spdlog/spdlog.h>      // spdlog::default_logger, spdlog::debug
 
 #include "lib/util/error.h"
 #include "lib/util/timer.h"
