@@ -222,10 +222,14 @@ TEST_CASE("booleans accept true/false, yes/no and 1/0 in any case", "[config]") 
                                  std::pair<std::string, bool>{"false", false}, std::pair<std::string, bool>{"FALSE", false},
                                  std::pair<std::string, bool>{"No", false}, std::pair<std::string, bool>{"0", false});
   INFO(spelling.first);
-  ExperimentConfig start;
-  start.model.bias = !spelling.second;
-  const bool from_file = from_yaml("model:\n  bias: " + spelling.first + "\n").config.model.bias;
-  const bool from_set = fp8t::config::load("", {Override{"model.bias", spelling.first, "--set"}}).config.model.bias;
+  // A key whose default is the opposite value, so that a reader that ignored the value fails.
+  const bool from_file = spelling.second ? from_yaml("run:\n  quiet: " + spelling.first + "\n").config.run.quiet
+                                         : from_yaml("model:\n  bias: " + spelling.first + "\n").config.model.bias;
+  const bool from_set =
+      spelling.second ? fp8t::config::load("", {Override{"run.quiet", spelling.first, "--set"}}).config.run.quiet
+                      : fp8t::config::load("", {Override{"model.bias", spelling.first, "--set"}}).config.model.bias;
+  REQUIRE(ExperimentConfig{}.run.quiet == false);
+  REQUIRE(ExperimentConfig{}.model.bias == true);
   CHECK(from_file == spelling.second);
   CHECK(from_set == spelling.second);
 }
