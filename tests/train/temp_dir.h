@@ -1,6 +1,8 @@
 // A fresh temporary folder per test, removed with its contents at scope exit.
 #pragma once
 
+#include <ftw.h>     // nftw (recursive removal)
+#include <stdio.h>   // remove
 #include <unistd.h>  // getpid
 
 #include <algorithm>   // std::sort
@@ -19,13 +21,10 @@ class TempDir {
     path_ = std::filesystem::temp_directory_path() /
             ("fp8t_test_" + tag + "_" + std::to_string(::getpid()) + "_" +
              std::to_string(counter++));
-    std::filesystem::remove_all(path_);
+    remove_tree(path_);
     std::filesystem::create_directories(path_);
   }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
+  ~TempDir() { remove_tree(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
@@ -40,6 +39,16 @@ class TempDir {
     }
     std::sort(names.begin(), names.end());
     return names;
+  }
+
+ // Removes `root` and everything below it (no error when missing). POSIX nftw rather than
+  // std::filesystem::remove_all: a LibTorch build that exports its own, broken copy of
+  // remove_all (seen with the 2.11 wheel on the GPU machine) would otherwise crash here.
+  static void remove_tree(const std::filesystem::path& root) {
+    ::nftw(
+        root.c_str(),
+        [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); },
+        16, FTW_DEPTH | FTW_PHYS);
   }
 
  private:

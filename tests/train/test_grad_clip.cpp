@@ -116,6 +116,7 @@ TEST_CASE("clip_grad_norm_ on CUDA matches the CPU result without a host sync",
   c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
   at::Tensor norm;
   REQUIRE_NOTHROW(norm = clip_grad_norm_(gpu, 1.0));
+  REQUIRE_THROWS(norm.item<float>());  // the mode is in force: a host read would be caught
   c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
 
   const at::Tensor cpu_norm = clip_grad_norm_(cpu, 1.0);

@@ -283,6 +283,7 @@ TEST_CASE("AdamW on CUDA matches the CPU fused kernel without a host sync", "[tr
     // Any synchronizing call (a host read of the step count, say) throws in this mode.
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
     REQUIRE_NOTHROW(gpu.step(1e-2));
+    REQUIRE_THROWS(gpu.state_dict().at("w.step").item<float>());  // the mode is in force
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
   }
   // Same float32 math on both devices, up to operation order and fused multiply-add: values

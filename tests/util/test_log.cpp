@@ -14,6 +14,7 @@
 #include "lib/util/error.h"
 #include "lib/util/timer.h"
 #include "tests/catch.h"
+#include "tests/train/temp_dir.h"  // TempDir::remove_tree
 
 namespace fs = std::filesystem;
 
@@ -22,13 +23,12 @@ namespace {
 struct LogDir {
   fs::path path = fs::temp_directory_path() / ("fp8t_test_log_" + std::to_string(::getpid()));
   LogDir() {
-    fs::remove_all(path);
+    fp8t::test::TempDir::remove_tree(path);
     fs::create_directories(path);
   }
   ~LogDir() {
     fp8t::setup_logging(false, "");  // release the files and restore the console-only logger
-    std::error_code ec;
-    fs::remove_all(path, ec);
+    fp8t::test::TempDir::remove_tree(path);
   }
 };
 
