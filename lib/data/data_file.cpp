@@ -27,8 +27,8 @@ std::ifstream open_binary(const std::string& path, std::string_view config_key) 
 
 void read_exact(std::ifstream& in, void* dst, std::size_t bytes, const std::string& path) {
   in.read(static_cast<char*>(dst), static_cast<std::streamsize>(bytes));
-  FP8T_INPUT_CHECK(in.gcount() == static_cast<std::streamsize>(bytes), "data file '", path,
-                   "': read ", in.gcount(), " of ", bytes, " bytes (file changed or unreadable?)");
+  FP8T_INPUT_CHECK(in.gcount() == static_cast<std::streamsize>(bytes), "data file '", path, "': read ",
+                   in.gcount(), " of ", bytes, " bytes (file changed or unreadable?)");
 }
 
 }  // namespace fp8t::data

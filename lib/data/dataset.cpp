@@ -1,17 +1,17 @@
 #include "lib/data/dataset.h"
 
 #include <algorithm>  // std::copy_n, std::max
-#include <cmath>    // std::llround
-#include <iomanip>  // std::setprecision
-#include <sstream>  // std::ostringstream
-#include <vector>   // std::vector
+#include <cmath>      // std::llround
+#include <iomanip>    // std::setprecision
+#include <sstream>    // std::ostringstream
+#include <vector>     // std::vector
 
 #include "lib/data/counter_rng.h"   // hash_key, SplitMix64, Stream
 #include "lib/data/markov_chain.h"  // MarkovChain
 #include "lib/data/text_source.h"   // read_text_file, kByteVocabSize
 #include "lib/data/token_file.h"    // read_token_file, format_name
 #include "lib/data/token_store.h"   // TokenStore
-#include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK
+#include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fp8t::data {
 
@@ -47,9 +47,9 @@ LoadedFile load(DataSource source, const std::string& path, const char* key, con
   FP8T_INPUT_CHECK(!store.empty(), key, ": '", path, "' holds no tokens");
   if (store.max_token() >= model.vocab_size) {
     const int64_t at = store.find_first_at_least(model.vocab_size);
-    FP8T_INPUT_CHECK(false, key, ": '", path, "' holds token ", store.at(at), " at position ", at,
-                     ", but model.vocab_size is ", model.vocab_size, " (the largest token in the file is ",
-                     store.max_token(), ", so model.vocab_size must be at least ", store.max_token() + 1, ")");
+    FP8T_THROW(ExitCode::kBadInput, key, ": '", path, "' holds token ", store.at(at), " at position ", at,
+               ", but model.vocab_size is ", model.vocab_size, " (the largest token in the file is ",
+               store.max_token(), ", so model.vocab_size must be at least ", store.max_token() + 1, ")");
   }
   const int64_t needed = model.seq_len + 1;
   FP8T_INPUT_CHECK(store.size() >= needed, key, ": '", path, "' holds ", store.size(),
@@ -108,9 +108,9 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
     impl->chain = MarkovChain::random(model.vocab_size, seed);
     impl->vocab_needed = model.vocab_size;  // the chain is irreducible: every token occurs
     describe << "synthetic: random first-order Markov chain over " << model.vocab_size << " tokens ("
-             << MarkovChain::kMinSuccessors << "-" << MarkovChain::kMaxSuccessors
-             << " successors each, seed " << seed << "), windows generated on the fly; entropy floor "
-             << std::fixed << std::setprecision(4) << impl->chain->entropy_rate_nats() << " nats";
+             << MarkovChain::kMinSuccessors << "-" << MarkovChain::kMaxSuccessors << " successors each, seed "
+             << seed << "), windows generated on the fly; entropy floor " << std::fixed
+             << std::setprecision(4) << impl->chain->entropy_rate_nats() << " nats";
     impl->description = describe.str();
     return Dataset(std::move(impl));
   }
@@ -119,7 +119,8 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
   FP8T_INPUT_CHECK(!data.train_path.empty(), kTrainKey, " must name a file when data.source is ",
                    source_name);
   if (data.source == DataSource::kText) {
-    FP8T_INPUT_CHECK(model.vocab_size >= kByteVocabSize, "data.source text reads bytes (256 token ids), but model.vocab_size is ",
+    FP8T_INPUT_CHECK(model.vocab_size >= kByteVocabSize,
+                     "data.source text reads bytes (256 token ids), but model.vocab_size is ",
                      model.vocab_size, "; set model.vocab_size to at least ", kByteVocabSize);
   }
   const int64_t needed = model.seq_len + 1;
@@ -141,12 +142,13 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
     // Contiguous tail rather than scattered windows: no window straddles train and val text.
     const int64_t n_val = std::llround(static_cast<double>(n) * data.val_fraction);
     const int64_t n_train = n - n_val;
-    FP8T_INPUT_CHECK(n_val >= needed, kTrainKey, ": the validation tail of '", data.train_path, "' (data.val_fraction ",
-                     data.val_fraction, " of ", n, " tokens) holds ", n_val, " tokens, fewer than the ", needed,
+    FP8T_INPUT_CHECK(n_val >= needed, kTrainKey, ": the validation tail of '", data.train_path,
+                     "' (data.val_fraction ", data.val_fraction, " of ", n, " tokens) holds ", n_val,
+                     " tokens, fewer than the ", needed,
                      " (model.seq_len + 1) one window needs; raise data.val_fraction or set ", kValKey);
     FP8T_INPUT_CHECK(n_train >= needed, kTrainKey, ": after holding out the last ", n_val, " tokens of '",
-                     data.train_path, "' for validation (data.val_fraction ", data.val_fraction, "), ", n_train,
-                     " tokens remain for training, fewer than the ", needed,
+                     data.train_path, "' for validation (data.val_fraction ", data.val_fraction, "), ",
+                     n_train, " tokens remain for training, fewer than the ", needed,
                      " (model.seq_len + 1) one window needs; lower data.val_fraction or set ", kValKey);
     impl->train = {train.store, 0, n_train};
     impl->val = {train.store, n_train, n};
@@ -165,8 +167,8 @@ Batch Dataset::next_train(int64_t batch_size) {
   const Impl& d = *impl_;
   const uint64_t position = static_cast<uint64_t>(train_position_);
   auto row_key = [&](int64_t row) {
-    return hash_key({d.seed, static_cast<uint64_t>(Stream::kTrain), static_cast<uint64_t>(d.rank),
-                     position, static_cast<uint64_t>(row)});
+    return hash_key({d.seed, static_cast<uint64_t>(Stream::kTrain), static_cast<uint64_t>(d.rank), position,
+                     static_cast<uint64_t>(row)});
   };
   Batch batch;
   if (d.chain) {
@@ -196,8 +198,8 @@ Batch Dataset::val_batch(int64_t index, int64_t batch_size) const {
   if (d.chain) {
     std::vector<int64_t> window(d.seq_len + 1);
     return d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
-      const uint64_t key = hash_key({d.seed, static_cast<uint64_t>(Stream::kVal), static_cast<uint64_t>(index),
-                                     static_cast<uint64_t>(global_row(row))});
+      const uint64_t key = hash_key({d.seed, static_cast<uint64_t>(Stream::kVal),
+                                     static_cast<uint64_t>(index), static_cast<uint64_t>(global_row(row))});
       d.chain->sample_window(key, d.seq_len + 1, window.data());
       std::copy_n(window.data(), d.seq_len, in);
       std::copy_n(window.data() + 1, d.seq_len, tgt);

@@ -35,8 +35,8 @@ class Dataset {
  public:
   // Loads and validates the data (bad files and settings throw ExitCode::kBadInput naming the
   // file and the config key). rank / world_size: data-parallel sharding.
-  static Dataset open(const DataSection& data, const ModelSection& model, uint64_t seed,
-                      int rank = 0, int world_size = 1);
+  static Dataset open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank = 0,
+                      int world_size = 1);
 
   // The next training batch; advances the train position by one.
   Batch next_train(int64_t batch_size);

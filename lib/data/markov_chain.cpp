@@ -76,8 +76,7 @@ MarkovChain MarkovChain::random(int64_t vocab_size, uint64_t seed) {
     pi.swap(step);
     converged = change < kTolerance;
   }
-  FP8T_CHECK(converged, "stationary distribution of the synthetic chain did not converge (vocab ",
-             v, ")");
+  FP8T_CHECK(converged, "stationary distribution of the synthetic chain did not converge (vocab ", v, ")");
   chain.stationary_ = pi;
   chain.stationary_cumulative_.resize(v);
   double acc = 0.0;

@@ -15,9 +15,12 @@ static_assert(std::endian::native == std::endian::little, "token files are read 
 
 const char* format_name(TokenFileFormat format) {
   switch (format) {
-    case TokenFileFormat::kLlmcUint16: return "llm.c shard v1 (uint16)";
-    case TokenFileFormat::kLlmcUint32: return "llm.c shard v7 (uint32)";
-    case TokenFileFormat::kNanoGptUint16: return "nanoGPT .bin (uint16)";
+    case TokenFileFormat::kLlmcUint16:
+      return "llm.c shard v1 (uint16)";
+    case TokenFileFormat::kLlmcUint32:
+      return "llm.c shard v7 (uint32)";
+    case TokenFileFormat::kNanoGptUint16:
+      return "nanoGPT .bin (uint16)";
   }
   return "?";
 }
@@ -37,8 +40,8 @@ TokenFile read_llmc_shard(std::ifstream& in, const std::array<int32_t, kLlmcHead
                           uint64_t file_bytes, const std::string& path, std::string_view key) {
   const int32_t magic = header[0];
   const int32_t version = header[1];
-  FP8T_INPUT_CHECK(is_known_magic(magic), key, ": '", path, "' has an llm.c header with bad magic ",
-                   magic, " (expected ", kLlmcMagicUint16, " for uint16 tokens or ", kLlmcMagicUint32,
+  FP8T_INPUT_CHECK(is_known_magic(magic), key, ": '", path, "' has an llm.c header with bad magic ", magic,
+                   " (expected ", kLlmcMagicUint16, " for uint16 tokens or ", kLlmcMagicUint32,
                    " for uint32 tokens)");
   const bool wide = magic == kLlmcMagicUint32;
   const int32_t expected_version = wide ? kLlmcVersionUint32 : kLlmcVersionUint16;
@@ -51,8 +54,8 @@ TokenFile read_llmc_shard(std::ifstream& in, const std::array<int32_t, kLlmcHead
   const uint64_t expected_bytes = kLlmcHeaderBytes + static_cast<uint64_t>(count) * token_bytes;
   FP8T_INPUT_CHECK(file_bytes == expected_bytes, key, ": '", path, "' size mismatch: the llm.c header says ",
                    count, " tokens of ", token_bytes, " bytes, so the file should be ", kLlmcHeaderBytes,
-                   " + ", count, " * ", token_bytes, " = ", expected_bytes, " bytes, but it is ",
-                   file_bytes, " bytes (truncated or corrupt shard?)");
+                   " + ", count, " * ", token_bytes, " = ", expected_bytes, " bytes, but it is ", file_bytes,
+                   " bytes (truncated or corrupt shard?)");
   if (wide) return {TokenStore(read_tokens<uint32_t>(in, count, path)), TokenFileFormat::kLlmcUint32};
   return {TokenStore(read_tokens<uint16_t>(in, count, path)), TokenFileFormat::kLlmcUint16};
 }
@@ -81,8 +84,9 @@ TokenFile read_token_file(const std::string& path, std::string_view key) {
     in.seekg(0);
   }
 
-  FP8T_INPUT_CHECK(file_bytes % 2 == 0, key, ": '", path, "' has no llm.c header, so it is read as a nanoGPT .bin of ",
-                   "uint16 tokens, but its size ", file_bytes, " bytes is odd (truncated or not a token file?)");
+  FP8T_INPUT_CHECK(
+      file_bytes % 2 == 0, key, ": '", path, "' has no llm.c header, so it is read as a nanoGPT .bin of ",
+      "uint16 tokens, but its size ", file_bytes, " bytes is odd (truncated or not a token file?)");
   return {TokenStore(read_tokens<uint16_t>(in, file_bytes / 2, path)), TokenFileFormat::kNanoGptUint16};
 }
 

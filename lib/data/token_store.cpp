@@ -23,8 +23,8 @@ int64_t TokenStore::at(int64_t index) const {
 int64_t TokenStore::find_first_at_least(int64_t limit) const {
   return std::visit(
       [limit](const auto& v) -> int64_t {
-        auto it = std::find_if(v.begin(), v.end(),
-                               [limit](auto t) { return static_cast<int64_t>(t) >= limit; });
+        auto it =
+            std::find_if(v.begin(), v.end(), [limit](auto t) { return static_cast<int64_t>(t) >= limit; });
         return it == v.end() ? -1 : static_cast<int64_t>(it - v.begin());
       },
       tokens_);

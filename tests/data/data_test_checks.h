@@ -11,7 +11,8 @@
 namespace fp8t::data::testing {
 
 // `action` must throw a bad-input error (exit code 2) whose message contains every needle.
-inline void require_bad_input(const std::function<void()>& action, std::initializer_list<std::string> needles) {
+inline void require_bad_input(const std::function<void()>& action,
+                              std::initializer_list<std::string> needles) {
   try {
     action();
     FAIL("expected a bad-input error, nothing was thrown");

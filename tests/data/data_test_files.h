@@ -18,8 +18,8 @@ class ScratchDir {
  public:
   ScratchDir() {
     namespace fs = std::filesystem;
-    path_ = fs::temp_directory_path() / ("fp8t_data_test_" + std::to_string(std::random_device{}()) + "_" +
-                                         std::to_string(counter()++));
+    path_ = fs::temp_directory_path() /
+            ("fp8t_data_test_" + std::to_string(std::random_device{}()) + "_" + std::to_string(counter()++));
     fs::create_directories(path_);
   }
   ~ScratchDir() {

@@ -44,7 +44,8 @@ TEST_CASE("MarkovChain stationary distribution is a fixed point of the chain", "
 }
 
 TEST_CASE("MarkovChain is a function of the seed and the walk a function of the key", "[data]") {
-  const MarkovChain a = MarkovChain::random(32, 5), b = MarkovChain::random(32, 5), c = MarkovChain::random(32, 6);
+  const MarkovChain a = MarkovChain::random(32, 5), b = MarkovChain::random(32, 5),
+                    c = MarkovChain::random(32, 6);
   REQUIRE(a.entropy_rate_nats() == b.entropy_rate_nats());
   REQUIRE(a.entropy_rate_nats() != c.entropy_rate_nats());
   std::vector<int64_t> wa(100), wb(100), wc(100);

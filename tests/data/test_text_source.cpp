@@ -52,7 +52,8 @@ std::string row_bytes(const at::Tensor& batch, int64_t row) {
 
 TEST_CASE("text files are read byte for byte", "[data]") {
   ScratchDir dir;
-  const std::string text = "Happy families are all alike; every unhappy family is unhappy in its own way.\n\xe9\xff";
+  const std::string text =
+      "Happy families are all alike; every unhappy family is unhappy in its own way.\n\xe9\xff";
   write_text(dir.file("a.txt"), text);
   const fp8t::data::TokenStore store = fp8t::data::read_text_file(dir.file("a.txt"), "data.train_path");
   REQUIRE(store.size() == static_cast<int64_t>(text.size()));
@@ -140,7 +141,8 @@ TEST_CASE("text source rejects bad settings and files with exit code 2", "[data]
   }
   SECTION("missing train file") {
     const std::string missing = dir.file("nope.txt");
-    require_bad_input([&] { Dataset::open(text_data(missing), byte_model(8), 1); }, {missing, "data.train_path"});
+    require_bad_input([&] { Dataset::open(text_data(missing), byte_model(8), 1); },
+                      {missing, "data.train_path"});
   }
   SECTION("missing val file") {
     fp8t::DataSection data = text_data(dir.file("ok.txt"));

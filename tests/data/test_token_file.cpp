@@ -129,7 +129,8 @@ TEST_CASE("corrupt token files throw bad-input errors naming the file", "[data]"
   }
   SECTION("bad version") {
     write_bytes(dir.file("version.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240520, 7));
-    require_bad_input([&] { open_file("version.bin"); }, {dir.file("version.bin"), "bad version 7", "expected 1"});
+    require_bad_input([&] { open_file("version.bin"); },
+                      {dir.file("version.bin"), "bad version 7", "expected 1"});
   }
   SECTION("truncated body: size mismatch") {
     // The header claims 210 tokens; the body holds 200.
@@ -139,7 +140,8 @@ TEST_CASE("corrupt token files throw bad-input errors naming the file", "[data]"
   }
   SECTION("uint32 shard with uint16 body: size mismatch") {
     write_bytes(dir.file("width.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240801, 7));
-    require_bad_input([&] { open_file("width.bin"); }, {dir.file("width.bin"), "1824 bytes", "is 1424 bytes"});
+    require_bad_input([&] { open_file("width.bin"); },
+                      {dir.file("width.bin"), "1824 bytes", "is 1424 bytes"});
   }
   SECTION("truncated header") {
     auto bytes = llmc_shard_bytes<uint16_t>(tokens, 20240520, 1);
