@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Build and test fp8train on a machine with a CUDA GPU, in one go: build, the GPU tests
+# (fp8t_tests "[cuda]"), compute-sanitizer memcheck + racecheck on the kernel tests, and the GEMM
+# benchmark (fp8train bench-gemm). Logs and JSON go to ${OUT:-/tmp/out}; a summary table is
+# printed last.
+#
+#   scripts/device-test.sh                       # everything
+#   scripts/device-test.sh --only build,tests     # parts: build, tests, sanitizer, bench
+#   scripts/device-test.sh --build-dir build-gpu --jobs 16
+#
+# Dependencies: an importable torch (the CUDA wheel is a complete LibTorch) and nvcc. The C++
+# packages (yaml-cpp, spdlog, fmt, CLI11, Catch2, nlohmann-json) come from the system when
+# installed (apt-get install ... on a machine with internet), otherwise from the Debian packages
+# in .deps/*.deb (scripts/setup.sh says how to fetch them), unpacked into /tmp/deps: the path
+# for an offline GPU machine.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+ONLY="build,tests,sanitizer,bench"
+BUILD_DIR=build-device
+JOBS=16
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) ONLY="$2"; shift 2 ;;
+    --build-dir) BUILD_DIR="$2"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "device-test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+PY=${FP8T_PYTHON:-python3}
+declare -a SUMMARY=()
+FAILED=0
+note() { SUMMARY+=("$(printf '%-12s %-5s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && FAILED=1; return 0; }
+log() { echo "[device-test] $*"; }
+secs() { echo $(( $(date +%s) - $1 )); }
+
+# ---- environment ---------------------------------------------------------------------------
+TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || {
+  echo "device-test.sh: python '$PY' cannot import torch (set FP8T_PYTHON)" >&2; exit 2; }
+PREFIX="$TORCH_PREFIX"
+if ls .deps/*.deb >/dev/null 2>&1 && ! dpkg-query -W -f='${Status}' libspdlog-dev 2>/dev/null | grep -q "ok installed"; then
+  log "unpacking .deps/*.deb into /tmp/deps"
+  mkdir -p /tmp/deps
+  for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+  PREFIX="$PREFIX;/tmp/deps/usr;/tmp/deps/usr/lib/x86_64-linux-gnu/cmake;/tmp/deps/usr/lib/cmake;/tmp/deps/usr/share/cmake"
+  export LD_LIBRARY_PATH="/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1
+  nvcc --version 2>&1 | tail -1
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+} | tee "$OUT/environment.txt"
+
+TESTS="$BUILD_DIR/tests/fp8t_tests"
+APP="$BUILD_DIR/fp8train"
+
+# ---- build ---------------------------------------------------------------------------------
+if want build; then
+  t0=$(date +%s)
+  log "configure + build in $BUILD_DIR (ninja -j$JOBS)"
+  if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
+       >"$OUT/configure.log" 2>&1; then
+    # The tests first: the GPU checks need only them; fp8train is needed for bench-gemm.
+    ninja -C "$BUILD_DIR" -j"$JOBS" fp8t_tests >"$OUT/build.log" 2>&1
+    rc_tests=$?
+    ninja -C "$BUILD_DIR" -j"$JOBS" fp8train >>"$OUT/build.log" 2>&1
+    rc_app=$?
+    if [ $rc_tests -eq 0 ] && [ $rc_app -eq 0 ]; then
+      note build ok "fp8t_tests + fp8train in $(secs $t0) s"
+    else
+      note build FAIL "fp8t_tests rc=$rc_tests, fp8train rc=$rc_app (see build.log)"
+      grep -E "error|FAILED" "$OUT/build.log" | head -20
+    fi
+  else
+    note build FAIL "cmake configure failed (see configure.log)"
+    tail -30 "$OUT/configure.log"
+  fi
+fi
+
+# ---- GPU tests -----------------------------------------------------------------------------
+if want tests; then
+  if [ -x "$TESTS" ]; then
+    t0=$(date +%s)
+    log "fp8t_tests [cuda]"
+    FP8T_TEST_REPORT=1 timeout 300 "$TESTS" "[cuda]" --durations yes >"$OUT/tests-cuda.log" 2>&1
+    rc=$?
+    result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-cuda.log" | tail -1)
+    grep -E "gemm worst|norm (ln|rms)" "$OUT/tests-cuda.log"
+    if [ $rc -eq 0 ]; then note tests ok "$result ($(secs $t0) s)"; else note tests FAIL "rc=$rc: $result"; tail -40 "$OUT/tests-cuda.log"; fi
+  else
+    note tests FAIL "no $TESTS"
+  fi
+fi
+
+# ---- compute-sanitizer ---------------------------------------------------------------------
+if want sanitizer; then
+  if [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    for tool in memcheck racecheck; do
+      t0=$(date +%s)
+      log "compute-sanitizer --tool $tool on [kernels][cuda] (large shapes skipped)"
+      FP8T_TEST_SMALL=1 timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$TESTS" "[kernels][cuda]" >"$OUT/sanitizer-$tool.log" 2>&1
+      rc=$?
+      summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)
+      if [ $rc -eq 0 ]; then note "$tool" ok "${summary:-no errors} ($(secs $t0) s)"
+      else note "$tool" FAIL "rc=$rc ${summary}"; grep -E "=========" "$OUT/sanitizer-$tool.log" | head -30; fi
+    done
+  else
+    note sanitizer FAIL "fp8t_tests or compute-sanitizer missing"
+  fi
+fi
+
+# ---- GEMM benchmark ------------------------------------------------------------------------
+if want bench; then
+  t0=$(date +%s)
+  if [ -x "$APP" ] && "$APP" bench-gemm --help >/dev/null 2>&1; then
+    log "fp8train bench-gemm"
+    timeout 240 "$APP" bench-gemm --json "$OUT/bench-gemm.json" >"$OUT/bench-gemm.log" 2>&1
+    rc=$?
+  elif [ -x "$TESTS" ]; then
+    log "fp8train bench-gemm unavailable; running the benchmark through fp8t_tests [bench-gemm]"
+    FP8T_BENCH_JSON="$OUT/bench-gemm.json" timeout 240 "$TESTS" "[bench-gemm]" >"$OUT/bench-gemm.log" 2>&1
+    rc=$?
+  else
+    rc=127
+  fi
+  cat "$OUT/bench-gemm.log" 2>/dev/null | grep -vE "^(=|~|All tests|test cases)" | sed '/^$/d' | head -20
+  if [ $rc -eq 0 ]; then note bench ok "bench-gemm.json ($(secs $t0) s)"; else note bench FAIL "rc=$rc (see bench-gemm.log)"; fi
+fi
+
+# ---- summary -------------------------------------------------------------------------------
+echo
+echo "==== device-test summary (logs in $OUT) ===="
+for line in "${SUMMARY[@]}"; do echo "$line"; done
+exit $FAILED

@@ -1,0 +1,125 @@
+// kernels/cast_transpose.cu: both layouts bit-exact from one read, fused amax, fused dbias,
+// and the plain code transpose.
+#if defined(FP8T_WITH_CUDA)
+
+#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
+
+#include <cmath>   // std::ldexp
+#include <vector>  // std::vector
+
+#include "fp8t_kernels.h"          // fp8t_cast_transpose*, fp8t_transpose_codes
+#include "lib/fp8/cuda_backend.h"  // cuda_backend
+#include "tests/kernels/cuda_test_util.h"
+
+namespace {
+
+using fp8t::fp8::Format;
+using namespace fp8t::test;
+
+at::Tensor grad_like_input(int64_t rows, int64_t cols, at::ScalarType dtype, uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor x = at::randn({rows, cols}, at::kFloat) * at::pow(2.0, at::randint(-8, 8, {rows, cols}, at::kFloat));
+  x.view({-1}).slice(0, 0, x.numel(), 11).zero_();
+  return x.to(dtype);
+}
+
+// [rows, cols] shapes: tiny, the TE odd shapes, non-multiples of 8 (scalar edges), one tile,
+// a partial edge tile in both directions, and a large one.
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},   {60, 160},  {217, 256}, {64, 64},
+                                                          {100, 72}, {13, 7},    {130, 200}, {2056, 4160}};
+
+}  // namespace
+
+TEST_CASE("cast_transpose: rowwise and columnwise codes bit-exact, amax exact", "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  for (Format f : {Format::kE4M3, Format::kE5M2}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      for (const auto& [rows, cols] : kShapes) {
+        if (skip_large(rows * cols)) continue;
+        CAPTURE(fp8t::fp8::format_name(f), dtype_name(dt), rows, cols);
+        const float scale = f == Format::kE4M3 ? 8.0f : 256.0f;
+        const at::Tensor x = grad_like_input(rows, cols, dt, rows * 1000 + cols);
+        const at::Tensor xg = x.cuda();
+        const at::Tensor scale_t = at::full({}, scale, on_cuda(at::kFloat));
+        at::Tensor amax = at::full({}, 0.125f, on_cuda(at::kFloat));
+        at::Tensor sinv = at::full({}, -1.0f, on_cuda(at::kFloat));
+        at::Tensor row = at::full({rows, cols}, 0xAB, on_cuda(at::kByte));
+        at::Tensor col = at::full({cols, rows}, 0xCD, on_cuda(at::kByte));
+        REQUIRE(fp8t_cast_transpose(xg.data_ptr(), dt == at::kFloat ? FP8T_DTYPE_F32 : FP8T_DTYPE_BF16, rows, cols,
+                                    scale_t.data_ptr<float>(),
+                                    f == Format::kE4M3 ? FP8T_FORMAT_E4M3 : FP8T_FORMAT_E5M2,
+                                    row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(), amax.data_ptr<float>(),
+                                    sinv.data_ptr<float>(), s) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        require_same_codes(row, host_encode(x, scale, f), x, scale);
+        const at::Tensor xt = x.t().contiguous();
+        require_same_codes(col, host_encode(xt, scale, f), xt, scale);
+        REQUIRE(same_bits(amax.item<float>(), host_amax(x, 0.125f)));
+        REQUIRE(same_bits(sinv.item<float>(), 1.0f / scale));
+      }
+    }
+  }
+}
+
+TEST_CASE("cast_transpose_dbias: codes exact and dbias within the FP32 summation bound", "[kernels][cuda]") {
+  require_gpu();
+  fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (const auto& [rows, cols] : kShapes) {
+      if (skip_large(rows * cols)) continue;
+      CAPTURE(dtype_name(dt), rows, cols);
+      const at::Tensor x = grad_like_input(rows, cols, dt, rows + 7 * cols);
+      fp8t::fp8::SlotRef slot;
+      slot.scale = at::full({}, 512.0f, on_cuda(at::kFloat));
+      slot.amax = at::zeros({}, on_cuda(at::kFloat));
+      slot.format = Format::kE5M2;
+      at::Tensor dbias;
+      const auto q = gpu.quantize_grad(x.cuda(), slot, true, &dbias);
+      require_same_codes(q.rowwise.codes, host_encode(x, 512.0f, Format::kE5M2), x, 512.0f);
+      const at::Tensor xt = x.t().contiguous();
+      require_same_codes(q.columnwise.codes, host_encode(xt, 512.0f, Format::kE5M2), xt, 512.0f);
+      REQUIRE(same_bits(slot.amax.item<float>(), host_amax(x, 0.0f)));
+      REQUIRE(dbias.scalar_type() == at::kFloat);
+      REQUIRE(dbias.sizes() == at::IntArrayRef{cols});
+
+      // Tolerance: recursive FP32 summation of n terms errs by at most ~n * 2^-24 * sum|x|; the
+      // kernel sums 64-row tiles, then the tiles, so n = 64 + ceil(rows / 64).
+      const at::Tensor xd = x.to(at::kDouble);
+      const at::Tensor ref = xd.sum(0);
+      const at::Tensor bound = xd.abs().sum(0) * ((64.0 + (rows + 63) / 64) * std::ldexp(1.0, -24)) + 1e-30;
+      const at::Tensor err = (dbias.cpu().to(at::kDouble) - ref).abs();
+      INFO("max error / bound = " << (err / bound).max().item<double>());
+      REQUIRE((err <= bound).all().item<bool>());
+    }
+  }
+}
+
+TEST_CASE("transpose_codes: byte transpose of FP8 codes", "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  for (const auto& [rows, cols] : kShapes) {
+    CAPTURE(rows, cols);
+    const at::Tensor in = at::randint(0, 256, {rows, cols}, on_cuda(at::kByte));
+    at::Tensor out = at::full({cols, rows}, 0xEE, on_cuda(at::kByte));
+    REQUIRE(fp8t_transpose_codes(in.data_ptr<uint8_t>(), rows, cols, out.data_ptr<uint8_t>(), s) == cudaSuccess);
+    REQUIRE(first_mismatch(out, in.t().contiguous()) == -1);
+  }
+}
+
+TEST_CASE("cast_transpose: precondition violations return cudaErrorInvalidValue", "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  const at::Tensor x = at::ones({16, 16}, on_cuda(at::kFloat));
+  at::Tensor codes = at::empty({16, 16}, on_cuda(at::kByte));
+  at::Tensor dbias = at::empty({16}, on_cuda(at::kFloat));
+  REQUIRE(fp8t_cast_transpose(x.data_ptr(), FP8T_DTYPE_F32, 16, 16, nullptr, FP8T_FORMAT_E4M3,
+                              codes.data_ptr<uint8_t>(), nullptr, nullptr, nullptr, s) == cudaErrorInvalidValue);
+  // dbias without a workspace
+  REQUIRE(fp8t_cast_transpose_dbias(x.data_ptr(), FP8T_DTYPE_F32, 16, 16, x.data_ptr<float>(), FP8T_FORMAT_E4M3,
+                                    codes.data_ptr<uint8_t>(), nullptr, nullptr, nullptr, dbias.data_ptr<float>(),
+                                    nullptr, s) == cudaErrorInvalidValue);
+  REQUIRE(fp8t_cast_transpose_dbias_workspace_bytes(130, 200) == 3 * 200 * sizeof(float));
+}
+
+#endif  // FP8T_WITH_CUDA
