@@ -82,7 +82,8 @@ Checkpoint make_checkpoint(const Run& run, const AdamW& opt, int64_t step, const
   if (run.scaling) {
     for (const auto& [k, v] : run.scaling->state_dict()) ck.tensors[k] = v;
   }
-  ck.tensors["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  ck.tensors["rng.cpu"] = gen.get_state();
   ck.meta = progress;
   ck.meta["step"] = step;
   ck.meta["data_position"] = run.data.train_position();
@@ -109,7 +110,8 @@ void restore_checkpoint(Run& run, AdamW& opt, const Checkpoint& ck) {
   if (run.scaling) run.scaling->load_state_dict(fp8_state);
   const auto rng = ck.tensors.find("rng.cpu");
   FP8T_INPUT_CHECK(rng != ck.tensors.end(), "checkpoint has no RNG state");
-  at::detail::getDefaultCPUGenerator().set_state(rng->second);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(rng->second);
   run.data.set_train_position(ck.meta.at("data_position").get<int64_t>());
 }
 
