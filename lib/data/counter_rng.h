@@ -31,6 +31,7 @@ constexpr uint64_t hash_key(std::initializer_list<uint64_t> words) {
 // draws of one window or one table.
 class SplitMix64 {
  public:
+  constexpr SplitMix64() = default;
   explicit constexpr SplitMix64(uint64_t seed) : state_(seed) {}
 
   constexpr uint64_t next() {
@@ -45,7 +46,7 @@ class SplitMix64 {
   }
 
  private:
-  uint64_t state_;
+  uint64_t state_ = 0;
 };
 
 // Data streams: one per purpose, so that e.g. validation never reuses training draws.

@@ -1,6 +1,8 @@
 #include "lib/data/dataset.h"
 
-#include <algorithm>  // std::copy_n, std::max
+#include <ATen/Parallel.h>  // at::parallel_for
+
+#include <algorithm>  // std::max
 #include <cmath>      // std::llround
 #include <iomanip>    // std::setprecision
 #include <sstream>    // std::ostringstream
@@ -71,22 +73,52 @@ struct Dataset::Impl {
   int64_t vocab_needed = 0;
   std::string description;
 
-  // A [batch_size, T] batch whose rows fill_row(row, inputs_row, targets_row) writes.
-  template <typename RowFiller>
-  Batch make_batch(int64_t batch_size, RowFiller&& fill_row) const;
+  // Synthetic batch: row r is the chain's walk for key_of_row(r).
+  template <typename KeyOfRow>
+  Batch chain_batch(int64_t batch_size, KeyOfRow&& key_of_row) const;
+  // File batch: row r is the window of `range` that starts start_of_row(r) tokens into it.
+  template <typename StartOfRow>
+  Batch window_batch(const TokenRange& range, int64_t batch_size, StartOfRow&& start_of_row) const;
+  // An empty [batch_size, T] batch and fill_rows(begin, end, inputs, targets) over row chunks.
+  template <typename RowsFiller>
+  Batch make_batch(int64_t batch_size, RowsFiller&& fill_rows) const;
 };
 
-template <typename RowFiller>
-Batch Dataset::Impl::make_batch(int64_t batch_size, RowFiller&& fill_row) const {
+template <typename RowsFiller>
+Batch Dataset::Impl::make_batch(int64_t batch_size, RowsFiller&& fill_rows) const {
   FP8T_CHECK(batch_size > 0, "batch size must be positive, got ", batch_size);
   const auto options = at::TensorOptions().dtype(at::kLong).device(at::kCPU);
   Batch batch{at::empty({batch_size, seq_len}, options), at::empty({batch_size, seq_len}, options)};
   int64_t* inputs = batch.inputs.data_ptr<int64_t>();
   int64_t* targets = batch.targets.data_ptr<int64_t>();
-  for (int64_t row = 0; row < batch_size; ++row) {
-    fill_row(row, inputs + row * seq_len, targets + row * seq_len);
-  }
+  // Rows are independent functions of their keys, so splitting them over threads cannot change
+  // the result. Tasks get at least ~16k tokens, so small batches stay on the calling thread.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / seq_len);
+  at::parallel_for(0, batch_size, grain,
+                   [&](int64_t begin, int64_t end) { fill_rows(begin, end, inputs, targets); });
   return batch;
+}
+
+template <typename KeyOfRow>
+Batch Dataset::Impl::chain_batch(int64_t batch_size, KeyOfRow&& key_of_row) const {
+  return make_batch(batch_size, [&](int64_t begin, int64_t end, int64_t* inputs, int64_t* targets) {
+    std::vector<uint64_t> keys(end - begin);
+    for (int64_t row = begin; row < end; ++row) keys[row - begin] = key_of_row(row);
+    chain->sample_rows(keys.data(), end - begin, seq_len, inputs + begin * seq_len,
+                       targets + begin * seq_len);
+  });
+}
+
+template <typename StartOfRow>
+Batch Dataset::Impl::window_batch(const TokenRange& range, int64_t batch_size,
+                                  StartOfRow&& start_of_row) const {
+  return make_batch(batch_size, [&](int64_t begin, int64_t end, int64_t* inputs, int64_t* targets) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t start = range.begin + start_of_row(row);
+      range.store->copy_to(start, seq_len, inputs + row * seq_len);
+      range.store->copy_to(start + 1, seq_len, targets + row * seq_len);
+    }
+  });
 }
 
 Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank,
@@ -166,24 +198,17 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
 Batch Dataset::next_train(int64_t batch_size) {
   const Impl& d = *impl_;
   const uint64_t position = static_cast<uint64_t>(train_position_);
-  auto row_key = [&](int64_t row) {
+  auto key_of_row = [&](int64_t row) {
     return hash_key({d.seed, static_cast<uint64_t>(Stream::kTrain), static_cast<uint64_t>(d.rank), position,
                      static_cast<uint64_t>(row)});
   };
   Batch batch;
   if (d.chain) {
-    std::vector<int64_t> window(d.seq_len + 1);
-    batch = d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
-      d.chain->sample_window(row_key(row), d.seq_len + 1, window.data());
-      std::copy_n(window.data(), d.seq_len, in);
-      std::copy_n(window.data() + 1, d.seq_len, tgt);
-    });
+    batch = d.chain_batch(batch_size, key_of_row);
   } else {
     const uint64_t starts = static_cast<uint64_t>(d.train.size() - d.seq_len);  // >= 1 (checked at open)
-    batch = d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
-      const int64_t s = d.train.begin + static_cast<int64_t>(SplitMix64(row_key(row)).below(starts));
-      d.train.store->copy_to(s, d.seq_len, in);
-      d.train.store->copy_to(s + 1, d.seq_len, tgt);
+    batch = d.window_batch(d.train, batch_size, [&](int64_t row) {
+      return static_cast<int64_t>(SplitMix64(key_of_row(row)).below(starts));
     });
   }
   ++train_position_;
@@ -196,23 +221,16 @@ Batch Dataset::val_batch(int64_t index, int64_t batch_size) const {
   // Row g of global validation batch `index`; rank k holds rows [k * B, (k + 1) * B).
   auto global_row = [&](int64_t row) { return d.rank * batch_size + row; };
   if (d.chain) {
-    std::vector<int64_t> window(d.seq_len + 1);
-    return d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
-      const uint64_t key = hash_key({d.seed, static_cast<uint64_t>(Stream::kVal),
-                                     static_cast<uint64_t>(index), static_cast<uint64_t>(global_row(row))});
-      d.chain->sample_window(key, d.seq_len + 1, window.data());
-      std::copy_n(window.data(), d.seq_len, in);
-      std::copy_n(window.data() + 1, d.seq_len, tgt);
+    return d.chain_batch(batch_size, [&](int64_t row) {
+      return hash_key({d.seed, static_cast<uint64_t>(Stream::kVal), static_cast<uint64_t>(index),
+                       static_cast<uint64_t>(global_row(row))});
     });
   }
   // Consecutive non-overlapping windows, wrapping around when the tail is exhausted.
   const int64_t windows = (d.val.size() - 1) / d.seq_len;  // >= 1 (checked at open)
   const int64_t rows_per_batch = batch_size * d.world_size;
-  return d.make_batch(batch_size, [&](int64_t row, int64_t* in, int64_t* tgt) {
-    const int64_t window = (index % windows * (rows_per_batch % windows) + global_row(row)) % windows;
-    const int64_t s = d.val.begin + window * d.seq_len;
-    d.val.store->copy_to(s, d.seq_len, in);
-    d.val.store->copy_to(s + 1, d.seq_len, tgt);
+  return d.window_batch(d.val, batch_size, [&](int64_t row) {
+    return (index % windows * (rows_per_batch % windows) + global_row(row)) % windows * d.seq_len;
   });
 }
 

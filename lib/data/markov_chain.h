@@ -8,8 +8,10 @@
 // Windows are generated on the fly from a key (see counter_rng.h): no storage, exact resume.
 #pragma once
 
-#include <cstdint>  // int64_t, uint64_t
+#include <cstdint>  // int64_t, uint32_t, uint64_t
 #include <vector>   // std::vector
+
+#include "lib/data/counter_rng.h"  // SplitMix64
 
 namespace fp8t::data {
 
@@ -18,13 +20,14 @@ class MarkovChain {
   static constexpr int kMinSuccessors = 2;
   static constexpr int kMaxSuccessors = 4;
 
-  // The chain is a pure function of (vocab_size, seed). vocab_size >= 2.
+  // The chain is a pure function of (vocab_size, seed). 2 <= vocab_size < 2^31.
   static MarkovChain random(int64_t vocab_size, uint64_t seed);
 
   int64_t vocab_size() const { return vocab_size_; }
-  // Transition probability P[from, to] (0 for non-successors).
+  // Transition probability P[from, to] (0 for non-successors): exactly the probability with
+  // which the sampler moves, since both come from the same 32-bit thresholds.
   double probability(int64_t from, int64_t to) const;
-  int successor_count(int64_t token) const { return counts_[token]; }
+  int successor_count(int64_t token) const { return static_cast<int>(rows_[token].count); }
   // Stationary distribution, found by power iteration on the lazy chain (P + I) / 2, which has
   // the same fixed point and converges for every irreducible chain, periodic or not.
   const std::vector<double>& stationary() const { return stationary_; }
@@ -32,18 +35,40 @@ class MarkovChain {
   double entropy_rate_nats() const { return entropy_rate_; }
 
   // Writes tokens x_0 .. x_{length-1} of the window identified by `key`: x_0 ~ pi, then
-  // x_{t+1} ~ P[x_t, :]. `out` has room for `length` values.
+  // x_{t+1} ~ P[x_t, :].
   void sample_window(uint64_t key, int64_t length, int64_t* out) const;
+  // Training pairs for `rows` walks: row r is the walk x_0 .. x_T of keys[r] (as sample_window
+  // of length + 1 writes it), split into inputs + r * length <- x_0 .. x_{T-1} and
+  // targets + r * length <- x_1 .. x_T.
+  // The walks advance in lockstep, so their table look-ups overlap: a single walk is a chain
+  // of dependent loads, which for a large vocabulary waits on memory at every step.
+  void sample_rows(const uint64_t* keys, int64_t rows, int64_t length, int64_t* inputs,
+                   int64_t* targets) const;
 
  private:
+  // One 32-byte record per token, so a step touches a single cache line even when the table
+  // (vocab * 32 bytes) outgrows the caches. Successor k is taken for a 32-bit draw u with
+  // threshold[k-1] <= u < threshold[k]; the unused thresholds are UINT32_MAX and the unused
+  // `next` slots repeat the last successor, so k = (number of thresholds <= u) needs no branch.
+  struct Transitions {
+    uint32_t threshold[kMaxSuccessors - 1];
+    uint32_t count;
+    int32_t next[kMaxSuccessors];
+  };
+  static_assert(sizeof(Transitions) == 32, "one transition record per half cache line");
+
   double probability_slot(int64_t from, int slot) const;
+  int64_t start_token(SplitMix64& rng) const;
+  int64_t step(int64_t token, SplitMix64& rng) const {
+    const Transitions& row = rows_[token];
+    const uint32_t u = static_cast<uint32_t>(rng.next() >> 32);
+    int k = 0;
+    for (int j = 0; j < kMaxSuccessors - 1; ++j) k += u >= row.threshold[j];
+    return row.next[k];
+  }
 
   int64_t vocab_size_ = 0;
-  // Successor table, kMaxSuccessors slots per token: successor ids and cumulative
-  // probabilities (the last used slot holds exactly 1.0, so a uniform draw always lands).
-  std::vector<int64_t> next_;
-  std::vector<double> cumulative_;
-  std::vector<int> counts_;
+  std::vector<Transitions> rows_;
   std::vector<double> stationary_;
   std::vector<double> stationary_cumulative_;
   double entropy_rate_ = 0.0;

@@ -77,6 +77,15 @@ TEST_CASE("restoring the train position reproduces the batches", "[data]") {
   REQUIRE(same(resumed.next_train(4), draws[4]));
   resumed.set_train_position(0);
   REQUIRE(same(resumed.next_train(4), draws[0]));
+  // A row depends on (position, row) only: not on the batch size, nor on how many threads
+  // built the batch (600 x 64 tokens is split into several tasks).
+  resumed.set_train_position(2);
+  const Batch big = resumed.next_train(600);
+  REQUIRE(at::equal(big.inputs.slice(0, 0, 4), draws[2].inputs));
+  REQUIRE(at::equal(big.targets.slice(0, 0, 4), draws[2].targets));
+  Dataset again = synthetic(9);
+  again.set_train_position(2);
+  REQUIRE(same(again.next_train(600), big));
 }
 
 TEST_CASE("ranks draw different training batches and share the chain", "[data]") {

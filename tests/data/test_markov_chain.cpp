@@ -57,6 +57,22 @@ TEST_CASE("MarkovChain is a function of the seed and the walk a function of the 
   for (size_t t = 1; t < wa.size(); ++t) REQUIRE(a.probability(wa[t - 1], wa[t]) > 0.0);
 }
 
+TEST_CASE("MarkovChain lockstep rows are the single walks split into inputs and targets", "[data]") {
+  const MarkovChain chain = MarkovChain::random(50, 3);
+  const int64_t rows = 11, length = 37;  // more rows than lanes, and a partial group
+  std::vector<uint64_t> keys(rows);
+  for (int64_t r = 0; r < rows; ++r) keys[r] = fp8t::data::hash_key({7, static_cast<uint64_t>(r)});
+  std::vector<int64_t> inputs(rows * length), targets(rows * length), walk(length + 1);
+  chain.sample_rows(keys.data(), rows, length, inputs.data(), targets.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    chain.sample_window(keys[r], length + 1, walk.data());
+    REQUIRE(std::vector<int64_t>(inputs.begin() + r * length, inputs.begin() + (r + 1) * length) ==
+            std::vector<int64_t>(walk.begin(), walk.end() - 1));
+    REQUIRE(std::vector<int64_t>(targets.begin() + r * length, targets.begin() + (r + 1) * length) ==
+            std::vector<int64_t>(walk.begin() + 1, walk.end()));
+  }
+}
+
 TEST_CASE("MarkovChain handles the smallest vocabulary and a GPT-2 sized one", "[data]") {
   const MarkovChain tiny = MarkovChain::random(2, 1);
   REQUIRE(std::isfinite(tiny.entropy_rate_nats()));
