@@ -7,6 +7,8 @@
 #   scripts/device-test.sh                       # everything
 #   scripts/device-test.sh --only build,tests     # parts: build, tests, sanitizer, bench
 #   scripts/device-test.sh --build-dir build-gpu --jobs 16
+#   Time limits per step (seconds): FP8T_BUILD_TIMEOUT, FP8T_TESTS_TIMEOUT,
+#   FP8T_SANITIZER_TIMEOUT, FP8T_BENCH_TIMEOUT.
 #
 # Dependencies: an importable torch (the CUDA wheel is a complete LibTorch) and nvcc. The C++
 # packages (yaml-cpp, spdlog, fmt, CLI11, Catch2, nlohmann-json) come from the system when
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY="$2"; shift 2 ;;
     --build-dir) BUILD_DIR="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "device-test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,9 +69,9 @@ if want build; then
   if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
        >"$OUT/configure.log" 2>&1; then
     # The tests first: the GPU checks need only them; fp8train is needed for bench-gemm.
-    ninja -C "$BUILD_DIR" -j"$JOBS" fp8t_tests >"$OUT/build.log" 2>&1
+    timeout "${FP8T_BUILD_TIMEOUT:-1800}" ninja -C "$BUILD_DIR" -j"$JOBS" fp8t_tests >"$OUT/build.log" 2>&1
     rc_tests=$?
-    ninja -C "$BUILD_DIR" -j"$JOBS" fp8train >>"$OUT/build.log" 2>&1
+    timeout "${FP8T_BUILD_TIMEOUT:-1800}" ninja -C "$BUILD_DIR" -j"$JOBS" fp8train >>"$OUT/build.log" 2>&1
     rc_app=$?
     if [ $rc_tests -eq 0 ] && [ $rc_app -eq 0 ]; then
       note build ok "fp8t_tests + fp8train in $(secs $t0) s"
@@ -83,49 +85,58 @@ if want build; then
   fi
 fi
 
-# ---- GPU tests -----------------------------------------------------------------------------
-if want tests; then
-  if [ -x "$TESTS" ]; then
-    t0=$(date +%s)
-    log "fp8t_tests [cuda]"
-    FP8T_TEST_REPORT=1 timeout 300 "$TESTS" "[cuda]" --durations yes >"$OUT/tests-cuda.log" 2>&1
-    rc=$?
-    result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-cuda.log" | tail -1)
-    grep -E "gemm worst|norm (ln|rms)" "$OUT/tests-cuda.log"
-    if [ $rc -eq 0 ]; then note tests ok "$result ($(secs $t0) s)"; else note tests FAIL "rc=$rc: $result"; tail -40 "$OUT/tests-cuda.log"; fi
-  else
-    note tests FAIL "no $TESTS"
-  fi
-fi
-
-# ---- compute-sanitizer ---------------------------------------------------------------------
+# ---- GPU tests and compute-sanitizer -------------------------------------------------------
+# The two sanitizer runs start in the background and share the GPU with the plain test run (none
+# of them times anything); the benchmark below runs alone.
+declare -A SAN_PID=() SAN_T0=()
 if want sanitizer; then
   if [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     for tool in memcheck racecheck; do
-      t0=$(date +%s)
-      log "compute-sanitizer --tool $tool on [kernels][cuda] (large shapes skipped)"
-      FP8T_TEST_SMALL=1 timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        "$TESTS" "[kernels][cuda]" >"$OUT/sanitizer-$tool.log" 2>&1
-      rc=$?
-      summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)
-      if [ $rc -eq 0 ]; then note "$tool" ok "${summary:-no errors} ($(secs $t0) s)"
-      else note "$tool" FAIL "rc=$rc ${summary}"; grep -E "=========" "$OUT/sanitizer-$tool.log" | head -30; fi
+      log "compute-sanitizer --tool $tool on [kernels][cuda] (large shapes skipped), in the background"
+      SAN_T0[$tool]=$(date +%s)
+      FP8T_TEST_SMALL=1 timeout "${FP8T_SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 "$TESTS" "[kernels][cuda]" >"$OUT/sanitizer-$tool.log" 2>&1 &
+      SAN_PID[$tool]=$!
     done
   else
     note sanitizer FAIL "fp8t_tests or compute-sanitizer missing"
   fi
 fi
 
+if want tests; then
+  if [ -x "$TESTS" ]; then
+    t0=$(date +%s)
+    log "fp8t_tests [cuda]"
+    FP8T_TEST_REPORT=1 timeout "${FP8T_TESTS_TIMEOUT:-300}" "$TESTS" "[cuda]" --durations yes >"$OUT/tests-cuda.log" 2>&1
+    rc=$?
+    result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-cuda.log" | tail -1)
+    grep -E "gemm worst|norm (ln|rms)" "$OUT/tests-cuda.log"
+    if [ $rc -eq 0 ]; then note tests ok "$result ($(secs $t0) s)"; else note tests FAIL "rc=$rc: $result"; grep -B2 -A12 -E "FAILED|REQUIRE" "$OUT/tests-cuda.log" | head -60; fi
+  else
+    note tests FAIL "no $TESTS"
+  fi
+fi
+
+for tool in "${!SAN_PID[@]}"; do
+  wait "${SAN_PID[$tool]}"
+  rc=$?
+  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)
+  result=$(grep -E "^(All tests passed|test cases:)" "$OUT/sanitizer-$tool.log" | tail -1)
+  if [ $rc -eq 0 ]; then note "$tool" ok "${summary:-no errors}; $result ($(secs ${SAN_T0[$tool]}) s)"
+  elif [ $rc -eq 124 ]; then note "$tool" FAIL "timed out after $(secs ${SAN_T0[$tool]}) s (partial log)"
+  else note "$tool" FAIL "rc=$rc ${summary}"; grep -E "^=========" "$OUT/sanitizer-$tool.log" | head -30; fi
+done
+
 # ---- GEMM benchmark ------------------------------------------------------------------------
 if want bench; then
   t0=$(date +%s)
   if [ -x "$APP" ] && "$APP" bench-gemm --help >/dev/null 2>&1; then
     log "fp8train bench-gemm"
-    timeout 240 "$APP" bench-gemm --json "$OUT/bench-gemm.json" >"$OUT/bench-gemm.log" 2>&1
+    timeout "${FP8T_BENCH_TIMEOUT:-300}" "$APP" bench-gemm --json "$OUT/bench-gemm.json" >"$OUT/bench-gemm.log" 2>&1
     rc=$?
   elif [ -x "$TESTS" ]; then
     log "fp8train bench-gemm unavailable; running the benchmark through fp8t_tests [bench-gemm]"
-    FP8T_BENCH_JSON="$OUT/bench-gemm.json" timeout 240 "$TESTS" "[bench-gemm]" >"$OUT/bench-gemm.log" 2>&1
+    FP8T_BENCH_JSON="$OUT/bench-gemm.json" timeout "${FP8T_BENCH_TIMEOUT:-300}" "$TESTS" "[bench-gemm]" >"$OUT/bench-gemm.log" 2>&1
     rc=$?
   else
     rc=127
