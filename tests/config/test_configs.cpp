@@ -7,6 +7,7 @@
 #include "tests/config/config_test_util.h"
 
 #include "lib/config/fields.h"
+#include "lib/util/error.h"  // fp8t::Error
 #include "lib/config/loader.h"
 
 namespace fs = std::filesystem;

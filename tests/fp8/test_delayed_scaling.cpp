@@ -7,6 +7,7 @@
 #include <limits>     // std::numeric_limits
 #include <random>     // std::mt19937
 
+#include "lib/util/error.h"  // fp8t::Error
 #include "tests/catch.h"
 
 using namespace fp8t::fp8;

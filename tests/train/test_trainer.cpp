@@ -3,6 +3,7 @@
 
 #include <fstream>  // std::ifstream
 
+#include "lib/util/error.h"  // fp8t::Error
 #include "tests/catch.h"
 #include "tests/train/temp_dir.h"
 
