@@ -10,6 +10,7 @@
 
 #include "apps/fp8train/commands.h"  // add_*_command
 #include "lib/util/error.h"          // fp8t::Error
+#include "lib/util/log.h"            // setup_logging
 #include "lib/util/versions.h"       // fp8train_version, runtime_versions
 
 int main(int argc, char** argv) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   fp8t::app::add_train_command(app);
   fp8t::app::add_bench_gemm_command(app);
   try {
+    fp8t::setup_logging(/*quiet=*/false, "");  // messages (and errors) on stderr from the start
     app.parse(argc, argv);
     return 0;
   } catch (const CLI::ParseError& e) {

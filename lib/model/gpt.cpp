@@ -69,7 +69,6 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
     blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>(cfg)));
   }
   add_slot("ln_f", make_norm(cfg), &ln_f, /*feeds=*/"lm_head");
-  auto head = std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, /*bias=*/false);
 
   // GPT-2 initialisation: N(0, 0.02) everywhere, residual projections scaled by
   // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
@@ -81,11 +80,11 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
     std::static_pointer_cast<Linear>(b->attn->c_proj)->weight.normal_(0.0, proj_std);
     std::static_pointer_cast<Linear>(b->mlp->c_proj)->weight.normal_(0.0, proj_std);
   }
-  if (cfg.tie_embeddings) {
-    // The head shares the embedding matrix: replace its own parameter by the same tensor.
-    head->weight = head->register_parameter("weight", wte->weight);
-  }
-  add_slot("lm_head", head, &lm_head);
+  // A tied head shares the embedding matrix (the same tensor, counted once).
+  add_slot("lm_head",
+           cfg.tie_embeddings ? std::make_shared<Linear>(wte->weight)
+                              : std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, /*bias=*/false),
+           &lm_head);
 }
 
 at::Tensor Gpt::forward(const at::Tensor& idx) {

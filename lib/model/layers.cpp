@@ -12,6 +12,11 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias) : in_features(in), out_f
   weight.normal_(0.0, 0.02);
 }
 
+Linear::Linear(const at::Tensor& shared_weight)
+    : in_features(shared_weight.size(1)), out_features(shared_weight.size(0)) {
+  weight = register_parameter("weight", shared_weight);
+}
+
 at::Tensor Linear::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
 
 Norm::Norm(Kind k, int64_t d, double e, bool with_bias) : kind(k), dim(d), eps(e) {

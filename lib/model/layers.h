@@ -25,6 +25,8 @@ class UnaryModule : public torch::nn::Module {
 class Linear : public UnaryModule {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias);
+  // A bias-free Linear over an existing [out, in] weight (a tied LM head shares the embedding).
+  explicit Linear(const at::Tensor& shared_weight);
   at::Tensor forward(const at::Tensor& x) override;
   int64_t in_features;
   int64_t out_features;

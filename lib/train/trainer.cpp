@@ -301,6 +301,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
           row["fp8"] = fp8_stats_json(*run.scaling);
           for (const auto& s : row["fp8"]) {
             auto& w = worst_fp8[s["slot"].get<std::string>()];
+            if (w.is_null()) w = {{"saturated", 0.0}, {"underflow", 0.0}};
             w["saturated"] = std::max(w.value("saturated", 0.0), s["saturated"].get<double>());
             w["underflow"] = std::max(w.value("underflow", 0.0), s["underflow"].get<double>());
           }

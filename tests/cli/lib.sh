@@ -17,5 +17,5 @@ losses() { python3 -c "import json,sys; [print(repr(r['loss'])) for r in map(jso
 fp8train_short() {
   local name=$1; shift
   "$FP8TRAIN" --config "$CONFIG" --out-dir "$WORK/runs" --run-name "$name" --quiet \
-    --steps 60 --set train.eval_interval=0 --set train.eval_batches=2 "$@"
+    --steps 60 --set train.warmup_steps=5 --set train.eval_interval=0 --set train.eval_batches=2 "$@"
 }

@@ -10,6 +10,7 @@
 #include <random>      // std::random_device
 #include <string>      // std::string
 #include <vector>      // std::vector
+#include "tests/train/temp_dir.h"  // TempDir::remove_tree
 
 namespace fp8t::data::testing {
 
@@ -22,10 +23,7 @@ class ScratchDir {
             ("fp8t_data_test_" + std::to_string(std::random_device{}()) + "_" + std::to_string(counter()++));
     fs::create_directories(path_);
   }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
+  ~ScratchDir() { fp8t::test::TempDir::remove_tree(path_); }  // see temp_dir.h: no remove_all
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
 
