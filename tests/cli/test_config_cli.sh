@@ -24,6 +24,7 @@ expect_bad "n_head" --config indivisible.yaml
 expect_bad "fp8.margin" --config "$CONFIG" --fp8-margin -1
 expect_bad "train.lr" --config "$CONFIG" --set train.lr=abc
 expect_bad "fp8_format" --config "$CONFIG" --fp8-format E5M2
-expect_bad "data.train_path" --config "$CONFIG" --set data.source=text --set data.train_path=/no/such/file.txt
+expect_bad "data.train_path" --config "$CONFIG" --set data.source=text --set model.vocab_size=256 \
+  --set data.train_path=/no/such/file.txt
 expect_bad "no_such" --config "$CONFIG" --set no_such.key=1
 echo "ok"
