@@ -55,19 +55,19 @@ struct DataSection {
 };
 
 struct TrainSection {
-  int64_t steps = 300;
+  int64_t steps = 200;
   int64_t micro_batch_size = 16;
   int64_t grad_accum_steps = 1;
   double lr = 3e-3;
   double min_lr = 3e-4;
-  int64_t warmup_steps = 30;
+  int64_t warmup_steps = 20;
   LrSchedule schedule = LrSchedule::kCosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;         // global-norm clip; 0 disables
-  int64_t eval_interval = 100;    // 0 disables periodic eval (a final eval still runs)
+  int64_t eval_interval = 50;    // 0 disables periodic eval (a final eval still runs)
   int64_t eval_batches = 8;
   int64_t log_interval = 10;
   int64_t checkpoint_interval = 0;  // 0: only the final checkpoint
