@@ -50,12 +50,12 @@ class MarkovChain {
   // (vocab * 32 bytes) outgrows the caches. Successor k is taken for a 32-bit draw u with
   // threshold[k-1] <= u < threshold[k]; the unused thresholds are UINT32_MAX and the unused
   // `next` slots repeat the last successor, so k = (number of thresholds <= u) needs no branch.
-  struct Transitions {
+  struct alignas(32) Transitions {  // aligned: never straddles two cache lines
     uint32_t threshold[kMaxSuccessors - 1];
     uint32_t count;
     int32_t next[kMaxSuccessors];
   };
-  static_assert(sizeof(Transitions) == 32, "one transition record per half cache line");
+  static_assert(sizeof(Transitions) == 32, "two transition records per cache line");
 
   double probability_slot(int64_t from, int slot) const;
   int64_t start_token(SplitMix64& rng) const;
