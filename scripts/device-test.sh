@@ -13,7 +13,7 @@
 # Dependencies: an importable torch (the CUDA wheel is a complete LibTorch) and nvcc. The C++
 # packages (yaml-cpp, spdlog, fmt, CLI11, Catch2, nlohmann-json) come from the system when
 # installed (apt-get install ... on a machine with internet), otherwise from the Debian packages
-# in .deps/*.deb (scripts/setup.sh says how to fetch them), unpacked into /tmp/deps: the path
+# in .deps/*.deb (the header of scripts/setup.sh says how to fetch them), unpacked into /tmp/deps: the path
 # for an offline GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."

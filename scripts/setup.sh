@@ -7,8 +7,10 @@
 # Dependencies:
 #   - OS packages (Debian/Ubuntu): cmake, ninja, g++, yaml-cpp, spdlog, fmt, CLI11, Catch2,
 #     nlohmann-json. Installed with apt-get when missing (as root, or through sudo).
-#     Without apt (an offline GPU machine) put the .deb files in .deps/ (see
-#     scripts/fetch-deps.sh); they are unpacked into .deps/root.
+#     Without apt (an offline GPU machine) put the .deb files in .deps/ first, downloaded on a
+#     Debian 12 machine with: mkdir -p .deps && cd .deps && apt-get download libyaml-cpp-dev
+#     libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev catch2
+#     nlohmann-json3-dev; they are unpacked into .deps/root.
 #   - LibTorch: the PyTorch wheel. An importable torch >= 2.11 of $FP8T_PYTHON (or python3) is
 #     reused; otherwise a project-local .venv gets `pip install torch`.
 #     A downloaded libtorch works too: FP8T_TORCH_PREFIX=/path/to/libtorch scripts/setup.sh
