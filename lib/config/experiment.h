@@ -1,7 +1,7 @@
 // The experiment schema: plain structs with defaults. One ExperimentConfig describes a run
 // completely; it is what `--print-config` prints and what the run folder's config.yaml holds.
 //
-// Defaults < YAML file < CLI flags (lib/config/overrides.h). Validation lives in
+// Defaults < YAML file < CLI flags (lib/config/loader.h, cli_flags.h). Validation lives in
 // lib/config/validate.h. Every key here has one entry in the field table of
 // lib/config/fields.cpp (name, help text, range), which drives YAML reading, `--set`,
 // printing and `--help`.
