@@ -1,6 +1,7 @@
 // Checkpoint files: named tensors plus JSON metadata, in one file written atomically.
 //
-// Format: the zip container of torch.save (readable in Python with torch.load), holding one
+// Format: the zip container that torch::pickle_save writes (documented by LibTorch as loadable
+// with torch.load in Python; not tested here), holding one
 // dict {"format": "fp8train-checkpoint", "version": 1, "meta": <JSON text>,
 //       "tensors": {name: tensor}}.
 // Tensors are stored with their dtype and shape (CUDA tensors are copied to the host while
