@@ -111,3 +111,20 @@ if(_fp8t_wheel_lib_dirs)
   set(FP8T_TORCH_LINK_OPTIONS "LINKER:-rpath-link,${_fp8t_rpath_link}")
 endif()
 message(STATUS "fp8train: CUDA kernels ${FP8T_HAVE_NVCC}, CUDA backend ${FP8T_WITH_CUDA}")
+
+# ---- c10d backends for data-parallel training (lib/dist) ---------------------------------
+# The wheel's LibTorch contains ProcessGroupGloo and ProcessGroupNCCL but not the headers of
+# gloo and NCCL that their headers include. gloo's come from the OS (Debian: libgloo-dev; only
+# the headers are used, the code is inside LibTorch); nccl.h comes with the wheel's
+# nvidia-nccl package. Without gloo headers, CPU data-parallel runs report a clear error.
+find_path(FP8T_GLOO_INCLUDE_DIR gloo/algorithm.h)
+if(FP8T_GLOO_INCLUDE_DIR)
+  set(FP8T_HAVE_GLOO ON)
+else()
+  set(FP8T_HAVE_GLOO OFF)
+endif()
+find_path(FP8T_NCCL_INCLUDE_DIR nccl.h HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include" NO_DEFAULT_PATH)
+if(NOT FP8T_NCCL_INCLUDE_DIR)
+  find_path(FP8T_NCCL_INCLUDE_DIR nccl.h)
+endif()
+message(STATUS "fp8train: gloo headers ${FP8T_GLOO_INCLUDE_DIR}, nccl.h ${FP8T_NCCL_INCLUDE_DIR}")

@@ -6,11 +6,11 @@
 #
 # Dependencies:
 #   - OS packages (Debian/Ubuntu): cmake, ninja, g++, yaml-cpp, spdlog, fmt, CLI11, Catch2,
-#     nlohmann-json. Installed with apt-get when missing (as root, or through sudo).
+#     nlohmann-json, gloo headers (data-parallel on CPU). Installed with apt-get when missing (as root, or through sudo).
 #     Without apt (an offline GPU machine) put the .deb files in .deps/ first, downloaded on a
 #     Debian 12 machine with: mkdir -p .deps && cd .deps && apt-get download libyaml-cpp-dev
 #     libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev catch2
-#     nlohmann-json3-dev; they are unpacked into .deps/root.
+#     nlohmann-json3-dev libgloo-dev; they are unpacked into .deps/root.
 #   - LibTorch: the PyTorch wheel. An importable torch >= 2.11 of $FP8T_PYTHON (or python3) is
 #     reused; otherwise a project-local .venv gets `pip install torch`.
 #     A downloaded libtorch works too: FP8T_TORCH_PREFIX=/path/to/libtorch scripts/setup.sh
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD_DIR=${FP8T_BUILD_DIR:-build}
-APT_PACKAGES="cmake ninja-build g++ python3-venv libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2 nlohmann-json3-dev"
+APT_PACKAGES="cmake ninja-build g++ python3-venv libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2 nlohmann-json3-dev libgloo-dev"
 log() { echo "[setup] $*"; }
 
 # ---- OS packages ------------------------------------------------------------------------

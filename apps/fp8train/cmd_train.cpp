@@ -56,6 +56,7 @@ void add_train_command(CLI::App& app) {
     options.dry_run = args->dry_run;
     options.resume = args->resume;
     options.stop_after = args->stop_after;
+    options.launch = dist::launch_info_from_environment();  // torchrun's RANK, WORLD_SIZE, ...
     train::run_training(loaded, options);
   });
 }

@@ -73,11 +73,18 @@ struct TrainSection {
   int64_t checkpoint_interval = 0;  // 0: only the final checkpoint
 };
 
+// Data-parallel settings (used only when launched by torchrun, lib/dist/launch.h).
+struct DistSection {
+  int64_t timeout_s = 600;        // a collective or the rendezvous waiting longer fails the job
+  double bucket_mb = 25.0;        // gradient all-reduce bucket size in MiB
+};
+
 struct ExperimentConfig {
   RunSection run;
   ModelSection model;
   DataSection data;
   TrainSection train;
+  DistSection dist;
   Precision precision = Precision::kFp32;
   fp8::Recipe fp8;
 };

@@ -430,6 +430,13 @@ std::vector<Field> build_table() {
   t.push_back(int_field("train.checkpoint_interval", "steps between checkpoints; 0: only the final checkpoint",
                         [](auto& c) -> auto& { return c.train.checkpoint_interval; }, at_least(0)));
   // precision
+  // dist
+  t.push_back(int_field("dist.timeout_s",
+                        "data-parallel runs: seconds a rendezvous or collective may wait for the other ranks "
+                        "before the job fails",
+                        [](auto& c) -> auto& { return c.dist.timeout_s; }, at_least(1)));
+  t.push_back(float_field("dist.bucket_mb", "data-parallel runs: gradient all-reduce bucket size in MiB",
+                          [](auto& c) -> auto& { return c.dist.bucket_mb; }, greater_than(0)));
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
   // fp8

@@ -198,9 +198,11 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
 Batch Dataset::next_train(int64_t batch_size) {
   const Impl& d = *impl_;
   const uint64_t position = static_cast<uint64_t>(train_position_);
+  // Row r of rank k is row k * B + r of the global batch, so W ranks of B rows draw exactly
+  // the rows one process of W * B rows draws. (The 0 is a fixed field of the key layout.)
   auto key_of_row = [&](int64_t row) {
-    return hash_key({d.seed, static_cast<uint64_t>(Stream::kTrain), static_cast<uint64_t>(d.rank), position,
-                     static_cast<uint64_t>(row)});
+    return hash_key({d.seed, static_cast<uint64_t>(Stream::kTrain), 0, position,
+                     static_cast<uint64_t>(d.rank * batch_size + row)});
   };
   Batch batch;
   if (d.chain) {

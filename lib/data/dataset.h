@@ -4,8 +4,10 @@
 // files), `text` (a file's bytes) and `tokens` (an llm.c shard or a nanoGPT .bin).
 //
 // Determinism: every window is a pure function of a key, never of generator state.
-//   training row r of draw p on rank k: key (seed, train, k, p, r). For files the key picks a
-//     random start in the training part; for synthetic data it seeds the chain's walk.
+//   training row r of draw p on rank k with B rows per rank: global row g = k * B + r, key
+//     (seed, train, p, g), so W ranks of B rows draw exactly the rows one process of W * B rows
+//     draws. For files the key picks a random start in the training part; for synthetic data it
+//     seeds the chain's walk.
 //   validation batch i, row r on rank k of world W: global row g = k * B + r of batch i, so W
 //     ranks of B rows evaluate exactly the rows one rank of W * B rows would. For files these
 //     are consecutive non-overlapping windows of the validation part (independent of the

@@ -7,24 +7,27 @@
 #include <chrono>   // std::chrono
 #include <cmath>    // std::isfinite, std::log
 #include <csignal>  // std::signal
+#include <filesystem>  // std::filesystem::path
 #include <memory>   // std::shared_ptr
+#include <optional>  // std::optional
 
 #include "lib/config/print.h"         // config::to_yaml
 #include "lib/data/dataset.h"         // data::Dataset
-#include "lib/fp8/rewrite.h"          // fp8::rewrite_to_fp8
+#include "lib/dist/communicator.h"   // dist::Communicator
+#include "lib/dist/grad_sync.h"      // dist::GradientSync
+#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/model/gpt.h"            // model::Gpt
 #include "lib/train/checkpoint.h"     // save_checkpoint
 #include "lib/train/console.h"        // StatusLine
-#include "lib/train/grad_clip.h"      // clip_grad_norm_
 #include "lib/train/lr_schedule.h"    // learning_rate
 #include "lib/train/metrics.h"        // MetricsWriter
 #include "lib/train/optimizer.h"      // AdamW
 #include "lib/train/run_dir.h"        // RunDir
+#include "lib/train/session.h"        // Session
 #include "lib/util/error.h"           // FP8T_THROW
 #include "lib/util/log.h"             // setup_logging
 #include "lib/util/memory.h"          // peak_memory_bytes
 #include "lib/util/timer.h"           // Stopwatch
-#include "lib/util/torch_compat.h"    // compat::AutocastGuard
 
 namespace fp8t {
 namespace train {
@@ -34,53 +37,39 @@ namespace {
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp8: return "fp8";
-  }
-  return "?";
-}
-
 // Everything a step needs, built once.
 struct Run {
   const ExperimentConfig& cfg;
-  at::Device device;
-  std::shared_ptr<model::Gpt> gpt;
-  std::shared_ptr<fp8::DelayedScaling> scaling;  // null unless precision fp8
+  Session& session;
   data::Dataset data;
-  at::ScalarType autocast_dtype = at::kFloat;
+  dist::Communicator* comm = nullptr;  // null for a single process
+  int world_size = 1;
 };
 
-at::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const at::Device& device) {
-  // FP8 runs keep everything outside the FP8 GEMMs in BF16 on the GPU (as TE does under
-  // autocast); on the CPU emulation it is FP32 so that only the FP8 casts differ from fp32.
-  if (cfg.precision == Precision::kBf16) return at::kBFloat16;
-  if (cfg.precision == Precision::kFp8 && device.is_cuda()) return at::kBFloat16;
-  return at::kFloat;
-}
-
+// Mean validation loss over all ranks (each evaluates its rows of every global batch).
 double evaluate(Run& run) {
   const TrainSection& t = run.cfg.train;
-  run.gpt->eval();
-  torch::NoGradGuard no_grad;
-  compat::AutocastGuard autocast(run.device.type(), run.autocast_dtype);
-  at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.device));
-  for (int64_t i = 0; i < t.eval_batches; ++i) {
-    const data::Batch b = run.data.val_batch(i, t.micro_batch_size);
-    total += model::Gpt::loss(run.gpt->forward(b.inputs.to(run.device)), b.targets.to(run.device));
-  }
-  run.gpt->train();
-  return total.item<double>() / static_cast<double>(t.eval_batches);
+  at::Tensor total = run.session.eval_loss_sum(
+      [&](int64_t i) { return run.data.val_batch(i, t.micro_batch_size); }, t.eval_batches);
+  if (run.comm) run.comm->all_reduce(total, dist::ReduceOp::kSum);
+  return total.item<double>() / static_cast<double>(t.eval_batches * run.world_size);
 }
 
-Checkpoint make_checkpoint(const Run& run, const AdamW& opt, int64_t step, const nlohmann::json& progress) {
+// Largest difference of any FP8 scale between two ranks (0: every rank uses identical scales).
+double scale_spread_across_ranks(dist::Communicator& comm, const fp8::DelayedScaling& scaling) {
+  at::Tensor hi = scaling.scale().clone();
+  at::Tensor neg_lo = -scaling.scale();
+  comm.all_reduce(hi, dist::ReduceOp::kMax);
+  comm.all_reduce(neg_lo, dist::ReduceOp::kMax);
+  return (hi + neg_lo).abs().max().item<double>();
+}
+
+Checkpoint make_checkpoint(const Run& run, int64_t step, const nlohmann::json& progress) {
   Checkpoint ck;
-  for (const auto& [name, p] : run.gpt->unique_named_parameters()) ck.tensors["model." + name] = p.detach();
-  for (const auto& [k, v] : opt.state_dict()) ck.tensors["optim." + k] = v;
-  if (run.scaling) {
-    for (const auto& [k, v] : run.scaling->state_dict()) ck.tensors[k] = v;
+  for (const auto& [name, p] : run.session.model().unique_named_parameters()) ck.tensors["model." + name] = p.detach();
+  for (const auto& [k, v] : run.session.optimizer().state_dict()) ck.tensors["optim." + k] = v;
+  if (const auto* scaling = run.session.scaling()) {
+    for (const auto& [k, v] : scaling->state_dict()) ck.tensors[k] = v;
   }
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   ck.tensors["rng.cpu"] = gen.get_state();
@@ -88,12 +77,13 @@ Checkpoint make_checkpoint(const Run& run, const AdamW& opt, int64_t step, const
   ck.meta["step"] = step;
   ck.meta["data_position"] = run.data.train_position();
   ck.meta["precision"] = precision_name(run.cfg.precision);
+  ck.meta["world_size"] = run.world_size;
   return ck;
 }
 
-void restore_checkpoint(Run& run, AdamW& opt, const Checkpoint& ck) {
+void restore_checkpoint(Run& run, const Checkpoint& ck) {
   torch::NoGradGuard no_grad;
-  for (auto& [name, p] : run.gpt->unique_named_parameters()) {
+  for (auto& [name, p] : run.session.model().unique_named_parameters()) {
     const auto it = ck.tensors.find("model." + name);
     FP8T_INPUT_CHECK(it != ck.tensors.end(), "checkpoint has no parameter '", name,
                      "': it was written for a different model config");
@@ -106,8 +96,8 @@ void restore_checkpoint(Run& run, AdamW& opt, const Checkpoint& ck) {
     if (k.rfind("optim.", 0) == 0) optim[k.substr(6)] = v;
     if (k.rfind("fp8.", 0) == 0) fp8_state[k] = v;
   }
-  opt.load_state_dict(optim);
-  if (run.scaling) run.scaling->load_state_dict(fp8_state);
+  run.session.optimizer().load_state_dict(optim);
+  if (auto* scaling = run.session.scaling()) scaling->load_state_dict(fp8_state);
   const auto rng = ck.tensors.find("rng.cpu");
   FP8T_INPUT_CHECK(rng != ck.tensors.end(), "checkpoint has no RNG state");
   at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -142,38 +132,43 @@ nlohmann::json worst_offenders(const nlohmann::json& worst_by_slot) {
 
 }  // namespace
 
-at::Device resolve_device(DeviceKind kind) {
+at::Device resolve_device(DeviceKind kind, int local_rank) {
   const bool gpu = torch::cuda::is_available();
   if (kind == DeviceKind::kCuda) {
     FP8T_INPUT_CHECK(gpu, "run.device is cuda but no CUDA GPU is visible (use run.device: auto or cpu)");
-    return at::Device(at::kCUDA, 0);
   }
-  if (kind == DeviceKind::kAuto && gpu) return at::Device(at::kCUDA, 0);
-  return at::Device(at::kCPU);
+  if (kind == DeviceKind::kCpu || !gpu) return at::Device(at::kCPU);
+  const int visible = static_cast<int>(torch::cuda::device_count());
+  FP8T_INPUT_CHECK(local_rank < visible, "LOCAL_RANK=", local_rank, " but only ", visible,
+                   " CUDA device(s) are visible: start at most one process per GPU (torchrun --nproc-per-node)");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
 nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptions& options) {
   const ExperimentConfig& cfg = loaded.config;
   const TrainSection& t = cfg.train;
-  setup_logging(cfg.run.quiet, "");
+  const dist::LaunchInfo& launch = options.launch;
+  const bool main_rank = launch.is_main();
+  // Other ranks log warnings and errors only, to the console.
+  setup_logging(cfg.run.quiet || !main_rank, "");
 
   // ---- checks and construction: nothing is written until all of this succeeded ----------
-  const at::Device device = resolve_device(cfg.run.device);
+  const at::Device device = resolve_device(cfg.run.device, launch.local_rank);
   const RunDir::Mode mode = options.resume ? RunDir::Mode::kResume
                             : cfg.run.overwrite ? RunDir::Mode::kOverwrite : RunDir::Mode::kCreate;
+  // Every rank checks (read-only) before the rendezvous, so a bad run folder stops all of them.
   if (!options.dry_run) RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
 
-  data::Dataset dataset = data::Dataset::open(cfg.data, cfg.model, cfg.run.seed);
+  data::Dataset dataset = data::Dataset::open(cfg.data, cfg.model, cfg.run.seed, launch.rank, launch.world_size);
   FP8T_INPUT_CHECK(dataset.vocab_size_needed() <= cfg.model.vocab_size, "the data uses token ids up to ",
                    dataset.vocab_size_needed() - 1, " but model.vocab_size is ", cfg.model.vocab_size);
 
-  torch::manual_seed(cfg.run.seed);
-  auto gpt = std::make_shared<model::Gpt>(cfg.model);
-  gpt->to(device);
-  Run run{cfg, device, gpt, nullptr, std::move(dataset), autocast_dtype_for(cfg, device)};
+  Session session(cfg, device);
+  const model::Gpt& gpt = session.model();
+  Run run{cfg, session, std::move(dataset), nullptr, launch.world_size};
 
   spdlog::info("fp8train: {} on {} | model {:.2f}M params, {} layers, d_model {} | precision {}{}",
-               cfg.run.name, device.str(), gpt->parameter_count() / 1e6, cfg.model.n_layer, cfg.model.d_model,
+               cfg.run.name, device.str(), gpt.parameter_count() / 1e6, cfg.model.n_layer, cfg.model.d_model,
                precision_name(cfg.precision),
                cfg.precision == Precision::kFp8 && device.is_cpu() ? " (emulated on CPU: exact FP8 casts, FP32 GEMMs)"
                : cfg.precision == Precision::kBf16 && device.is_cpu() ? " (CPU autocast to bf16)" : "");
@@ -182,52 +177,76 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
     spdlog::info("data: entropy floor {:.4f} nats/token (the best achievable loss); ln(vocab) = {:.4f}", *floor,
                  std::log(static_cast<double>(cfg.model.vocab_size)));
   }
-  std::string rewrite_text;
-  if (cfg.precision == Precision::kFp8) {
-    auto rewritten = fp8::rewrite_to_fp8(*gpt, cfg.fp8, device);
-    run.scaling = rewritten.scaling;
-    rewrite_text = rewritten.report.to_string();
-    spdlog::info("{}", rewrite_text);
+  if (const fp8::DelayedScaling* scaling = session.scaling()) {
+    spdlog::info("{}", session.rewrite_report());
     spdlog::info("fp8 recipe: format {}, margin {}, interval {}, amax history {} ({}), override fprop/dgrad/wgrad "
                  "{}/{}/{}, {} FP8 tensor slots", fp8::to_string(cfg.fp8.fp8_format), cfg.fp8.margin,
                  cfg.fp8.interval, cfg.fp8.amax_history_len, fp8::to_string(cfg.fp8.amax_compute_algo),
                  cfg.fp8.override_linear_precision.fprop, cfg.fp8.override_linear_precision.dgrad,
-                 cfg.fp8.override_linear_precision.wgrad, run.scaling->num_slots());
+                 cfg.fp8.override_linear_precision.wgrad, scaling->num_slots());
   }
-  const int64_t tokens_per_step = t.micro_batch_size * cfg.model.seq_len * t.grad_accum_steps;
-  spdlog::info("plan: {} steps x {} tokens ({} micro-batches of {}x{}), {:.3g} model FLOPs/token", t.steps,
-               tokens_per_step, t.grad_accum_steps, t.micro_batch_size, cfg.model.seq_len, gpt->flops_per_token());
+  const int64_t tokens_per_step = t.micro_batch_size * cfg.model.seq_len * t.grad_accum_steps * launch.world_size;
+  spdlog::info("plan: {} steps x {} tokens ({} micro-batches of {}x{}{}), {:.3g} model FLOPs/token", t.steps,
+               tokens_per_step, t.grad_accum_steps, t.micro_batch_size, cfg.model.seq_len,
+               launch.world_size > 1 ? fmt::format(" on each of {} ranks", launch.world_size) : "",
+               gpt.flops_per_token());
   if (options.dry_run) {
-    nlohmann::json plan = {{"status", "dry-run"}, {"parameters", gpt->parameter_count()},
+    nlohmann::json plan = {{"status", "dry-run"}, {"parameters", gpt.parameter_count()},
                            {"device", device.str()}, {"precision", precision_name(cfg.precision)}};
-    if (!rewrite_text.empty()) plan["fp8_rewrite"] = rewrite_text;
+    if (!session.rewrite_report().empty()) plan["fp8_rewrite"] = session.rewrite_report();
     return plan;
   }
 
-  AdamW opt(gpt->unique_named_parameters(), AdamWOptions::from(t));
-  std::vector<at::Tensor> params;
-  for (const auto& np : gpt->unique_named_parameters()) params.push_back(np.second);
+  // ---- the data-parallel job (torchrun) ----------------------------------------------------
+  std::shared_ptr<dist::Communicator> comm;
+  if (launch.launched) {
+    spdlog::info("data-parallel: joining as {} (timeout {} s)", launch.describe(), cfg.dist.timeout_s);
+    comm = dist::Communicator::connect(launch, device, std::chrono::seconds(cfg.dist.timeout_s));
+    run.comm = comm.get();
+  }
+  session.prepare_training(comm);
+  if (comm) {
+    spdlog::info("data-parallel: {} ranks over {}, {} gradient buckets of up to {} MiB; global batch {} tokens",
+                 comm->world_size(), comm->backend_name(), session.gradient_sync()->num_buckets(),
+                 cfg.dist.bucket_mb, tokens_per_step);
+  }
 
-  // ---- run folder ---------------------------------------------------------------------
-  const RunDir dir = RunDir::open(cfg.run.out_dir, cfg.run.name, mode);
-  setup_logging(cfg.run.quiet, dir.log_path().string());
+  // ---- run folder (rank 0 only) ---------------------------------------------------------
+  std::optional<RunDir> dir;
+  if (main_rank) {
+    dir = RunDir::open(cfg.run.out_dir, cfg.run.name, mode);
+    setup_logging(cfg.run.quiet, dir->log_path().string());
+  }
+  const std::filesystem::path checkpoint_path =
+      std::filesystem::path(cfg.run.out_dir) / cfg.run.name / "checkpoint.pt";
   int64_t start_step = 0;
   nlohmann::json progress = {{"best_val_loss", nullptr}, {"tokens", 0}, {"elapsed_s", 0.0}};
   if (options.resume) {
-    const Checkpoint ck = load_checkpoint(dir.checkpoint_path());
-    restore_checkpoint(run, opt, ck);
+    // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
+    const Checkpoint ck = load_checkpoint(checkpoint_path);
+    const int saved_world = ck.meta.value("world_size", 1);
+    FP8T_INPUT_CHECK(saved_world == launch.world_size, "the checkpoint ", checkpoint_path.string(),
+                     " was written by a job of ", saved_world, " rank(s); resume it with the same number (now ",
+                     launch.world_size, ")");
+    restore_checkpoint(run, ck);
     start_step = ck.meta.at("step").get<int64_t>();
     for (const char* k : {"best_val_loss", "tokens", "elapsed_s"}) {
       if (ck.meta.contains(k)) progress[k] = ck.meta[k];
     }
-    truncate_metrics_after(dir.metrics_path(), start_step);
-    spdlog::info("resumed {} at step {}", dir.checkpoint_path().string(), start_step);
+    if (dir) truncate_metrics_after(dir->metrics_path(), start_step);
+    spdlog::info("resumed {} at step {}", checkpoint_path.string(), start_step);
     FP8T_INPUT_CHECK(start_step < t.steps, "the checkpoint is at step ", start_step, " and train.steps is ", t.steps,
                      ": nothing to do (raise --steps to train further)");
   }
-  dir.write_text_atomic("config.yaml", config::to_yaml(cfg));
-  MetricsWriter metrics(dir.metrics_path());
-  StatusLine status(cfg.run.quiet);
+  std::optional<MetricsWriter> metrics;
+  if (dir) {
+    dir->write_text_atomic("config.yaml", config::to_yaml(cfg));
+    metrics.emplace(dir->metrics_path());
+  }
+  auto write_metrics = [&](const nlohmann::json& row) {
+    if (metrics) metrics->write(row);
+  };
+  StatusLine status(cfg.run.quiet || !main_rank);
 
   g_signal.store(0);
   auto prev_int = std::signal(SIGINT, on_signal);
@@ -245,6 +264,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   std::optional<double> last_val;
   double last_loss = std::nan("");
   nlohmann::json worst_fp8 = nlohmann::json::object();
+  double max_scale_spread = 0.0;
   std::string status_text = "completed";
   Stopwatch wall;
   Stopwatch window;
@@ -252,42 +272,44 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   const at::TensorOptions fopts = at::TensorOptions().dtype(at::kFloat).device(device);
   at::Tensor loss_sum = at::zeros({}, fopts);  // summed on the device between log steps
   int64_t loss_count = 0;
+  fp8::DelayedScaling* scaling = session.scaling();
 
   auto save = [&](int64_t step) {
+    if (!main_rank) return;
     progress["best_val_loss"] = best_val ? nlohmann::json(*best_val) : nlohmann::json(nullptr);
     progress["tokens"] = tokens;
     progress["elapsed_s"] = elapsed_before + wall.seconds();
-    save_checkpoint(dir.checkpoint_path(), make_checkpoint(run, opt, step, progress));
+    save_checkpoint(checkpoint_path, make_checkpoint(run, step, progress));
   };
 
   int64_t step = start_step;
   try {
     for (; step < t.steps; ++step) {
       const bool log_step = (step + 1) % t.log_interval == 0 || step + 1 == t.steps || step == start_step;
-      if (run.scaling) run.scaling->set_collect_stats(cfg.fp8.stats && log_step);
+      if (scaling) scaling->set_collect_stats(cfg.fp8.stats && log_step);
       const double lr = learning_rate(t, step);
 
-      // forward + backward over the micro-batches of this step
-      {
-        compat::AutocastGuard autocast(device.type(), run.autocast_dtype);
-        for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
-          const data::Batch b = run.data.next_train(t.micro_batch_size);
-          const at::Tensor loss =
-              model::Gpt::loss(gpt->forward(b.inputs.to(device, /*non_blocking=*/true)), b.targets.to(device, true));
-          (loss / static_cast<double>(t.grad_accum_steps)).backward();
-          loss_sum += loss.detach();
-          ++loss_count;
-        }
-      }
-      if (run.scaling) run.scaling->update();  // new scales for the next step (no host read)
-      const at::Tensor grad_norm = clip_grad_norm_(params, t.grad_clip);
-      opt.step(lr);
-      opt.zero_grad();
+      const at::Tensor grad_norm =
+          session.step([&] { return run.data.next_train(t.micro_batch_size); }, lr, loss_sum);
+      loss_count += t.grad_accum_steps;
       tokens += tokens_per_step;
       window_tokens += tokens_per_step;
 
+      // A signal stops a single process after this step; the ranks of a job agree on it at the
+      // next log step (one collective there), so that all of them stop after the same step.
+      bool stop_signal = !comm && g_signal.load() != 0;
       if (log_step) {
-        const double loss = loss_sum.item<double>() / static_cast<double>(loss_count);  // the one host read
+        double loss_total = 0.0;
+        if (comm) {
+          at::Tensor packed = at::stack({loss_sum, at::full({}, g_signal.load() != 0 ? 1.0f : 0.0f, fopts)});
+          comm->all_reduce(packed, dist::ReduceOp::kSum);
+          const at::Tensor host = packed.cpu();
+          loss_total = host[0].item<double>();
+          stop_signal = host[1].item<float>() > 0.0f;
+        } else {
+          loss_total = loss_sum.item<double>();  // the one host read
+        }
+        const double loss = loss_total / static_cast<double>(loss_count * launch.world_size);
         const double gnorm = grad_norm.item<double>();
         loss_sum.zero_();
         loss_count = 0;
@@ -297,8 +319,17 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
         window_tokens = 0;
         nlohmann::json row = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
                               {"tokens_per_s", tok_s}, {"elapsed_s", elapsed_before + wall.seconds()}};
-        if (run.scaling && cfg.fp8.stats) {
-          row["fp8"] = fp8_stats_json(*run.scaling);
+        if (scaling && comm) {
+          const double spread = scale_spread_across_ranks(*comm, *scaling);
+          row["fp8_scale_spread_across_ranks"] = spread;
+          if (spread != 0.0 && max_scale_spread == 0.0) {
+            spdlog::warn("fp8: the ranks use different scales at step {} (largest difference {}); the amax "
+                         "reduction is not working", step + 1, spread);
+          }
+          max_scale_spread = std::max(max_scale_spread, spread);
+        }
+        if (scaling && cfg.fp8.stats) {
+          row["fp8"] = fp8_stats_json(*scaling);
           for (const auto& s : row["fp8"]) {
             auto& w = worst_fp8[s["slot"].get<std::string>()];
             if (w.is_null()) w = {{"saturated", 0.0}, {"underflow", 0.0}};
@@ -306,7 +337,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
             w["underflow"] = std::max(w.value("underflow", 0.0), s["underflow"].get<double>());
           }
         }
-        metrics.write(row);
+        write_metrics(row);
         const double remaining = (t.steps - step - 1) * (wall.seconds() / static_cast<double>(step + 1 - start_step));
         status.update(StatusFields{step + 1, t.steps, loss, lr, gnorm, tok_s, remaining});
         if (!std::isfinite(loss)) {
@@ -321,7 +352,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
       if ((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || last) {
         last_val = evaluate(run);
         if (!best_val || *last_val < *best_val) best_val = last_val;
-        metrics.write({{"step", step + 1}, {"val_loss", *last_val}, {"elapsed_s", elapsed_before + wall.seconds()}});
+        write_metrics({{"step", step + 1}, {"val_loss", *last_val}, {"elapsed_s", elapsed_before + wall.seconds()}});
         status.print(fmt::format("step {}/{} | val_loss {:.4f}", step + 1, t.steps, *last_val));
       }
       if ((t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0) || last) save(step + 1);
@@ -331,7 +362,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
         ++step;
         break;
       }
-      if (g_signal.load() != 0) {
+      if (stop_signal && !last) {
         save(step + 1);
         status_text = "interrupted";
         ++step;
@@ -340,8 +371,8 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
     }
   } catch (const Error& e) {
     status.finish();
-    if (e.code() == ExitCode::kTrainingFailed) {
-      write_summary(dir.summary_path(), {{"status", status_text}, {"steps", step + 1}, {"error", e.what()}});
+    if (e.code() == ExitCode::kTrainingFailed && dir) {
+      write_summary(dir->summary_path(), {{"status", status_text}, {"steps", step + 1}, {"error", e.what()}});
     }
     throw;
   }
@@ -353,6 +384,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
       {"run", cfg.run.name},
       {"precision", precision_name(cfg.precision)},
       {"device", device.str()},
+      {"world_size", launch.world_size},
       {"steps", step},
       {"tokens", tokens},
       {"final_loss", last_loss},
@@ -361,15 +393,21 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
       {"wall_time_s", elapsed_before + wall_s},
       {"tokens_per_s", (step - start_step) * tokens_per_step / std::max(1e-9, wall_s)},
       {"peak_memory_bytes", peak_memory_bytes(device)},
-      {"parameters", gpt->parameter_count()},
+      {"parameters", gpt.parameter_count()},
   };
   if (auto floor = run.data.entropy_floor_nats()) summary["entropy_floor"] = *floor;
-  if (run.scaling && cfg.fp8.stats) summary["fp8_worst"] = worst_offenders(worst_fp8);
-  write_summary(dir.summary_path(), summary);
-  spdlog::info("{}: {} steps, final loss {:.4f}, val {:.4f}, {:.0f} tokens/s, {:.1f}s -> {}", status_text, step,
-               last_loss, last_val.value_or(std::nan("")), summary["tokens_per_s"].get<double>(), wall_s,
-               dir.path().string());
-  if (status_text == "interrupted") FP8T_THROW(ExitCode::kInterrupted, "interrupted; checkpoint saved in ", dir.path().string(), " (continue with --resume)");
+  if (scaling && cfg.fp8.stats) summary["fp8_worst"] = worst_offenders(worst_fp8);
+  if (scaling && comm) summary["fp8_max_scale_spread_across_ranks"] = max_scale_spread;
+  if (dir) {
+    write_summary(dir->summary_path(), summary);
+    spdlog::info("{}: {} steps, final loss {:.4f}, val {:.4f}, {:.0f} tokens/s, {:.1f}s -> {}", status_text, step,
+                 last_loss, last_val.value_or(std::nan("")), summary["tokens_per_s"].get<double>(), wall_s,
+                 dir->path().string());
+  }
+  if (status_text == "interrupted") {
+    FP8T_THROW(ExitCode::kInterrupted, "interrupted; checkpoint saved in ",
+               (std::filesystem::path(cfg.run.out_dir) / cfg.run.name).string(), " (continue with --resume)");
+  }
   return summary;
 }
 

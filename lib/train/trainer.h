@@ -1,4 +1,4 @@
-// The training run: config -> data -> model -> FP8 rewrite -> loop -> run folder.
+// The training run: config -> data -> model -> FP8 rewrite -> (process group) -> loop -> run folder.
 //
 // Nothing is written before the config, the data and the model have been checked, so bad input
 // leaves the disk untouched. The loop reads top to bottom: micro-batches (forward, backward),
@@ -11,6 +11,7 @@
 #include <string>  // std::string
 
 #include "lib/config/loader.h"  // config::LoadedConfig
+#include "lib/dist/launch.h"    // dist::LaunchInfo
 
 namespace fp8t {
 namespace train {
@@ -22,6 +23,9 @@ struct TrainOptions {
   // (status "stopped", exit 0); continue later with resume. 0: no limit. For time-limited
   // job slots.
   int64_t stop_after = 0;
+  // Data-parallel placement (from torchrun's environment); a single process by default.
+  // Every rank trains on its own rows of each global batch; only rank 0 writes the run folder.
+  dist::LaunchInfo launch;
 };
 
 // Runs (or dry-runs) the experiment. Returns the summary (also written to summary.json).
@@ -29,9 +33,9 @@ struct TrainOptions {
 // becomes non-finite, kInterrupted on SIGINT/SIGTERM (after saving a checkpoint).
 nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptions& options);
 
-// "cuda" when run.device is auto and a GPU is visible, else "cpu" (cuda requested without a
-// GPU is a kBadInput error naming run.device).
-at::Device resolve_device(DeviceKind kind);
+// "cuda:<local_rank>" when run.device is auto and a GPU is visible, else "cpu" (cuda requested
+// without a GPU is a kBadInput error naming run.device).
+at::Device resolve_device(DeviceKind kind, int local_rank = 0);
 
 }  // namespace train
 }  // namespace fp8t

@@ -59,6 +59,9 @@ train:
   eval_batches: 4
   log_interval: 5
   checkpoint_interval: 200
+dist:
+  timeout_s: 30
+  bucket_mb: 4.5
 precision: fp8
 fp8:
   margin: 2
@@ -124,6 +127,9 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.train.log_interval == 5);
   CHECK(c.train.checkpoint_interval == 200);
 
+  CHECK(c.dist.timeout_s == 30);
+  CHECK(c.dist.bucket_mb == 4.5);
+
   CHECK(c.precision == fp8t::Precision::kFp8);
 
   CHECK(c.fp8.margin == 2);
@@ -145,8 +151,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:12");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:44");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:52");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:47");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:55");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {

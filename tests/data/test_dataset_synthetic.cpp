@@ -94,6 +94,16 @@ TEST_CASE("ranks draw different training batches and share the chain", "[data]")
   REQUIRE(*r0.entropy_floor_nats() == *r1.entropy_floor_nats());
 }
 
+TEST_CASE("two ranks of B training rows draw exactly one process's 2B rows", "[data]") {
+  // Data-parallel runs must see the same global batches as a single process (lib/dist).
+  Dataset whole = synthetic(12, 0, 1), r0 = synthetic(12, 0, 2), r1 = synthetic(12, 1, 2);
+  for (int draw = 0; draw < 3; ++draw) {
+    const Batch w = whole.next_train(6), a = r0.next_train(3), b = r1.next_train(3);
+    REQUIRE(at::equal(at::cat({a.inputs, b.inputs}), w.inputs));
+    REQUIRE(at::equal(at::cat({a.targets, b.targets}), w.targets));
+  }
+}
+
 TEST_CASE("synthetic validation batches are fixed, disjoint from training, sharded by rank", "[data]") {
   Dataset data = synthetic(5);
   const Batch v0 = data.val_batch(0, 4);

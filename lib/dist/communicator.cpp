@@ -1,0 +1,160 @@
+#include "lib/dist/communicator.h"
+
+#include <spdlog/spdlog.h>  // spdlog::debug
+
+#if defined(FP8T_HAVE_GLOO)
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>  // c10d::ProcessGroupGloo
+#endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>  // c10d::PrefixStore
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>     // c10d::TCPStore
+#include <torch/csrc/distributed/c10d/Work.hpp>         // c10d::Work
+
+#include <cstdlib>    // std::getenv
+#include <exception>  // std::exception
+
+#include "lib/dist/backends.h"  // detail::make_nccl_backend
+#include "lib/util/error.h"     // FP8T_THROW, FP8T_INPUT_CHECK
+
+namespace fp8t::dist {
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  c10::Device device{c10::kCPU};
+};
+
+struct Pending::Impl {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::string what;
+};
+
+namespace {
+
+[[noreturn]] void collective_failed(const std::string& what, const std::exception& e) {
+  FP8T_THROW(ExitCode::kTrainingFailed, "data-parallel ", what, " failed (another rank died, stopped or timed out): ",
+             e.what());
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  return op == ReduceOp::kMax ? c10d::ReduceOp(c10d::ReduceOp::MAX) : c10d::ReduceOp(c10d::ReduceOp::SUM);
+}
+
+}  // namespace
+
+void Pending::wait() {
+  if (!impl_) return;
+  try {
+    impl_->work->wait();
+  } catch (const std::exception& e) {
+    collective_failed(impl_->what, e);
+  }
+  impl_.reset();
+}
+
+Communicator::~Communicator() = default;
+
+std::shared_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, const c10::Device& device,
+                                                    std::chrono::seconds timeout) {
+  std::shared_ptr<Communicator> comm(new Communicator());
+  comm->impl_ = std::make_unique<Impl>();
+  comm->rank_ = launch.rank;
+  comm->world_size_ = launch.world_size;
+  comm->timeout_ = timeout;
+  comm->impl_->device = device;
+  const std::chrono::milliseconds timeout_ms(timeout);
+
+  // The backend is checked before anything waits on the network, so a build without it fails fast.
+#if !defined(FP8T_HAVE_GLOO)
+  FP8T_INPUT_CHECK(!device.is_cpu(), "data-parallel training on the CPU needs Gloo, and this fp8train was built "
+                   "without the gloo headers (install libgloo-dev and rebuild), or train on CUDA GPUs (NCCL)");
+#endif
+#if !defined(FP8T_WITH_CUDA)
+  FP8T_INPUT_CHECK(!device.is_cuda(), "data-parallel training on CUDA needs a CUDA build of fp8train");
+#endif
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<std::uint16_t>(launch.master_port);
+    opts.timeout = timeout_ms;
+    if (launch.agent_store) {
+      // torchrun's agent serves the store; workers are clients under the agent's prefix.
+      opts.isServer = false;
+      auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, opts);
+      comm->impl_->store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(launch.restart_count), tcp);
+    } else {
+      opts.isServer = launch.rank == 0;
+      opts.numWorkers = static_cast<std::size_t>(launch.world_size);
+      opts.waitWorkers = true;
+      comm->impl_->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, opts);
+    }
+    auto store = c10::make_intrusive<c10d::PrefixStore>("fp8train", comm->impl_->store);
+    if (device.is_cuda()) {
+#if defined(FP8T_WITH_CUDA)
+      comm->impl_->backend = detail::make_nccl_backend(store, launch.rank, launch.world_size, launch.local_rank,
+                                                       timeout_ms);
+      comm->backend_name_ = "nccl";
+#endif
+    } else {
+#if defined(FP8T_HAVE_GLOO)
+      auto gloo_opts = c10d::ProcessGroupGloo::Options::create(timeout_ms);
+      const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      gloo_opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                                     : c10d::ProcessGroupGloo::createDefaultDevice());
+      comm->impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, launch.rank, launch.world_size,
+                                                                         gloo_opts);
+      comm->backend_name_ = "gloo";
+#endif
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    FP8T_THROW(ExitCode::kTrainingFailed, "could not join the data-parallel job (", launch.describe(),
+               ", timeout ", timeout.count(), " s; dist.timeout_s sets it): ", e.what());
+  }
+  spdlog::debug("joined the process group: {} over {}", launch.describe(), comm->backend_name_);
+  return comm;
+}
+
+Pending Communicator::all_reduce_async(std::vector<at::Tensor> tensors, ReduceOp op) {
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  opts.timeout = std::chrono::milliseconds(timeout_);
+  try {
+    auto impl = std::make_shared<Pending::Impl>();
+    impl->what = "all-reduce";
+    impl->work = impl_->backend->allreduce(tensors, opts);
+    return Pending(std::move(impl));
+  } catch (const std::exception& e) {
+    collective_failed("all-reduce", e);
+  }
+}
+
+void Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  all_reduce_async({tensor}, op).wait();
+}
+
+void Communicator::broadcast(std::vector<at::Tensor> tensors, int root) {
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.timeout = std::chrono::milliseconds(timeout_);
+  try {
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      impl_->backend->broadcast(one, opts)->wait();
+    }
+  } catch (const std::exception& e) {
+    collective_failed("broadcast", e);
+  }
+}
+
+void Communicator::barrier() {
+  // A one-element all-reduce read back on the host: works the same on NCCL and Gloo.
+  at::Tensor flag = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(impl_->device));
+  all_reduce(flag, ReduceOp::kSum);
+  (void)flag.item<float>();
+}
+
+}  // namespace fp8t::dist

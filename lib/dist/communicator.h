@@ -1,0 +1,71 @@
+// The data-parallel process group: LibTorch's c10d with a TCP store, NCCL for CUDA tensors and
+// Gloo for CPU tensors. The c10d headers stay inside communicator.cpp and nccl_cuda.cpp.
+//
+// Every collective must be called by all ranks in the same order. Collectives time out after
+// the timeout given to connect(): a rank that dies or stops makes the others fail with an
+// error instead of waiting forever.
+#pragma once
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+#include <c10/core/Device.h>   // c10::Device
+
+#include <chrono>   // std::chrono::seconds
+#include <memory>   // std::shared_ptr
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include "lib/dist/launch.h"  // LaunchInfo
+
+namespace fp8t::dist {
+
+enum class ReduceOp { kSum, kMax };
+
+// A collective in flight. wait(): for NCCL the current CUDA stream waits for it (no host
+// block); for Gloo the host blocks until it is done. Throws fp8t::Error (kTrainingFailed) when
+// the collective failed or timed out.
+class Pending {
+ public:
+  Pending() = default;
+  void wait();
+  bool valid() const { return impl_ != nullptr; }
+
+  struct Impl;
+  explicit Pending(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+class Communicator {
+ public:
+  // Joins the job described by `launch` (waits up to `timeout` for the other ranks).
+  // `device`: where the tensors live: CUDA selects NCCL (and makes cuda:<local_rank> current),
+  // CPU selects Gloo. Throws fp8t::Error: kBadInput when the backend is not in this build,
+  // kTrainingFailed when the rendezvous fails or times out.
+  static std::shared_ptr<Communicator> connect(const LaunchInfo& launch, const c10::Device& device,
+                                               std::chrono::seconds timeout);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& backend_name() const { return backend_name_; }
+
+  // In place over all ranks; `tensors` must be dense and contiguous on the communicator's device.
+  Pending all_reduce_async(std::vector<at::Tensor> tensors, ReduceOp op);
+  void all_reduce(const at::Tensor& tensor, ReduceOp op);
+  // Copies rank `root`'s tensors to every rank, in place.
+  void broadcast(std::vector<at::Tensor> tensors, int root = 0);
+  void barrier();
+
+  struct Impl;  // the c10d objects
+
+ private:
+  Communicator() = default;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  std::string backend_name_;
+  std::chrono::seconds timeout_{0};
+};
+
+}  // namespace fp8t::dist

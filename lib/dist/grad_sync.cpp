@@ -1,0 +1,135 @@
+#include "lib/dist/grad_sync.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>  // LambdaPostHook
+#include <torch/csrc/autograd/variable.h>                // impl::grad_accumulator
+
+#include <utility>  // std::pair
+
+#include "lib/util/error.h"  // FP8T_CHECK
+
+namespace fp8t::dist {
+
+struct GradientSync::Hooks {
+  std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, uintptr_t>> installed;
+};
+
+GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::Tensor> params, int64_t bucket_bytes)
+    : comm_(std::move(comm)), params_(std::move(params)), hooks_(std::make_unique<Hooks>()) {
+  FP8T_CHECK(!params_.empty(), "GradientSync needs parameters");
+  FP8T_CHECK(bucket_bytes > 0, "bucket size must be positive, got ", bucket_bytes);
+  bucket_of_.assign(params_.size(), -1);
+
+  // Buckets in reverse parameter order; a new bucket starts when the dtype changes or the
+  // current one reached bucket_bytes.
+  std::vector<std::vector<size_t>> groups;
+  int64_t group_bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const at::Tensor& p = params_[k];
+    FP8T_CHECK(p.is_leaf() && p.requires_grad(), "GradientSync: parameter ", k, " is not a trainable leaf");
+    const bool start_new = groups.empty() || group_bytes >= bucket_bytes ||
+                           params_[groups.back().front()].scalar_type() != p.scalar_type();
+    if (start_new) {
+      groups.emplace_back();
+      group_bytes = 0;
+    }
+    groups.back().push_back(k);
+    group_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  for (const auto& group : groups) {
+    Bucket b;
+    int64_t numel = 0;
+    for (size_t k : group) numel += params_[k].numel();
+    b.flat = at::zeros({numel}, params_[group.front()].options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t k : group) {
+      at::Tensor& p = params_[k];
+      const int64_t n = p.numel();
+      at::Tensor view = b.flat.narrow(0, offset, n).view(p.sizes());
+      if (p.grad().defined()) view.copy_(p.grad());
+      p.mutable_grad() = view;
+      offset += n;
+      bucket_of_[k] = static_cast<int>(buckets_.size());
+    }
+    b.params = group;
+    buckets_.push_back(std::move(b));
+  }
+  complete_.assign(buckets_.size(), false);
+
+  for (size_t k = 0; k < params_.size(); ++k) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
+    FP8T_CHECK(acc, "GradientSync: parameter ", k, " has no gradient accumulator");
+    const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          on_gradient_ready(k);
+          return outputs;
+        }));
+    hooks_->installed.emplace_back(std::move(acc), key);
+  }
+}
+
+GradientSync::~GradientSync() {
+  for (auto& [acc, key] : hooks_->installed) acc->del_post_hook(key);
+}
+
+void GradientSync::arm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Bucket& b : buckets_) {
+    FP8T_CHECK(!b.pending.valid(), "GradientSync::arm: the previous step was not finished");
+    b.remaining = static_cast<int>(b.params.size());
+  }
+  complete_.assign(buckets_.size(), false);
+  next_to_launch_ = 0;
+  launched_in_backward_ = 0;
+  armed_ = true;
+}
+
+void GradientSync::on_gradient_ready(size_t param_index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_) return;
+  const int bi = bucket_of_[param_index];
+  Bucket& b = buckets_[bi];
+  if (b.remaining > 0 && --b.remaining == 0) complete_[bi] = true;
+  const size_t before = next_to_launch_;
+  launch_ready_in_order();
+  launched_in_backward_ += static_cast<int>(next_to_launch_ - before);
+}
+
+void GradientSync::launch_ready_in_order() {
+  while (next_to_launch_ < buckets_.size() && complete_[next_to_launch_]) launch(buckets_[next_to_launch_++]);
+}
+
+void GradientSync::launch(Bucket& b) { b.pending = comm_->all_reduce_async({b.flat}, ReduceOp::kSum); }
+
+void GradientSync::finish() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FP8T_CHECK(armed_, "GradientSync::finish without arm()");
+  // Buckets some of whose parameters got no gradient in this backward are launched here, in
+  // order, so every rank issues the same sequence of collectives.
+  while (next_to_launch_ < buckets_.size()) launch(buckets_[next_to_launch_++]);
+  const double inv_world = 1.0 / static_cast<double>(comm_->world_size());
+  for (Bucket& b : buckets_) {
+    b.pending.wait();
+    b.flat.mul_(inv_world);
+  }
+  armed_ = false;
+}
+
+void GradientSync::zero_grad() {
+  for (Bucket& b : buckets_) {
+    b.flat.zero_();
+    // Something may have replaced a grad (it must stay a view into its bucket): re-point it.
+    char* base = static_cast<char*>(b.flat.data_ptr());
+    int64_t offset = 0;
+    for (size_t k : b.params) {
+      at::Tensor& p = params_[k];
+      const int64_t n = p.numel();
+      const at::Tensor& g = p.grad();
+      if (!g.defined() || g.data_ptr() != base + offset * static_cast<int64_t>(b.flat.element_size())) {
+        p.mutable_grad() = b.flat.narrow(0, offset, n).view(p.sizes());
+      }
+      offset += n;
+    }
+  }
+}
+
+}  // namespace fp8t::dist

@@ -1,0 +1,89 @@
+// What `fp8train` (training) and `fp8train bench` share: the model on its device with the FP8
+// rewrite applied, and — once training is prepared — the optimizer, the data-parallel hooks and
+// one optimizer step. The trainer adds data, evaluation, logging and the run folder around it.
+#pragma once
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+#include <c10/core/Device.h>   // c10::Device
+
+#include <functional>  // std::function
+#include <memory>      // std::shared_ptr, std::unique_ptr
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include "lib/config/experiment.h"  // ExperimentConfig
+#include "lib/data/dataset.h"       // data::Batch
+
+namespace fp8t {
+namespace dist {
+class Communicator;
+class GradientSync;
+}  // namespace dist
+namespace fp8 {
+class DelayedScaling;
+}  // namespace fp8
+namespace model {
+class Gpt;
+}  // namespace model
+
+namespace train {
+
+class AdamW;
+
+const char* precision_name(Precision p);
+
+class Session {
+ public:
+  // Seeds the RNG with run.seed, builds the model on `device` and, for precision fp8, rewrites
+  // it onto FP8 modules (the rewrite report is kept for printing).
+  Session(const ExperimentConfig& cfg, const c10::Device& device);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Allocates the optimizer state. With a communicator (a data-parallel job): copies rank 0's
+  // parameters to every rank, makes gradients bucket views that are averaged during the
+  // backward, and reduces the FP8 amaxes with MAX before each scale update.
+  void prepare_training(std::shared_ptr<dist::Communicator> comm);
+
+  // One optimizer step: train.grad_accum_steps micro-batches drawn from `next_batch` (forward
+  // and backward under autocast), gradient averaging across ranks, the FP8 scale update, global
+  // norm clipping and AdamW with learning rate `lr`. The micro-batch losses are added to
+  // `loss_sum` (a 0-d float32 on the device; nothing is read on the host). Returns the gradient
+  // norm before clipping (0-d, on the device).
+  at::Tensor step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum);
+
+  // Mean loss over `batches` without gradients and without touching the FP8 state, summed on
+  // the device (rank-local; the caller averages across ranks).
+  at::Tensor eval_loss_sum(const std::function<data::Batch(int64_t)>& batch, int64_t batches);
+
+  const ExperimentConfig& config() const { return cfg_; }
+  const c10::Device& device() const { return device_; }
+  model::Gpt& model() { return *gpt_; }
+  const model::Gpt& model() const { return *gpt_; }
+  fp8::DelayedScaling* scaling() const { return scaling_.get(); }  // null unless fp8
+  AdamW& optimizer();
+  const AdamW& optimizer() const;
+  dist::Communicator* communicator() const { return comm_.get(); }
+  dist::GradientSync* gradient_sync() const { return grad_sync_.get(); }
+  const std::string& rewrite_report() const { return rewrite_report_; }
+  // The autocast dtype of forward passes: bf16 for bf16, and for fp8 on the GPU (everything
+  // outside the FP8 GEMMs), else float32.
+  c10::ScalarType autocast_dtype() const { return autocast_dtype_; }
+  const std::vector<at::Tensor>& parameters() const { return params_; }
+
+ private:
+  ExperimentConfig cfg_;
+  c10::Device device_;
+  std::shared_ptr<model::Gpt> gpt_;
+  std::shared_ptr<fp8::DelayedScaling> scaling_;
+  std::string rewrite_report_;
+  c10::ScalarType autocast_dtype_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<AdamW> opt_;
+  std::shared_ptr<dist::Communicator> comm_;
+  std::unique_ptr<dist::GradientSync> grad_sync_;
+};
+
+}  // namespace train
+}  // namespace fp8t
