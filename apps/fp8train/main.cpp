@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     return "fp8train " + fp8t::fp8train_version() + "\n" + fp8t::runtime_versions();
   });
   fp8t::app::add_train_command(app);
+  fp8t::app::add_bench_command(app);
   fp8t::app::add_bench_gemm_command(app);
   try {
     fp8t::setup_logging(/*quiet=*/false, "");  // messages (and errors) on stderr from the start

@@ -8,10 +8,19 @@
 
 #include <ATen/ATen.h>  // at::Tensor
 
+#include <optional>  // std::optional
+
 #include "lib/fp8/format.h"  // Format
 
 namespace fp8t {
 namespace fp8 {
+
+// An optional tensor argument of a custom autograd function: LibTorch's Function::apply takes
+// undefined tensors only as std::nullopt.
+inline std::optional<at::Tensor> optional_tensor(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
 
 // One scaling slot as the casts see it: views into the DelayedScaling state tensors.
 struct SlotRef {

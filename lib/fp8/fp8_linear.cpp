@@ -26,7 +26,10 @@ bool same_storage(const at::Tensor& a, const at::Tensor& b) {
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, Fp8Linear* layer, const Fp8Tensor* given_x_fp8) {
+                            const std::optional<at::Tensor>& bias_opt, Fp8Linear* layer,
+                            const Fp8Tensor* given_x_fp8) {
+    // Optional tensors go in as std::optional: LibTorch's custom functions reject undefined inputs.
+    const at::Tensor bias = bias_opt.value_or(at::Tensor());
     DelayedScaling& scaling = layer->scaling();
     const Recipe& recipe = scaling.recipe();
     const auto& ovr = recipe.override_linear_precision;
@@ -175,7 +178,7 @@ at::Tensor Fp8Linear::forward(const at::Tensor& x) {
     given = &handed;
   }
   pending_ = Pending{};
-  at::Tensor y = Fp8LinearFunction::apply(x2, weight, bias, this, given);
+  at::Tensor y = Fp8LinearFunction::apply(x2, weight, optional_tensor(bias), this, given);
   auto out_shape = x.sizes().vec();
   out_shape.back() = out_features;
   return y.view(out_shape);

@@ -11,7 +11,10 @@ namespace {
 class Fp8NormFunction : public torch::autograd::Function<Fp8NormFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gamma,
-                            const at::Tensor& beta, double eps, bool rms, const SlotRef* slot, Fp8Tensor* y_fp8) {
+                            const std::optional<at::Tensor>& beta_opt, double eps, bool rms, const SlotRef* slot,
+                            Fp8Tensor* y_fp8) {
+    // Optional tensors go in as std::optional: LibTorch's custom functions reject undefined inputs.
+    const at::Tensor beta = beta_opt.value_or(at::Tensor());
     Backend& backend = backend_for(x.device());
     NormForwardResult r = backend.norm_forward(x, gamma, beta, eps, rms, slot);
     if (y_fp8 != nullptr) *y_fp8 = std::move(r.y_fp8);
@@ -43,7 +46,7 @@ at::Tensor Fp8Norm::forward(const at::Tensor& x) {
   const SlotRef slot = consumer_->input_slot(/*record=*/training);
   const bool rms = kind == model::Norm::Kind::kRMSNorm;
   Fp8Tensor y_fp8;
-  const at::Tensor y = Fp8NormFunction::apply(x.reshape({-1, dim}), weight, bias, eps, rms, &slot, &y_fp8)
+  const at::Tensor y = Fp8NormFunction::apply(x.reshape({-1, dim}), weight, optional_tensor(bias), eps, rms, &slot, &y_fp8)
                            .view(x.sizes());
   DelayedScaling& scaling = consumer_->scaling();
   if (training && scaling.collect_stats()) {

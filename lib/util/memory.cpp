@@ -26,4 +26,10 @@ void reset_peak_memory(const at::Device& device) {
 #endif
 }
 
+void release_cached_memory(const at::Device& device) {
+#if defined(FP8T_WITH_CUDA)
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
 }  // namespace fp8t

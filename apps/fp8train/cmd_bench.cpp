@@ -1,0 +1,96 @@
+// `fp8train bench`: training-step throughput of a config in bf16 and fp8 side by side
+// (lib/train/bench.h), as a table on stdout and JSON in a file.
+#include <spdlog/spdlog.h>  // spdlog::info
+
+#include <fstream>   // std::ofstream
+#include <iostream>  // std::cout
+#include <memory>    // std::make_shared
+#include <sstream>   // std::istringstream
+#include <string>    // std::string
+#include <vector>    // std::vector
+
+#include "apps/fp8train/commands.h"  // add_bench_command
+#include "lib/config/cli_flags.h"    // config::add_config_flags
+#include "lib/config/loader.h"       // config::load
+#include "lib/train/bench.h"         // train::run_bench
+#include "lib/util/error.h"          // FP8T_INPUT_CHECK
+#include "lib/util/log.h"            // setup_logging
+
+namespace fp8t {
+namespace app {
+
+namespace {
+
+struct BenchArgs {
+  std::string config_path;
+  std::vector<config::Override> overrides;
+  std::string precisions = "bf16,fp8";
+  train::BenchOptions options;
+  std::string json_path = "bench.json";
+};
+
+std::vector<Precision> parse_precisions(const std::string& list) {
+  std::vector<Precision> out;
+  std::istringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item == "fp32") out.push_back(Precision::kFp32);
+    else if (item == "bf16") out.push_back(Precision::kBf16);
+    else if (item == "fp8") out.push_back(Precision::kFp8);
+    else FP8T_THROW(ExitCode::kBadInput, "--precisions: unknown precision '", item, "' (expected a comma-separated "
+                    "list of fp32, bf16, fp8)");
+  }
+  FP8T_INPUT_CHECK(!out.empty(), "--precisions is empty (e.g. --precisions bf16,fp8)");
+  return out;
+}
+
+void run_bench_command(BenchArgs& args) {
+  // The benchmark feeds random tokens itself: the config's data section is not read.
+  std::vector<config::Override> overrides = args.overrides;
+  overrides.push_back(config::Override{"data.source", "synthetic", "bench"});
+  const config::LoadedConfig loaded = config::load(args.config_path, overrides);
+  setup_logging(loaded.config.run.quiet, "");
+  args.options.precisions = parse_precisions(args.precisions);
+  if (!args.json_path.empty()) {
+    // Fail before the (long) measurement, not after it.
+    std::ofstream probe(args.json_path, std::ios::app);
+    FP8T_INPUT_CHECK(probe.good(), "--json ", args.json_path, ": cannot open for writing");
+  }
+  const auto results = train::run_bench(loaded.config, args.options);
+  std::cout << train::format_bench_table(loaded.config, args.options, results) << std::flush;
+  if (!args.json_path.empty()) {
+    std::ofstream out(args.json_path, std::ios::trunc);
+    out << train::bench_to_json(loaded.config, args.options, results).dump(2) << "\n";
+    FP8T_INPUT_CHECK(out.good(), "--json ", args.json_path, ": write failed");
+    spdlog::info("wrote {}", args.json_path);
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "training throughput of a config in bf16 and fp8 side by side (synthetic tokens; table + JSON)");
+  cmd->add_option("-c,--config", args->config_path, "experiment YAML file (model and batch; data is not read)")
+      ->check(CLI::ExistingFile);
+  config::add_config_flags(*cmd, &args->overrides);
+  cmd->add_option("--precisions", args->precisions, "comma-separated precisions to compare, in order")
+      ->capture_default_str();
+  cmd->add_option("--bench-steps", args->options.steps, "timed optimizer steps per precision (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--bench-warmup", args->options.warmup, "untimed optimizer steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--micro-batches", args->options.micro_batches,
+                  "micro-batches per optimizer step (replaces train.grad_accum_steps)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--json", args->json_path, "write the results as JSON here (empty: do not write)")
+      ->capture_default_str();
+  cmd->callback([args] { run_bench_command(*args); });
+}
+
+}  // namespace app
+}  // namespace fp8t

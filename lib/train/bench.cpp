@@ -1,0 +1,183 @@
+#include "lib/train/bench.h"
+
+#include <spdlog/spdlog.h>  // spdlog::info
+#include <torch/torch.h>    // torch::cuda::synchronize
+
+#include <algorithm>  // std::sort
+#include <cmath>      // std::isfinite
+#include <iomanip>    // std::setw
+#include <sstream>    // std::ostringstream
+
+#include "lib/model/gpt.h"          // model::Gpt
+#include "lib/train/session.h"      // Session
+#include "lib/train/trainer.h"      // resolve_device
+#include "lib/util/error.h"         // FP8T_INPUT_CHECK
+#include "lib/util/memory.h"        // peak_memory_bytes
+#include "lib/util/timer.h"         // Stopwatch
+#include "lib/util/versions.h"      // runtime_versions
+
+namespace fp8t::train {
+
+namespace {
+
+void synchronize(const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+BenchResult bench_one(const ExperimentConfig& base, Precision precision, const BenchOptions& options,
+                      const at::Device& device) {
+  ExperimentConfig cfg = base;
+  cfg.precision = precision;
+  cfg.train.grad_accum_steps = options.micro_batches;
+  BenchResult r;
+  r.precision = precision_name(precision);
+  r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches;
+
+  release_cached_memory(device);
+  reset_peak_memory(device);
+  Session session(cfg, device);
+  session.prepare_training(nullptr);
+  r.fp8_rewrite = session.rewrite_report();
+  const double flops_per_token = session.model().flops_per_token();
+  r.parameters = session.model().parameter_count();
+
+  // One batch of random token ids on the device, reused by every micro-batch.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg.run.seed);
+  const at::Tensor tokens =
+      at::randint(cfg.model.vocab_size, {cfg.train.micro_batch_size, cfg.model.seq_len + 1}, gen, at::kLong)
+          .to(device);
+  const data::Batch batch{tokens.narrow(1, 0, cfg.model.seq_len).contiguous(),
+                          tokens.narrow(1, 1, cfg.model.seq_len).contiguous()};
+  auto next = [&] { return batch; };
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  const double lr = cfg.train.lr;
+
+  for (int64_t i = 0; i < options.warmup; ++i) session.step(next, lr, loss_sum);
+  synchronize(device);
+  std::vector<double> ms;
+  Stopwatch watch;
+  for (int64_t i = 0; i < options.steps; ++i) {
+    loss_sum.zero_();
+    watch.lap();
+    session.step(next, lr, loss_sum);
+    synchronize(device);
+    ms.push_back(watch.lap() * 1e3);
+  }
+  r.final_loss = loss_sum.item<double>() / static_cast<double>(options.micro_batches);
+  if (!std::isfinite(r.final_loss)) {
+    FP8T_THROW(ExitCode::kTrainingFailed, "bench: the ", r.precision, " loss became ", r.final_loss,
+               " (the benchmark repeats one random batch at train.lr; try a lower --set train.lr)");
+  }
+  r.median_step_ms = median(ms);
+  r.min_step_ms = *std::min_element(ms.begin(), ms.end());
+  r.max_step_ms = *std::max_element(ms.begin(), ms.end());
+  r.tokens_per_s = static_cast<double>(r.tokens_per_step) / (r.median_step_ms * 1e-3);
+  r.tflops = flops_per_token * r.tokens_per_s / 1e12;
+  r.peak_memory_bytes = peak_memory_bytes(device);
+  return r;
+}
+
+const BenchResult* find(const std::vector<BenchResult>& results, const std::string& precision) {
+  for (const auto& r : results) {
+    if (r.precision == precision) return &r;
+  }
+  return nullptr;
+}
+
+std::string describe_model(const ExperimentConfig& cfg, int64_t parameters) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << parameters / 1e6 << "M params (" << cfg.model.n_layer << " layers, d_model "
+    << cfg.model.d_model << ", " << cfg.model.n_head << " heads, seq " << cfg.model.seq_len << ", vocab "
+    << cfg.model.vocab_size << ")";
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptions& options) {
+  FP8T_INPUT_CHECK(!options.precisions.empty(), "bench: --precisions is empty");
+  FP8T_INPUT_CHECK(options.steps >= 1, "bench: --bench-steps must be at least 1, got ", options.steps);
+  FP8T_INPUT_CHECK(options.warmup >= 0, "bench: --bench-warmup must be non-negative, got ", options.warmup);
+  FP8T_INPUT_CHECK(options.micro_batches >= 1, "bench: --micro-batches must be at least 1, got ",
+                   options.micro_batches);
+  const at::Device device = resolve_device(cfg.run.device);
+  std::vector<BenchResult> results;
+  for (Precision p : options.precisions) {
+    spdlog::info("bench: {} on {}: {} warm-up + {} timed steps", precision_name(p), device.str(), options.warmup,
+                 options.steps);
+    results.push_back(bench_one(cfg, p, options, device));
+    const BenchResult& r = results.back();
+    spdlog::info("bench: {}: {:.2f} ms/step, {:.0f} tokens/s, {:.1f} TFLOP/s", r.precision, r.median_step_ms,
+                 r.tokens_per_s, r.tflops);
+  }
+  return results;
+}
+
+std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& options,
+                               const std::vector<BenchResult>& results) {
+  std::ostringstream s;
+  const int64_t tokens = results.empty() ? 0 : results.front().tokens_per_step;
+  s << "model: " << describe_model(cfg, results.empty() ? 0 : results.front().parameters) << "\n"
+    << "step:  " << options.micro_batches << " x " << cfg.train.micro_batch_size << " x " << cfg.model.seq_len
+    << " = " << tokens << " tokens; median of " << options.steps << " steps after " << options.warmup
+    << " warm-up\n\n";
+  s << std::left << std::setw(10) << "precision" << std::right << std::setw(12) << "step ms" << std::setw(14)
+    << "tokens/s" << std::setw(10) << "TFLOP/s" << std::setw(14) << "peak GiB" << std::setw(10) << "vs bf16"
+    << std::setw(12) << "loss" << "\n";
+  const BenchResult* bf16 = find(results, "bf16");
+  for (const auto& r : results) {
+    s << std::left << std::setw(10) << r.precision << std::right << std::fixed << std::setprecision(2)
+      << std::setw(12) << r.median_step_ms << std::setprecision(0) << std::setw(14) << r.tokens_per_s
+      << std::setprecision(1) << std::setw(10) << r.tflops << std::setprecision(2) << std::setw(14)
+      << r.peak_memory_bytes / 1073741824.0;
+    if (bf16 && bf16->tokens_per_s > 0) {
+      s << std::setw(9) << std::setprecision(3) << r.tokens_per_s / bf16->tokens_per_s << "x";
+    } else {
+      s << std::setw(10) << "-";
+    }
+    s << std::setw(12) << std::setprecision(4) << r.final_loss << "\n";
+  }
+  return s.str();
+}
+
+nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& options,
+                             const std::vector<BenchResult>& results) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : results) {
+    rows.push_back({{"precision", r.precision},
+                    {"tokens_per_step", r.tokens_per_step},
+                    {"median_step_ms", r.median_step_ms},
+                    {"min_step_ms", r.min_step_ms},
+                    {"max_step_ms", r.max_step_ms},
+                    {"tokens_per_s", r.tokens_per_s},
+                    {"model_tflops", r.tflops},
+                    {"peak_memory_bytes", r.peak_memory_bytes},
+                    {"final_loss", r.final_loss}});
+    if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
+  }
+  const BenchResult* bf16 = find(results, "bf16");
+  const BenchResult* fp8 = find(results, "fp8");
+  nlohmann::json out = {
+      {"versions", runtime_versions()},
+      {"fp8train", fp8train_version()},
+      {"model", {{"n_layer", cfg.model.n_layer}, {"d_model", cfg.model.d_model}, {"n_head", cfg.model.n_head},
+                 {"seq_len", cfg.model.seq_len}, {"vocab_size", cfg.model.vocab_size},
+                 {"parameters", results.empty() ? 0 : results.front().parameters}}},
+      {"micro_batch_size", cfg.train.micro_batch_size},
+      {"micro_batches_per_step", options.micro_batches},
+      {"timed_steps", options.steps},
+      {"warmup_steps", options.warmup},
+      {"flops_per_token_formula", "6 * non-embedding params + 12 * n_layer * seq_len * d_model"},
+      {"results", rows},
+  };
+  if (bf16 && fp8 && bf16->tokens_per_s > 0) out["fp8_over_bf16"] = fp8->tokens_per_s / bf16->tokens_per_s;
+  return out;
+}
+
+}  // namespace fp8t::train

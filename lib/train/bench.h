@@ -1,0 +1,63 @@
+// `fp8train bench`: training-step throughput of one model config in several precisions,
+// side by side, on synthetic tokens (random ids, drawn once and reused: the data pipeline is
+// not part of the measurement).
+//
+// Per precision: build the model (and the FP8 rewrite), run `warmup` optimizer steps untimed
+// (cuBLASLt plans, allocator, autotuning), then `steps` timed steps, each ended by a device
+// synchronize; report the median. Every step is a full training step: forward and backward of
+// `micro_batches` micro-batches, FP8 scale update, clipping and AdamW.
+//
+// Model FLOPs per token (lib/model/gpt.h, Gpt::flops_per_token):
+//   6 * N  +  12 * n_layer * seq_len * d_model
+// N = parameters outside the embeddings (the GEMM weights, plus the tied output head counted
+// once as a GEMM), 6 = 2 forward + 4 backward per weight; the second term is the attention
+// scores and values (QK^T and AV, 2 * 2 * T * d per layer forward, x3 with the backward), with
+// no discount for causal masking (the PaLM convention, as nanoGPT and llm.c report MFU).
+// TFLOP/s = FLOPs per token * tokens/s / 1e12.
+#pragma once
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include <cstdint>  // int64_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include "lib/config/experiment.h"  // ExperimentConfig, Precision
+
+namespace fp8t::train {
+
+struct BenchOptions {
+  std::vector<Precision> precisions = {Precision::kBf16, Precision::kFp8};
+  int64_t steps = 20;         // timed optimizer steps per precision
+  int64_t warmup = 5;         // untimed steps first
+  int64_t micro_batches = 1;  // micro-batches per optimizer step (replaces train.grad_accum_steps)
+};
+
+struct BenchResult {
+  std::string precision;
+  int64_t parameters = 0;
+  int64_t tokens_per_step = 0;
+  double median_step_ms = 0;
+  double min_step_ms = 0;
+  double max_step_ms = 0;
+  double tokens_per_s = 0;
+  double tflops = 0;                // model TFLOP/s (formula above)
+  int64_t peak_memory_bytes = 0;    // CUDA: peak allocated by the caching allocator; CPU: max RSS
+  double final_loss = 0;            // loss of the last step (a sanity check: finite, falling)
+  std::string fp8_rewrite;          // the rewrite summary, fp8 only
+};
+
+// Runs the benchmark. Throws fp8t::Error (kBadInput) for bad options, kTrainingFailed when a
+// loss is not finite.
+std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptions& options);
+
+// The table printed by `fp8train bench`: one row per precision, with the ratio of tokens/s
+// to the bf16 row (when there is one).
+std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& options,
+                               const std::vector<BenchResult>& results);
+
+// Everything above as JSON, with the device, versions and the formula.
+nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& options,
+                             const std::vector<BenchResult>& results);
+
+}  // namespace fp8t::train
