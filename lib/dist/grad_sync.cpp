@@ -3,14 +3,17 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>  // LambdaPostHook
 #include <torch/csrc/autograd/variable.h>                // impl::grad_accumulator
 
-#include <utility>  // std::pair
+#include <utility>  // std::pair, std::declval
 
 #include "lib/util/error.h"  // FP8T_CHECK
 
 namespace fp8t::dist {
 
 struct GradientSync::Hooks {
-  std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, uintptr_t>> installed;
+  // The accumulator handle type changed between LibTorch releases (shared_ptr in 2.11,
+  // intrusive_ptr later); take whatever grad_accumulator() returns.
+  using NodePtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+  std::vector<std::pair<NodePtr, uintptr_t>> installed;
 };
 
 GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::Tensor> params, int64_t bucket_bytes)
