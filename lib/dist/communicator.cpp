@@ -54,7 +54,16 @@ void Pending::wait() {
   impl_.reset();
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // An orderly NCCL teardown (otherwise LibTorch warns that the group was never destroyed).
+  if (impl_ && impl_->backend) {
+    try {
+      impl_->backend->shutdown();
+    } catch (const std::exception& e) {
+      spdlog::debug("process group shutdown: {}", e.what());
+    }
+  }
+}
 
 std::shared_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, const c10::Device& device,
                                                     std::chrono::seconds timeout) {
