@@ -12,6 +12,7 @@
 #include "apps/fp8train/commands.h"  // add_bench_command
 #include "lib/config/cli_flags.h"    // config::add_config_flags
 #include "lib/config/loader.h"       // config::load
+#include "lib/dist/launch.h"         // dist::launch_info_from_environment
 #include "lib/train/bench.h"         // train::run_bench
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 #include "lib/util/log.h"            // setup_logging
@@ -49,14 +50,17 @@ void run_bench_command(BenchArgs& args) {
   std::vector<config::Override> overrides = args.overrides;
   overrides.push_back(config::Override{"data.source", "synthetic", "bench"});
   const config::LoadedConfig loaded = config::load(args.config_path, overrides);
-  setup_logging(loaded.config.run.quiet, "");
   args.options.precisions = parse_precisions(args.precisions);
-  if (!args.json_path.empty()) {
+  args.options.launch = dist::launch_info_from_environment();  // torchrun: a data-parallel benchmark
+  const bool main_rank = args.options.launch.is_main();
+  setup_logging(loaded.config.run.quiet || !main_rank, "");
+  if (!args.json_path.empty() && main_rank) {
     // Fail before the (long) measurement, not after it.
     std::ofstream probe(args.json_path, std::ios::app);
     FP8T_INPUT_CHECK(probe.good(), "--json ", args.json_path, ": cannot open for writing");
   }
   const auto results = train::run_bench(loaded.config, args.options);
+  if (!main_rank) return;  // rank 0 reports for the job
   std::cout << train::format_bench_table(loaded.config, args.options, results) << std::flush;
   if (!args.json_path.empty()) {
     std::ofstream out(args.json_path, std::ios::trunc);

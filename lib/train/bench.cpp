@@ -8,6 +8,7 @@
 #include <iomanip>    // std::setw
 #include <sstream>    // std::ostringstream
 
+#include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/model/gpt.h"          // model::Gpt
 #include "lib/train/session.h"      // Session
 #include "lib/train/trainer.h"      // resolve_device
@@ -31,24 +32,25 @@ double median(std::vector<double> v) {
 }
 
 BenchResult bench_one(const ExperimentConfig& base, Precision precision, const BenchOptions& options,
-                      const at::Device& device) {
+                      const at::Device& device, const std::shared_ptr<dist::Communicator>& comm) {
   ExperimentConfig cfg = base;
   cfg.precision = precision;
   cfg.train.grad_accum_steps = options.micro_batches;
   BenchResult r;
   r.precision = precision_name(precision);
-  r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches;
+  r.world_size = options.launch.world_size;
+  r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches * r.world_size;
 
   release_cached_memory(device);
   reset_peak_memory(device);
   Session session(cfg, device);
-  session.prepare_training(nullptr);
+  session.prepare_training(comm);
   r.fp8_rewrite = session.rewrite_report();
   const double flops_per_token = session.model().flops_per_token();
   r.parameters = session.model().parameter_count();
 
   // One batch of random token ids on the device, reused by every micro-batch.
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg.run.seed);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg.run.seed + 1000003ULL * options.launch.rank);
   const at::Tensor tokens =
       at::randint(cfg.model.vocab_size, {cfg.train.micro_batch_size, cfg.model.seq_len + 1}, gen, at::kLong)
           .to(device);
@@ -106,12 +108,18 @@ std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptio
   FP8T_INPUT_CHECK(options.warmup >= 0, "bench: --bench-warmup must be non-negative, got ", options.warmup);
   FP8T_INPUT_CHECK(options.micro_batches >= 1, "bench: --micro-batches must be at least 1, got ",
                    options.micro_batches);
-  const at::Device device = resolve_device(cfg.run.device);
+  const at::Device device = resolve_device(cfg.run.device, options.launch.local_rank);
+  std::shared_ptr<dist::Communicator> comm;
+  if (options.launch.launched) {
+    comm = dist::Communicator::connect(options.launch, device, std::chrono::seconds(cfg.dist.timeout_s));
+    spdlog::info("bench: data-parallel over {} ranks ({}); figures are for the whole job", comm->world_size(),
+                 comm->backend_name());
+  }
   std::vector<BenchResult> results;
   for (Precision p : options.precisions) {
     spdlog::info("bench: {} on {}: {} warm-up + {} timed steps", precision_name(p), device.str(), options.warmup,
                  options.steps);
-    results.push_back(bench_one(cfg, p, options, device));
+    results.push_back(bench_one(cfg, p, options, device, comm));
     const BenchResult& r = results.back();
     spdlog::info("bench: {}: {:.2f} ms/step, {:.0f} tokens/s, {:.1f} TFLOP/s", r.precision, r.median_step_ms,
                  r.tokens_per_s, r.tflops);
@@ -125,6 +133,7 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
   const int64_t tokens = results.empty() ? 0 : results.front().tokens_per_step;
   s << "model: " << describe_model(cfg, results.empty() ? 0 : results.front().parameters) << "\n"
     << "step:  " << options.micro_batches << " x " << cfg.train.micro_batch_size << " x " << cfg.model.seq_len
+    << (results.empty() || results.front().world_size == 1 ? "" : " x " + std::to_string(results.front().world_size) + " ranks")
     << " = " << tokens << " tokens; median of " << options.steps << " steps after " << options.warmup
     << " warm-up\n\n";
   s << std::left << std::setw(10) << "precision" << std::right << std::setw(12) << "step ms" << std::setw(14)
@@ -170,6 +179,7 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                  {"seq_len", cfg.model.seq_len}, {"vocab_size", cfg.model.vocab_size},
                  {"parameters", results.empty() ? 0 : results.front().parameters}}},
       {"micro_batch_size", cfg.train.micro_batch_size},
+      {"world_size", options.launch.world_size},
       {"micro_batches_per_step", options.micro_batches},
       {"timed_steps", options.steps},
       {"warmup_steps", options.warmup},

@@ -23,6 +23,7 @@
 #include <vector>   // std::vector
 
 #include "lib/config/experiment.h"  // ExperimentConfig, Precision
+#include "lib/dist/launch.h"        // dist::LaunchInfo
 
 namespace fp8t::train {
 
@@ -31,10 +32,14 @@ struct BenchOptions {
   int64_t steps = 20;         // timed optimizer steps per precision
   int64_t warmup = 5;         // untimed steps first
   int64_t micro_batches = 1;  // micro-batches per optimizer step (replaces train.grad_accum_steps)
+  // Under torchrun: every rank runs the same steps on its own random tokens with gradients
+  // averaged across ranks; tokens/s and TFLOP/s are then for the whole job (all GPUs).
+  dist::LaunchInfo launch;
 };
 
 struct BenchResult {
   std::string precision;
+  int world_size = 1;
   int64_t parameters = 0;
   int64_t tokens_per_step = 0;
   double median_step_ms = 0;
