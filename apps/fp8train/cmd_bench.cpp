@@ -2,6 +2,9 @@
 // (lib/train/bench.h), as a table on stdout and JSON in a file.
 #include <spdlog/spdlog.h>  // spdlog::info
 
+#include <unistd.h>  // access
+
+#include <filesystem>  // std::filesystem
 #include <fstream>   // std::ofstream
 #include <iostream>  // std::cout
 #include <memory>    // std::make_shared
@@ -55,9 +58,11 @@ void run_bench_command(BenchArgs& args) {
   const bool main_rank = args.options.launch.is_main();
   setup_logging(loaded.config.run.quiet || !main_rank, "");
   if (!args.json_path.empty() && main_rank) {
-    // Fail before the (long) measurement, not after it.
-    std::ofstream probe(args.json_path, std::ios::app);
-    FP8T_INPUT_CHECK(probe.good(), "--json ", args.json_path, ": cannot open for writing");
+    // Fail before the (long) measurement, not after it, and without creating the file.
+    const std::filesystem::path json(args.json_path);
+    const std::filesystem::path dir = json.has_parent_path() ? json.parent_path() : ".";
+    FP8T_INPUT_CHECK(std::filesystem::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, "--json ",
+                     args.json_path, ": the folder ", dir.string(), " does not exist or is not writable");
   }
   const auto results = train::run_bench(loaded.config, args.options);
   if (!main_rank) return;  // rank 0 reports for the job

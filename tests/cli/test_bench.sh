@@ -1,0 +1,33 @@
+# `fp8train bench` on the CPU: a table and JSON for each precision asked for, the ratio to bf16,
+# and bad options rejected (exit 2) before anything is measured or written.
+source "$(dirname "$0")/lib.sh"
+"$FP8TRAIN" bench --config "$CONFIG" --precisions bf16,fp8 --bench-steps 2 --bench-warmup 1 \
+  --set model.n_layer=1 --json bench.json > table.txt 2> log.txt || { cat log.txt; fail "bench failed"; }
+grep -q "^bf16 " table.txt && grep -q "^fp8 " table.txt || { cat table.txt; fail "table rows missing"; }
+grep -q "1 x 16 x 64 = 1024 tokens" table.txt || { cat table.txt; fail "table header"; }
+python3 - bench.json <<'PY' || fail "bench.json content"
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["precision"]: r for r in d["results"]}
+assert list(rows) == ["bf16", "fp8"], list(rows)
+for r in rows.values():
+    assert r["tokens_per_step"] == 16 * 64 and r["median_step_ms"] > 0, r
+    assert abs(r["tokens_per_s"] - r["tokens_per_step"] / (r["median_step_ms"] / 1e3)) < 1e-6 * r["tokens_per_s"]
+    assert math.isfinite(r["final_loss"]) and r["peak_memory_bytes"] > 0, r
+assert d["model"]["n_layer"] == 1 and d["timed_steps"] == 2 and d["world_size"] == 1
+assert abs(d["fp8_over_bf16"] - rows["fp8"]["tokens_per_s"] / rows["bf16"]["tokens_per_s"]) < 1e-9
+assert "fp8_rewrite" in rows["fp8"] and "fp8_rewrite" not in rows["bf16"]
+print("bench.json ok")
+PY
+set +e
+"$FP8TRAIN" bench --config "$CONFIG" --precisions bf16,fp4 --json bad.json > bad.txt 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "unknown precision 'fp4'" bad.txt || { cat bad.txt; fail "bad --precisions: rc $rc"; }
+[ ! -e bad.json ] || fail "a rejected bench wrote its JSON file"
+set +e
+"$FP8TRAIN" bench --config "$CONFIG" --bench-steps 1 --json no/such/dir/b.json > nodir.txt 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "does not exist or is not writable" nodir.txt || { cat nodir.txt; fail "bad --json folder: rc $rc"; }
+echo "ok"
