@@ -96,6 +96,8 @@ void add_bench_command(CLI::App& app) {
                   "micro-batches per optimizer step (replaces train.grad_accum_steps)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_flag("--breakdown", args->options.breakdown,
+               "also time each phase of a step (forward, loss, backward, ..., optimizer), synchronizing after each");
   cmd->add_option("--json", args->json_path, "write the results as JSON here (empty: do not write)")
       ->capture_default_str();
   cmd->callback([args] { run_bench_command(*args); });

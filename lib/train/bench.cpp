@@ -6,6 +6,7 @@
 #include <algorithm>  // std::sort
 #include <cmath>      // std::isfinite
 #include <iomanip>    // std::setw
+#include <map>        // std::map
 #include <sstream>    // std::ostringstream
 
 #include "lib/dist/communicator.h"  // dist::Communicator
@@ -72,6 +73,21 @@ BenchResult bench_one(const ExperimentConfig& base, Precision precision, const B
     ms.push_back(watch.lap() * 1e3);
   }
   r.final_loss = loss_sum.item<double>() / static_cast<double>(options.micro_batches);
+  if (options.breakdown) {
+    std::vector<std::string> names;
+    std::map<std::string, std::vector<double>> per_phase;
+    for (int64_t i = 0; i < options.steps; ++i) {
+      synchronize(device);
+      watch.lap();
+      session.step(next, lr, loss_sum, [&](const char* name) {
+        synchronize(device);
+        const double t = watch.lap() * 1e3;
+        if (per_phase.find(name) == per_phase.end()) names.emplace_back(name);
+        per_phase[name].push_back(t);
+      });
+    }
+    for (const auto& n : names) r.phase_ms.emplace_back(n, median(per_phase[n]));
+  }
   if (!std::isfinite(r.final_loss)) {
     FP8T_THROW(ExitCode::kTrainingFailed, "bench: the ", r.precision, " loss became ", r.final_loss,
                " (the benchmark repeats one random batch at train.lr; try a lower --set train.lr)");
@@ -152,6 +168,12 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     }
     s << std::setw(12) << std::setprecision(4) << r.final_loss << "\n";
   }
+  for (const auto& r : results) {
+    if (r.phase_ms.empty()) continue;
+    s << "\n" << r.precision << " phases (median ms, synchronized after each):";
+    for (const auto& [name, ms] : r.phase_ms) s << " " << name << " " << std::setprecision(2) << ms;
+    s << "\n";
+  }
   return s.str();
 }
 
@@ -169,6 +191,11 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                     {"peak_memory_bytes", r.peak_memory_bytes},
                     {"final_loss", r.final_loss}});
     if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
+    if (!r.phase_ms.empty()) {
+      nlohmann::json phases = nlohmann::json::object();
+      for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;
+      rows.back()["phase_ms"] = phases;
+    }
   }
   const BenchResult* bf16 = find(results, "bf16");
   const BenchResult* fp8 = find(results, "fp8");

@@ -20,6 +20,7 @@
 
 #include <cstdint>  // int64_t
 #include <string>   // std::string
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
 #include "lib/config/experiment.h"  // ExperimentConfig, Precision
@@ -35,6 +36,9 @@ struct BenchOptions {
   // Under torchrun: every rank runs the same steps on its own random tokens with gradients
   // averaged across ranks; tokens/s and TFLOP/s are then for the whole job (all GPUs).
   dist::LaunchInfo launch;
+  // Also time the phases of a step (forward, loss, backward, grad_sync, fp8_update, clip,
+  // optimizer) over `steps` more steps, with a device synchronize after each phase.
+  bool breakdown = false;
 };
 
 struct BenchResult {
@@ -50,6 +54,7 @@ struct BenchResult {
   int64_t peak_memory_bytes = 0;    // CUDA: peak allocated by the caching allocator; CPU: max RSS
   double final_loss = 0;            // loss of the last step (a sanity check: finite, falling)
   std::string fp8_rewrite;          // the rewrite summary, fp8 only
+  std::vector<std::pair<std::string, double>> phase_ms;  // median per phase (breakdown only)
 };
 
 // Runs the benchmark. Throws fp8t::Error (kBadInput) for bad options, kTrainingFailed when a

@@ -79,29 +79,40 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
   opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
 }
 
-at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum) {
+at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                         const std::function<void(const char*)>& mark) {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");
+  auto phase = [&](const char* name) {
+    if (mark) mark(name);
+  };
   const int64_t micro_batches = cfg_.train.grad_accum_steps;
   {
     compat::AutocastGuard autocast(device_.type(), autocast_dtype_);
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const data::Batch b = next_batch();
       if (grad_sync_ && micro + 1 == micro_batches) grad_sync_->arm();  // reduce during the last backward
-      const at::Tensor loss = model::Gpt::loss(gpt_->forward(b.inputs.to(device_, /*non_blocking=*/true)),
-                                               b.targets.to(device_, /*non_blocking=*/true));
+      const at::Tensor logits = gpt_->forward(b.inputs.to(device_, /*non_blocking=*/true));
+      phase("forward");
+      const at::Tensor loss = model::Gpt::loss(logits, b.targets.to(device_, /*non_blocking=*/true));
+      phase("loss");
       (loss / static_cast<double>(micro_batches)).backward();
       loss_sum += loss.detach();
+      phase("backward");
     }
   }
   if (grad_sync_) grad_sync_->finish();  // gradients now averaged over the ranks
+  phase("grad_sync");
   if (scaling_) scaling_->update();      // new scales for the next step (amax MAX over ranks first)
+  phase("fp8_update");
   const at::Tensor grad_norm = clip_grad_norm_(params_, cfg_.train.grad_clip);
+  phase("clip");
   opt_->step(lr);
   if (grad_sync_) {
     grad_sync_->zero_grad();  // the grads stay views into the all-reduce buckets
   } else {
     opt_->zero_grad();
   }
+  phase("optimizer");
   return grad_norm;
 }
 

@@ -51,7 +51,10 @@ class Session {
   // norm clipping and AdamW with learning rate `lr`. The micro-batch losses are added to
   // `loss_sum` (a 0-d float32 on the device; nothing is read on the host). Returns the gradient
   // norm before clipping (0-d, on the device).
-  at::Tensor step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum);
+  // `mark`, when given, is called after each phase with its name ("forward", "loss",
+  // "backward", "grad_sync", "fp8_update", "clip", "optimizer"), e.g. to time the phases.
+  at::Tensor step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                  const std::function<void(const char*)>& mark = {});
 
   // Mean loss over `batches` without gradients and without touching the FP8 state, summed on
   // the device (rank-local; the caller averages across ranks).
