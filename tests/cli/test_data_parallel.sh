@@ -7,7 +7,9 @@
 #       on the scales differ by exactly 2 and the FP8 codes match);
 #   (b) every rank uses identical FP8 scales after every step (fp8_scale_spread_across_ranks);
 #   (c) only rank 0 writes, and only one run folder;
-#   (d) a rank that never arrives ends the job with an error after dist.timeout_s, not a hang.
+#   (d) a rank that never arrives ends the job with an error after dist.timeout_s, not a hang;
+#   (e) stop and resume with the same number of ranks continues bit for bit; another number is
+#       refused.
 # Launched by torchrun when the project's Python has it, and by hand (RANK, WORLD_SIZE, ...).
 source "$(dirname "$0")/lib.sh"
 
@@ -79,6 +81,21 @@ PY
 [ "$(ls runs | sort | tr '\n' ' ')" = "one-fp32 one-fp8 two-fp32 two-fp8 " ] || fail "unexpected run folders: $(ls runs)"
 diff <(ls runs/one-fp8) <(ls runs/two-fp8) || fail "the data-parallel run folder holds different files"
 [ "$(grep -c '"loss"' runs/two-fp8/metrics.jsonl)" = 8 ] || fail "metrics.jsonl written more than once per step"
+
+# Stop after 3 steps and resume: the same losses as the uninterrupted two-rank fp32 run.
+launch_by_hand 2 "${common[@]}" --run-name split-fp32 --set train.micro_batch_size=4 --stop-after 3 \
+  || { cat rank*.log; fail "stop-after run failed"; }
+[ "$(json_get runs/split-fp32/summary.json 'd["status"]')" = stopped ] || fail "stop-after status"
+launch_by_hand 2 "${common[@]}" --run-name split-fp32 --set train.micro_batch_size=4 --resume \
+  || { cat rank*.log; fail "resumed run failed"; }
+diff <(losses runs/two-fp32/metrics.jsonl) <(losses runs/split-fp32/metrics.jsonl) \
+  || fail "the resumed two-rank loss sequence differs"
+set +e
+OMP_NUM_THREADS=1 "$FP8TRAIN" "${common[@]}" --run-name split-fp32 --resume --steps 10 > oneresume.log 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "written by a job of 2 rank(s)" oneresume.log || { cat oneresume.log; fail "resume with another world size: rc $rc"; }
+rm -rf runs/split-fp32
 
 # A rank that never arrives: rank 0 of 2 alone fails with a clear error after the timeout.
 set +e
