@@ -372,6 +372,8 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   } catch (const Error& e) {
     status.finish();
     if (e.code() == ExitCode::kTrainingFailed && dir) {
+      // "diverged" for a non-finite loss, "failed" for anything else (e.g. a rank died).
+      if (status_text == "completed") status_text = "failed";
       write_summary(dir->summary_path(), {{"status", status_text}, {"steps", step + 1}, {"error", e.what()}});
     }
     throw;

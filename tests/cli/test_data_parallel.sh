@@ -9,7 +9,8 @@
 #   (c) only rank 0 writes, and only one run folder;
 #   (d) a rank that never arrives ends the job with an error after dist.timeout_s, not a hang;
 #   (e) stop and resume with the same number of ranks continues bit for bit; another number is
-#       refused.
+#       refused;
+#   (f) a rank killed mid-run makes the other exit at once with an error (exit 3).
 # Launched by torchrun when the project's Python has it, and by hand (RANK, WORLD_SIZE, ...).
 source "$(dirname "$0")/lib.sh"
 
@@ -106,6 +107,27 @@ set -e
 [ "$rc" = 3 ] || { cat lonely.log; fail "a missing rank should fail with exit 3, got $rc"; }
 grep -q "could not join the data-parallel job" lonely.log || { cat lonely.log; fail "no clear error for a missing rank"; }
 [ ! -e runs/lonely ] || fail "a failed rendezvous wrote a run folder"
+
+# A rank killed mid-run: the other fails at once with exit 3, and the summary says so.
+port=$(free_port)
+dead=(--config "$CONFIG" --out-dir "$WORK/runs" --quiet --steps 100000 --set train.eval_interval=0 --run-name killed)
+RANK=0 WORLD_SIZE=2 MASTER_PORT=$port OMP_NUM_THREADS=1 "$FP8TRAIN" "${dead[@]}" > killed0.log 2>&1 &
+p0=$!
+RANK=1 WORLD_SIZE=2 MASTER_PORT=$port OMP_NUM_THREADS=1 "$FP8TRAIN" "${dead[@]}" > killed1.log 2>&1 &
+p1=$!
+for _ in $(seq 600); do [ -s runs/killed/metrics.jsonl ] && break; sleep 0.1; done
+[ -s runs/killed/metrics.jsonl ] || { cat killed0.log killed1.log; fail "the two-rank run did not start"; }
+kill -9 "$p1"
+set +e
+wait "$p1" 2>/dev/null
+timeout 60 tail --pid="$p0" -f /dev/null
+wait "$p0"
+rc=$?
+set -e
+[ "$rc" = 3 ] || { cat killed0.log; fail "surviving rank: expected exit 3, got $rc"; }
+grep -q "another rank died, stopped or timed out" killed0.log || { cat killed0.log; fail "no clear error"; }
+[ "$(json_get runs/killed/summary.json 'd["status"]')" = failed ] || fail "summary status after a rank died"
+rm -rf runs/killed
 
 # Bad launcher variables are bad input (exit 2), before anything is written.
 set +e
