@@ -33,10 +33,9 @@ done
 mkdir -p "$OUTDIR"
 common=(--config configs/char-anna.yaml --set "data.train_path=$TEXT" --out-dir "$OUTDIR/runs" --quiet
         --overwrite --steps "$STEPS" --set train.checkpoint_interval=0)
-EXTRA_AT_END=("${EXTRA[@]}")
 for prec in bf16 fp8; do
   echo "== $prec: $STEPS steps"
-  "$APP" "${common[@]}" --run-name "anna-$prec" --precision "$prec" "${EXTRA_AT_END[@]}"
+  "$APP" "${common[@]}" --run-name "anna-$prec" --precision "$prec" "${EXTRA[@]}"
 done
 python3 - "$OUTDIR" <<'PY'
 import json, sys
@@ -68,7 +67,7 @@ if [ "$KNOBS" = 1 ]; then
   for name in hybrid e4m3 history1 margin2 most_recent override_fprop override_dgrad override_wgrad; do
     echo "== knob $name: $KNOB_STEPS steps"
     # shellcheck disable=SC2086
-    "$APP" "${knob_common[@]}" --run-name "knob-$name" ${KNOB[$name]} "${EXTRA_AT_END[@]}"
+    "$APP" "${knob_common[@]}" --run-name "knob-$name" ${KNOB[$name]} "${EXTRA[@]}"
   done
   python3 - "$OUTDIR" <<'PY'
 import json, sys

@@ -4,6 +4,7 @@
 
 #include <unistd.h>  // access
 
+#include <algorithm>  // std::find_if
 #include <filesystem>  // std::filesystem
 #include <fstream>   // std::ofstream
 #include <iostream>  // std::cout
@@ -14,6 +15,7 @@
 
 #include "apps/fp8train/commands.h"  // add_bench_command
 #include "lib/config/cli_flags.h"    // config::add_config_flags
+#include "lib/config/fields.h"       // config::to_string
 #include "lib/config/loader.h"       // config::load
 #include "lib/dist/launch.h"         // dist::launch_info_from_environment
 #include "lib/train/bench.h"         // train::run_bench
@@ -38,11 +40,12 @@ std::vector<Precision> parse_precisions(const std::string& list) {
   std::istringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    if (item == "fp32") out.push_back(Precision::kFp32);
-    else if (item == "bf16") out.push_back(Precision::kBf16);
-    else if (item == "fp8") out.push_back(Precision::kFp8);
-    else FP8T_THROW(ExitCode::kBadInput, "--precisions: unknown precision '", item, "' (expected a comma-separated "
-                    "list of fp32, bf16, fp8)");
+    const Precision all[] = {Precision::kFp32, Precision::kBf16, Precision::kFp8};
+    const auto it = std::find_if(std::begin(all), std::end(all),
+                                 [&](Precision p) { return item == config::to_string(p); });
+    FP8T_INPUT_CHECK(it != std::end(all), "--precisions: unknown precision '", item,
+                     "' (expected a comma-separated list of fp32, bf16, fp8)");
+    out.push_back(*it);
   }
   FP8T_INPUT_CHECK(!out.empty(), "--precisions is empty (e.g. --precisions bf16,fp8)");
   return out;

@@ -159,11 +159,4 @@ void Communicator::broadcast(std::vector<at::Tensor> tensors, int root) {
   }
 }
 
-void Communicator::barrier() {
-  // A one-element all-reduce read back on the host: works the same on NCCL and Gloo.
-  at::Tensor flag = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(impl_->device));
-  all_reduce(flag, ReduceOp::kSum);
-  (void)flag.item<float>();
-}
-
 }  // namespace fp8t::dist

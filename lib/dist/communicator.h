@@ -55,7 +55,6 @@ class Communicator {
   void all_reduce(const at::Tensor& tensor, ReduceOp op);
   // Copies rank `root`'s tensors to every rank, in place.
   void broadcast(std::vector<at::Tensor> tensors, int root = 0);
-  void barrier();
 
   struct Impl;  // the c10d objects
 

@@ -9,6 +9,7 @@
 #include <map>        // std::map
 #include <sstream>    // std::ostringstream
 
+#include "lib/config/fields.h"      // config::to_string
 #include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/model/gpt.h"          // model::Gpt
 #include "lib/train/session.h"      // Session
@@ -38,7 +39,7 @@ BenchResult bench_one(const ExperimentConfig& base, Precision precision, const B
   cfg.precision = precision;
   cfg.train.grad_accum_steps = options.micro_batches;
   BenchResult r;
-  r.precision = precision_name(precision);
+  r.precision = config::to_string(precision);
   r.world_size = options.launch.world_size;
   r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches * r.world_size;
 
@@ -133,7 +134,7 @@ std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptio
   }
   std::vector<BenchResult> results;
   for (Precision p : options.precisions) {
-    spdlog::info("bench: {} on {}: {} warm-up + {} timed steps", precision_name(p), device.str(), options.warmup,
+    spdlog::info("bench: {} on {}: {} warm-up + {} timed steps", config::to_string(p), device.str(), options.warmup,
                  options.steps);
     results.push_back(bench_one(cfg, p, options, device, comm));
     const BenchResult& r = results.back();

@@ -89,6 +89,8 @@ void RunDir::check(const std::string& out_dir, const std::string& name, Mode mod
   }
 }
 
+RunDir RunDir::locate(const std::string& out_dir, const std::string& name) { return RunDir(run_path(out_dir, name)); }
+
 RunDir RunDir::open(const std::string& out_dir, const std::string& name, Mode mode) {
   check(out_dir, name, mode);
   RunDir run(run_path(out_dir, name));

@@ -35,6 +35,10 @@ class RunDir {
   // The checks of open() without creating or deleting anything.
   static void check(const std::string& out_dir, const std::string& name, Mode mode);
 
+  // The run folder's paths without checking or touching the disk (for readers such as the
+  // other ranks of a data-parallel job, which never write).
+  static RunDir locate(const std::string& out_dir, const std::string& name);
+
   // The names of the files fp8train writes into a run folder (the list above).
   static const std::vector<std::string>& managed_files();
 

@@ -15,15 +15,6 @@
 namespace fp8t {
 namespace train {
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp8: return "fp8";
-  }
-  return "?";
-}
-
 namespace {
 
 c10::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const c10::Device& device) {

@@ -30,8 +30,6 @@ namespace train {
 
 class AdamW;
 
-const char* precision_name(Precision p);
-
 class Session {
  public:
   // Seeds the RNG with run.seed, builds the model on `device` and, for precision fp8, rewrites

@@ -11,6 +11,7 @@
 #include <memory>   // std::shared_ptr
 #include <optional>  // std::optional
 
+#include "lib/config/fields.h"        // config::to_string
 #include "lib/config/print.h"         // config::to_yaml
 #include "lib/data/dataset.h"         // data::Dataset
 #include "lib/dist/communicator.h"   // dist::Communicator
@@ -55,13 +56,13 @@ double evaluate(Run& run) {
   return total.item<double>() / static_cast<double>(t.eval_batches * run.world_size);
 }
 
-// Largest difference of any FP8 scale between two ranks (0: every rank uses identical scales).
+// Largest difference of any FP8 scale between two ranks (0: every rank uses identical scales):
+// one MAX all-reduce of [scale, -scale] gives the maximum and minus the minimum per slot.
 double scale_spread_across_ranks(dist::Communicator& comm, const fp8::DelayedScaling& scaling) {
-  at::Tensor hi = scaling.scale().clone();
-  at::Tensor neg_lo = -scaling.scale();
-  comm.all_reduce(hi, dist::ReduceOp::kMax);
-  comm.all_reduce(neg_lo, dist::ReduceOp::kMax);
-  return (hi + neg_lo).abs().max().item<double>();
+  const at::Tensor both = at::cat({scaling.scale(), -scaling.scale()});
+  comm.all_reduce(both, dist::ReduceOp::kMax);
+  const int64_t slots = scaling.scale().numel();
+  return (both.narrow(0, 0, slots) + both.narrow(0, slots, slots)).abs().max().item<double>();
 }
 
 Checkpoint make_checkpoint(const Run& run, int64_t step, const nlohmann::json& progress) {
@@ -76,7 +77,7 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const nlohmann::json& p
   ck.meta = progress;
   ck.meta["step"] = step;
   ck.meta["data_position"] = run.data.train_position();
-  ck.meta["precision"] = precision_name(run.cfg.precision);
+  ck.meta["precision"] = config::to_string(run.cfg.precision);
   ck.meta["world_size"] = run.world_size;
   return ck;
 }
@@ -169,7 +170,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
 
   spdlog::info("fp8train: {} on {} | model {:.2f}M params, {} layers, d_model {} | precision {}{}",
                cfg.run.name, device.str(), gpt.parameter_count() / 1e6, cfg.model.n_layer, cfg.model.d_model,
-               precision_name(cfg.precision),
+               config::to_string(cfg.precision),
                cfg.precision == Precision::kFp8 && device.is_cpu() ? " (emulated on CPU: exact FP8 casts, FP32 GEMMs)"
                : cfg.precision == Precision::kBf16 && device.is_cpu() ? " (CPU autocast to bf16)" : "");
   spdlog::info("data: {}", run.data.describe());
@@ -192,7 +193,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
                gpt.flops_per_token());
   if (options.dry_run) {
     nlohmann::json plan = {{"status", "dry-run"}, {"parameters", gpt.parameter_count()},
-                           {"device", device.str()}, {"precision", precision_name(cfg.precision)}};
+                           {"device", device.str()}, {"precision", config::to_string(cfg.precision)}};
     if (!session.rewrite_report().empty()) plan["fp8_rewrite"] = session.rewrite_report();
     return plan;
   }
@@ -212,13 +213,10 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   }
 
   // ---- run folder (rank 0 only) ---------------------------------------------------------
-  std::optional<RunDir> dir;
-  if (main_rank) {
-    dir = RunDir::open(cfg.run.out_dir, cfg.run.name, mode);
-    setup_logging(cfg.run.quiet, dir->log_path().string());
-  }
-  const std::filesystem::path checkpoint_path =
-      std::filesystem::path(cfg.run.out_dir) / cfg.run.name / "checkpoint.pt";
+  const RunDir dir = main_rank ? RunDir::open(cfg.run.out_dir, cfg.run.name, mode)
+                               : RunDir::locate(cfg.run.out_dir, cfg.run.name);
+  if (main_rank) setup_logging(cfg.run.quiet, dir.log_path().string());
+  const std::filesystem::path checkpoint_path = dir.checkpoint_path();
   int64_t start_step = 0;
   nlohmann::json progress = {{"best_val_loss", nullptr}, {"tokens", 0}, {"elapsed_s", 0.0}};
   if (options.resume) {
@@ -233,15 +231,15 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
     for (const char* k : {"best_val_loss", "tokens", "elapsed_s"}) {
       if (ck.meta.contains(k)) progress[k] = ck.meta[k];
     }
-    if (dir) truncate_metrics_after(dir->metrics_path(), start_step);
+    if (main_rank) truncate_metrics_after(dir.metrics_path(), start_step);
     spdlog::info("resumed {} at step {}", checkpoint_path.string(), start_step);
     FP8T_INPUT_CHECK(start_step < t.steps, "the checkpoint is at step ", start_step, " and train.steps is ", t.steps,
                      ": nothing to do (raise --steps to train further)");
   }
   std::optional<MetricsWriter> metrics;
-  if (dir) {
-    dir->write_text_atomic("config.yaml", config::to_yaml(cfg));
-    metrics.emplace(dir->metrics_path());
+  if (main_rank) {
+    dir.write_text_atomic("config.yaml", config::to_yaml(cfg));
+    metrics.emplace(dir.metrics_path());
   }
   auto write_metrics = [&](const nlohmann::json& row) {
     if (metrics) metrics->write(row);
@@ -371,10 +369,10 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
     }
   } catch (const Error& e) {
     status.finish();
-    if (e.code() == ExitCode::kTrainingFailed && dir) {
+    if (e.code() == ExitCode::kTrainingFailed && main_rank) {
       // "diverged" for a non-finite loss, "failed" for anything else (e.g. a rank died).
       if (status_text == "completed") status_text = "failed";
-      write_summary(dir->summary_path(), {{"status", status_text}, {"steps", step + 1}, {"error", e.what()}});
+      write_summary(dir.summary_path(), {{"status", status_text}, {"steps", step + 1}, {"error", e.what()}});
     }
     throw;
   }
@@ -384,7 +382,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   nlohmann::json summary = {
       {"status", status_text},
       {"run", cfg.run.name},
-      {"precision", precision_name(cfg.precision)},
+      {"precision", config::to_string(cfg.precision)},
       {"device", device.str()},
       {"world_size", launch.world_size},
       {"steps", step},
@@ -400,15 +398,15 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   if (auto floor = run.data.entropy_floor_nats()) summary["entropy_floor"] = *floor;
   if (scaling && cfg.fp8.stats) summary["fp8_worst"] = worst_offenders(worst_fp8);
   if (scaling && comm) summary["fp8_max_scale_spread_across_ranks"] = max_scale_spread;
-  if (dir) {
-    write_summary(dir->summary_path(), summary);
+  if (main_rank) {
+    write_summary(dir.summary_path(), summary);
     spdlog::info("{}: {} steps, final loss {:.4f}, val {:.4f}, {:.0f} tokens/s, {:.1f}s -> {}", status_text, step,
                  last_loss, last_val.value_or(std::nan("")), summary["tokens_per_s"].get<double>(), wall_s,
-                 dir->path().string());
+                 dir.path().string());
   }
   if (status_text == "interrupted") {
     FP8T_THROW(ExitCode::kInterrupted, "interrupted; checkpoint saved in ",
-               (std::filesystem::path(cfg.run.out_dir) / cfg.run.name).string(), " (continue with --resume)");
+               dir.path().string(), " (continue with --resume)");
   }
   return summary;
 }

@@ -2,11 +2,6 @@
 // two threads, each with its own TCP-store client and Gloo process group on the CPU.
 #include "lib/dist/grad_sync.h"
 
-#include <arpa/inet.h>   // htonl
-#include <netinet/in.h>  // sockaddr_in
-#include <sys/socket.h>  // socket, bind
-#include <unistd.h>      // close
-
 #include <torch/torch.h>  // torch::autograd
 
 #include <exception>  // std::exception_ptr
@@ -16,6 +11,7 @@
 #include "lib/dist/communicator.h"    // Communicator
 #include "lib/fp8/delayed_scaling.h"  // DelayedScaling
 #include "tests/catch.h"
+#include "tests/dist/dist_test_util.h"  // free_port
 
 using fp8t::dist::Communicator;
 using fp8t::dist::GradientSync;
@@ -23,24 +19,10 @@ using fp8t::dist::LaunchInfo;
 
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Runs body(rank, communicator) on `world` threads joined into one Gloo group; rethrows the
 // first failure on the calling thread (Catch2 assertions stay on this thread).
 void run_ranks(int world, const std::function<void(int, Communicator&)>& body) {
-  const int port = free_port();
+  const int port = fp8t::test::free_port();
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
