@@ -24,30 +24,31 @@ CausalSelfAttention::CausalSelfAttention(const ModelSection& cfg)
 
 at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  // [B, T, 3, H, D] -> three [B, H, T, D]
-  const at::Tensor qkv = c_attn->forward(x).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
-  const at::Tensor y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
+  // [B, T, 3, H, D] -> three [B, T, H, D] views -> [B, H, T, D]. unbind (not indexing) so that the
+  // backward is one stack into the [B, T, 3, H, D] layout c_attn produced: indexing would build
+  // three zero-filled copies of the whole qkv gradient, sum them and copy once more.
+  const std::vector<at::Tensor> qkv = c_attn->forward(x).view({B, T, 3, n_head_, C / n_head_}).unbind(2);
+  const at::Tensor y = at::scaled_dot_product_attention(qkv[0].transpose(1, 2), qkv[1].transpose(1, 2),
+                                                        qkv[2].transpose(1, 2), /*attn_mask=*/{},
                                                         is_training() ? dropout_ : 0.0, /*is_causal=*/true);
   return resid_drop_->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 
-Mlp::Mlp(const ModelSection& cfg) : swiglu_(cfg.activation == Activation::kSwiGLU) {
+Mlp::Mlp(const ModelSection& cfg) {
+  const bool swiglu = cfg.activation == fp8t::Activation::kSwiGLU;
   const int64_t ff = cfg.ff_dim();
-  add_slot("c_fc", std::make_shared<Linear>(cfg.d_model, swiglu_ ? 2 * ff : ff, cfg.bias), &c_fc);
+  add_slot("c_fc", std::make_shared<Linear>(cfg.d_model, swiglu ? 2 * ff : ff, cfg.bias), &c_fc);
+  // The activation reads only c_fc's output and only c_proj reads its result (a rewrite may
+  // fuse it into either GEMM's casts).
+  add_slot("act",
+           std::make_shared<model::Activation>(swiglu ? model::Activation::Kind::kSwiGLU
+                                                      : model::Activation::Kind::kGeluTanh),
+           &act, /*feeds=*/"c_proj", /*fed_by=*/"c_fc");
   add_slot("c_proj", std::make_shared<Linear>(ff, cfg.d_model, cfg.bias), &c_proj);
   drop_ = register_module("drop", torch::nn::Dropout(cfg.dropout));
 }
 
-at::Tensor Mlp::forward(const at::Tensor& x) {
-  at::Tensor h = c_fc->forward(x);
-  if (swiglu_) {
-    const auto parts = h.chunk(2, -1);
-    h = at::silu(parts[0]) * parts[1];
-  } else {
-    h = at::gelu(h, "tanh");
-  }
-  return drop_->forward(c_proj->forward(h));
-}
+at::Tensor Mlp::forward(const at::Tensor& x) { return drop_->forward(c_proj->forward(act->forward(c_fc->forward(x)))); }
 
 Block::Block(const ModelSection& cfg) {
   add_slot("ln_1", make_norm(cfg), &ln_1, /*feeds=*/"attn.c_attn");

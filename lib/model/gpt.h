@@ -31,9 +31,9 @@ class Mlp : public SlotModule {
   explicit Mlp(const ModelSection& cfg);
   at::Tensor forward(const at::Tensor& x);
   std::shared_ptr<UnaryModule> c_fc;    // d -> ff (GELU) or d -> 2ff (SwiGLU: gate and up, fused)
+  std::shared_ptr<UnaryModule> act;     // Activation: GELU or SwiGLU
   std::shared_ptr<UnaryModule> c_proj;  // ff -> d
  private:
-  bool swiglu_;
   torch::nn::Dropout drop_{nullptr};
 };
 

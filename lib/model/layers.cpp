@@ -32,6 +32,12 @@ at::Tensor Norm::forward(const at::Tensor& x) {
   return (xf * rstd).to(x.scalar_type()) * weight.to(x.scalar_type());
 }
 
+at::Tensor Activation::forward(const at::Tensor& x) {
+  if (kind == Kind::kGeluTanh) return at::gelu(x, "tanh");
+  const auto parts = x.chunk(2, -1);
+  return at::silu(parts[0]) * parts[1];
+}
+
 std::shared_ptr<UnaryModule> SlotModule::slot(const std::string& name) const {
   for (const Slot& s : slots_) {
     if (s.name == name) return *s.member;
@@ -51,9 +57,10 @@ void SlotModule::replace_slot(const std::string& name, std::shared_ptr<UnaryModu
 }
 
 void SlotModule::add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,
-                          std::shared_ptr<UnaryModule>* member, const std::string& feeds) {
+                          std::shared_ptr<UnaryModule>* member, const std::string& feeds,
+                          const std::string& fed_by) {
   *member = register_module(name, std::move(module));
-  slots_.push_back(Slot{name, member, feeds});
+  slots_.push_back(Slot{name, member, feeds, fed_by});
 }
 
 }  // namespace model

@@ -48,15 +48,27 @@ class Norm : public UnaryModule {
   at::Tensor bias;  // undefined for RMSNorm or bias = false
 };
 
-// A module whose Linear/norm children live in replaceable slots.
+// The MLP's activation: GELU (tanh approximation) of x, or SwiGLU silu(gate) * up of the two
+// halves of x's last dim. No parameters.
+class Activation : public UnaryModule {
+ public:
+  enum class Kind { kGeluTanh, kSwiGLU };
+  explicit Activation(Kind kind) : kind(kind) {}
+  at::Tensor forward(const at::Tensor& x) override;
+  Kind kind;
+};
+
+// A module whose Linear/norm/activation children live in replaceable slots.
 class SlotModule : public torch::nn::Module {
  public:
   struct Slot {
     std::string name;
     std::shared_ptr<UnaryModule>* member;
-    // For a norm: the path (relative to this module) of the only Linear that reads its
-    // output, e.g. "attn.c_attn". Empty when there is no single consumer.
+    // For a norm or an activation: the path (relative to this module) of the only Linear that
+    // reads its output, e.g. "attn.c_attn". Empty when there is no single consumer.
     std::string feeds;
+    // For an activation: the path of the only Linear whose output is its input (e.g. "c_fc").
+    std::string fed_by;
   };
   const std::vector<Slot>& slots() const { return slots_; }
   std::shared_ptr<UnaryModule> slot(const std::string& name) const;
@@ -65,7 +77,8 @@ class SlotModule : public torch::nn::Module {
 
  protected:
   void add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,
-                std::shared_ptr<UnaryModule>* member, const std::string& feeds = "");
+                std::shared_ptr<UnaryModule>* member, const std::string& feeds = "",
+                const std::string& fed_by = "");
 
  private:
   std::vector<Slot> slots_;
