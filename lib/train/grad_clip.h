@@ -19,4 +19,14 @@ namespace fp8t::train {
 // caller decides what to do. With no gradients at all, returns a 0-d zero on the CPU.
 at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm);
 
+// The measuring half of clip_grad_norm_: the total L2 norm, gradients untouched.
+at::Tensor global_grad_norm(const std::vector<at::Tensor>& params);
+
+// The clipping as a divisor, for an optimizer that divides the gradients as it reads them
+// (AdamW::step's grad_scale): max(1, (norm + 1e-6) / max_norm) as a 0-d float32 tensor on the
+// norm's device, computed there (no host sync). Dividing by it equals clip_grad_norm_'s scaling
+// up to rounding, and saves the separate read-modify-write pass over every gradient.
+// Requires max_norm > 0.
+at::Tensor clip_divisor(const at::Tensor& norm, double max_norm);
+
 }  // namespace fp8t::train

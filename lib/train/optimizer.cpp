@@ -1,6 +1,7 @@
 #include "lib/train/optimizer.h"
 
-#include <set>  // std::set
+#include <optional>  // std::optional
+#include <set>       // std::set
 
 #include <ATen/ATen.h>  // at::_fused_adamw_, at::_foreach_add_, at::zeros
 
@@ -48,7 +49,7 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, const at::Tensor& grad_scale) {
   at::NoGradGuard no_grad;
   // Groups keyed by (device, decay), in first-seen order.
   struct Group {
@@ -84,7 +85,9 @@ void AdamW::step(double lr) {
     at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs,
                       /*max_exp_avg_sqs=*/{}, group.steps, lr, options_.beta1, options_.beta2,
                       group.decay ? options_.weight_decay : 0.0, options_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+                      /*amsgrad=*/false, /*maximize=*/false,
+                      grad_scale.defined() ? std::optional<at::Tensor>(grad_scale.to(group.device, at::kFloat))
+                                           : std::nullopt);
     for (const Slot* s : group.slots) {
       if (s->separate_master) s->param.copy_(s->master);
     }

@@ -50,7 +50,9 @@ class AdamW {
 
   // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
   // step count does not advance). One fused launch per (device, weight-decay group).
-  void step(double lr);
+  // grad_scale (optional 0-d tensor): every gradient is divided by it as the kernel reads it
+  // (gradient clipping folded into the update, see clip_divisor in grad_clip.h).
+  void step(double lr, const at::Tensor& grad_scale = at::Tensor());
 
   // set_to_none: grads become undefined (the default, as torch.optim); else zeroed in place.
   void zero_grad(bool set_to_none = true);

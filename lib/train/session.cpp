@@ -7,7 +7,7 @@
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/fp8/rewrite.h"        // fp8::rewrite_to_fp8
 #include "lib/model/gpt.h"          // model::Gpt
-#include "lib/train/grad_clip.h"    // clip_grad_norm_
+#include "lib/train/grad_clip.h"    // global_grad_norm, clip_divisor
 #include "lib/train/optimizer.h"    // AdamW
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
@@ -95,9 +95,11 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
   phase("grad_sync");
   if (scaling_) scaling_->update();      // new scales for the next step (amax MAX over ranks first)
   phase("fp8_update");
-  const at::Tensor grad_norm = clip_grad_norm_(params_, cfg_.train.grad_clip);
+  // Clipping is folded into the optimizer: AdamW divides the gradients by the clip divisor
+  // as it reads them (one pass over the gradients fewer than scaling them first).
+  const at::Tensor grad_norm = global_grad_norm(params_);
   phase("clip");
-  opt_->step(lr);
+  opt_->step(lr, cfg_.train.grad_clip > 0.0 ? clip_divisor(grad_norm, cfg_.train.grad_clip) : at::Tensor());
   if (grad_sync_) {
     grad_sync_->zero_grad();  // the grads stay views into the all-reduce buckets
   } else {

@@ -4,9 +4,12 @@
 
 #include <torch/torch.h>
 
+#include "lib/train/optimizer.h"  // AdamW (the clip divisor is consumed by its step)
 #include "tests/catch.h"
 
+using fp8t::train::clip_divisor;
 using fp8t::train::clip_grad_norm_;
+using fp8t::train::global_grad_norm;
 
 namespace {
 
@@ -93,6 +96,66 @@ TEST_CASE("clip_grad_norm_ handles bfloat16 grads and no grads at all", "[train]
   const at::Tensor zero = clip_grad_norm_(none, 1.0);
   REQUIRE(zero.dim() == 0);
   REQUIRE(zero.item<float>() == 0.0f);
+}
+
+TEST_CASE("global_grad_norm measures without touching the grads; clip_divisor clamps at 1", "[train]") {
+  torch::manual_seed(5);
+  auto params = params_with_grads({torch::randn({10, 5}) * 3.0, torch::randn({7})});
+  const at::Tensor g0 = params[0].grad().clone();
+  const double expected = direct_norm(params);
+  const at::Tensor norm = global_grad_norm(params);
+  REQUIRE(norm.item<double>() == Approx(expected).epsilon(1e-5));
+  REQUIRE(torch::equal(params[0].grad(), g0));
+
+  const at::Tensor d = clip_divisor(norm, 2.0);
+  REQUIRE(d.scalar_type() == at::kFloat);
+  REQUIRE(d.item<double>() == Approx((expected + 1e-6) / 2.0).epsilon(1e-5));
+  REQUIRE(clip_divisor(norm, 10.0 * expected).item<float>() == 1.0f);  // below max_norm: no clipping
+  REQUIRE_THROWS(clip_divisor(norm, 0.0));
+}
+
+TEST_CASE("AdamW with the clip divisor equals clipping the grads first", "[train]") {
+  // The fused update divides each grad by the divisor; clip_grad_norm_ multiplies by its
+  // reciprocal. The two differ by at most an ulp of the grad, carried through the update at the
+  // same relative size: rtol 1e-5 on the updated weights. eps = 1 makes the update depend on the
+  // grad's magnitude (Adam's first step is otherwise about sign(g), whatever the clipping).
+  const fp8t::train::AdamWOptions options{0.9, 0.95, /*eps=*/1.0, 0.1};
+  auto named = [](const std::vector<at::Tensor>& ps) {
+    return fp8t::train::NamedParameters{{"w", ps[0]}, {"b", ps[1]}};
+  };
+  for (const double max_norm : {0.5, 1e6}) {
+    torch::manual_seed(11);
+    const std::vector<at::Tensor> grads = {torch::randn({16, 8}) * 4.0, torch::randn({8})};
+    const std::vector<at::Tensor> start = {torch::randn({16, 8}), torch::randn({8})};
+    std::vector<std::vector<at::Tensor>> sets;
+    for (int k = 0; k < 3; ++k) {
+      sets.push_back(params_with_grads(grads));
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < grads.size(); ++i) sets[k][i].copy_(start[i]);
+    }
+    auto& folded = sets[0];
+    auto& clipped = sets[1];
+    auto& unclipped = sets[2];
+    fp8t::train::AdamW opt_folded(named(folded), options), opt_clipped(named(clipped), options),
+        opt_unclipped(named(unclipped), options);
+    const at::Tensor norm = global_grad_norm(folded);
+    REQUIRE(norm.item<double>() > 10.0);
+    opt_folded.step(1e-2, clip_divisor(norm, max_norm));
+    clip_grad_norm_(clipped, max_norm);
+    opt_clipped.step(1e-2);
+    opt_unclipped.step(1e-2);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      INFO("max_norm " << max_norm << ", tensor " << i);
+      REQUIRE(torch::allclose(folded[i], clipped[i], /*rtol=*/1e-5, /*atol=*/1e-7));
+      // The divisor acts exactly when the norm exceeds max_norm.
+      const double diff = (folded[i] - unclipped[i]).abs().max().item<double>();
+      if (max_norm < 1.0) {
+        REQUIRE(diff > 1e-4);
+      } else {
+        REQUIRE(diff == 0.0);
+      }
+    }
+  }
 }
 
 #if defined(FP8T_WITH_CUDA)
