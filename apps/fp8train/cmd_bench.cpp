@@ -101,6 +101,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--breakdown", args->options.breakdown,
                "also time each phase of a step (forward, loss, backward, ..., optimizer), synchronizing after each");
+  cmd->add_option("--profile", args->options.profile_steps,
+                  "also profile this many steps and list the time of every GPU kernel per step (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--json", args->json_path, "write the results as JSON here (empty: do not write)")
       ->capture_default_str();
   cmd->callback([args] { run_bench_command(*args); });

@@ -1,12 +1,15 @@
 #include "lib/train/bench.h"
 
 #include <spdlog/spdlog.h>  // spdlog::info
+#include <torch/csrc/autograd/profiler_kineto.h>  // torch::autograd::profiler (Kineto)
 #include <torch/torch.h>    // torch::cuda::synchronize
 
 #include <algorithm>  // std::sort
 #include <cmath>      // std::isfinite
+#include <functional> // std::function
 #include <iomanip>    // std::setw
 #include <map>        // std::map
+#include <set>        // std::set
 #include <sstream>    // std::ostringstream
 
 #include "lib/config/fields.h"      // config::to_string
@@ -31,6 +34,57 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Runs `steps` calls of run_step under the Kineto profiler and sums the duration of every GPU
+// kernel (CUDA device) or CPU operator by name, per step.
+std::vector<KernelTime> profile_kernels(const std::function<void()>& run_step, int64_t steps,
+                                        const at::Device& device) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const std::set<ActivityType> activities =
+      device.is_cuda() ? std::set<ActivityType>{ActivityType::CPU, ActivityType::CUDA}
+                       : std::set<ActivityType>{ActivityType::CPU};
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  synchronize(device);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  for (int64_t i = 0; i < steps; ++i) run_step();
+  synchronize(device);
+  const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  const c10::DeviceType wanted = device.is_cuda() ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  std::map<std::string, KernelTime> by_name;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != wanted || e.durationNs() == 0) continue;
+    KernelTime& k = by_name[e.name()];
+    k.ms_per_step += static_cast<double>(e.durationNs()) * 1e-6;
+    k.calls_per_step += 1.0;
+  }
+  std::vector<KernelTime> out;
+  for (auto& [name, k] : by_name) {
+    k.name = name;
+    k.ms_per_step /= static_cast<double>(steps);
+    k.calls_per_step /= static_cast<double>(steps);
+    out.push_back(k);
+  }
+  std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) { return a.ms_per_step > b.ms_per_step; });
+  return out;
+}
+
+// A kernel name short enough for a table row: no return type, no argument list, at most
+// `width` characters.
+std::string short_kernel_name(std::string name, size_t width) {
+  if (name.rfind("void ", 0) == 0) name = name.substr(5);
+  int depth = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (name[i] == '(' && depth == 0 && i > 0) {
+      name = name.substr(0, i);
+      break;
+    }
+  }
+  return name.size() <= width ? name : name.substr(0, width - 3) + "...";
 }
 
 BenchResult bench_one(const ExperimentConfig& base, Precision precision, const BenchOptions& options,
@@ -88,6 +142,11 @@ BenchResult bench_one(const ExperimentConfig& base, Precision precision, const B
       });
     }
     for (const auto& n : names) r.phase_ms.emplace_back(n, median(per_phase[n]));
+  }
+  if (options.profile_steps > 0) {
+    r.kernels = profile_kernels([&] { session.step(next, lr, loss_sum); }, options.profile_steps, device);
+    for (const auto& k : r.kernels) r.profiled_device_ms_per_step += k.ms_per_step;
+    r.profiled_gpu = device.is_cuda();
   }
   if (!std::isfinite(r.final_loss)) {
     FP8T_THROW(ExitCode::kTrainingFailed, "bench: the ", r.precision, " loss became ", r.final_loss,
@@ -175,6 +234,22 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     for (const auto& [name, ms] : r.phase_ms) s << " " << name << " " << std::setprecision(2) << ms;
     s << "\n";
   }
+  for (const auto& r : results) {
+    if (r.kernels.empty()) continue;
+    s << "\n" << r.precision << (r.profiled_gpu ? " GPU kernels" : " CPU operators (inclusive: nested operators overlap)")
+      << ", per step (" << options.profile_steps << " profiled steps; " << std::setprecision(2)
+      << r.profiled_device_ms_per_step << " ms in total):\n";
+    s << std::right << std::setw(10) << "ms" << std::setw(8) << "%" << std::setw(8) << "calls" << "  "
+      << std::left << "name\n";
+    const size_t shown = std::min<size_t>(r.kernels.size(), 30);
+    for (size_t i = 0; i < shown; ++i) {
+      const KernelTime& k = r.kernels[i];
+      s << std::right << std::setw(10) << std::setprecision(3) << k.ms_per_step << std::setw(8) << std::setprecision(1)
+        << 100.0 * k.ms_per_step / std::max(r.profiled_device_ms_per_step, 1e-12) << std::setw(8)
+        << std::setprecision(0) << k.calls_per_step << "  " << std::left << short_kernel_name(k.name, 110) << "\n";
+    }
+    if (r.kernels.size() > shown) s << "  ... " << r.kernels.size() - shown << " more in the JSON\n";
+  }
   return s.str();
 }
 
@@ -196,6 +271,15 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
       nlohmann::json phases = nlohmann::json::object();
       for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;
       rows.back()["phase_ms"] = phases;
+    }
+    if (!r.kernels.empty()) {
+      nlohmann::json kernels = nlohmann::json::array();
+      for (const auto& k : r.kernels) {
+        kernels.push_back({{"name", k.name}, {"ms_per_step", k.ms_per_step}, {"calls_per_step", k.calls_per_step}});
+      }
+      rows.back()["profile"] = {{"steps", options.profile_steps},
+                                {"device_ms_per_step", r.profiled_device_ms_per_step},
+                                {"kernels", kernels}};
     }
   }
   const BenchResult* bf16 = find(results, "bf16");

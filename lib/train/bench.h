@@ -39,6 +39,16 @@ struct BenchOptions {
   // Also time the phases of a step (forward, loss, backward, grad_sync, fp8_update, clip,
   // optimizer) over `steps` more steps, with a device synchronize after each phase.
   bool breakdown = false;
+  // Also profile `profile_steps` more steps (LibTorch's Kineto profiler) and report the time of
+  // every GPU kernel per step (CPU: every operator, inclusive of the ones it calls). 0: off.
+  int64_t profile_steps = 0;
+};
+
+// Time of one kernel (GPU) or operator (CPU) per profiled step, summed over its calls.
+struct KernelTime {
+  std::string name;
+  double ms_per_step = 0;
+  double calls_per_step = 0;
 };
 
 struct BenchResult {
@@ -55,6 +65,9 @@ struct BenchResult {
   double final_loss = 0;            // loss of the last step (a sanity check: finite, falling)
   std::string fp8_rewrite;          // the rewrite summary, fp8 only
   std::vector<std::pair<std::string, double>> phase_ms;  // median per phase (breakdown only)
+  std::vector<KernelTime> kernels;  // profile only: longest total first
+  double profiled_device_ms_per_step = 0;  // profile only: sum over `kernels`
+  bool profiled_gpu = false;               // profile only: `kernels` are GPU kernels (else CPU operators)
 };
 
 // Runs the benchmark. Throws fp8t::Error (kBadInput) for bad options, kTrainingFailed when a

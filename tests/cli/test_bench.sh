@@ -22,6 +22,22 @@ for r in rows.values():  # --breakdown: every phase timed
     assert all(v >= 0 for v in r["phase_ms"].values()) and r["phase_ms"]["backward"] > 0
 print("bench.json ok")
 PY
+# --profile: the operators of a profiled step, longest first, in the table and the JSON.
+"$FP8TRAIN" bench --config "$CONFIG" --precisions fp8 --bench-steps 1 --bench-warmup 0 --profile 2 \
+  --set model.n_layer=1 --json prof.json > prof.txt 2> prof.log || { cat prof.log; fail "bench --profile failed"; }
+grep -q "^fp8 CPU operators (inclusive" prof.txt || { cat prof.txt; fail "profile table missing"; }
+python3 - prof.json <<'PY' || fail "prof.json content"
+import json, sys
+p = json.load(open(sys.argv[1]))["results"][0]["profile"]
+k = p["kernels"]
+assert p["steps"] == 2 and len(k) > 10, p
+assert all(a["ms_per_step"] >= b["ms_per_step"] for a, b in zip(k, k[1:])), "not sorted"
+names = {e["name"] for e in k}
+# The step's own operators: the FP8 rewrite's emulated GEMMs and LibTorch's fused AdamW.
+assert any("mm" in n for n in names) and "aten::_fused_adamw_" in names, sorted(names)[:40]
+assert abs(p["device_ms_per_step"] - sum(e["ms_per_step"] for e in k)) < 1e-6 * p["device_ms_per_step"]
+print("prof.json ok")
+PY
 set +e
 "$FP8TRAIN" bench --config "$CONFIG" --precisions bf16,fp4 --json bad.json > bad.txt 2>&1
 rc=$?
