@@ -69,6 +69,51 @@ __device__ __forceinline__ void load8(const void* x, int64_t cols, int64_t rows,
   }
 }
 
+// What the kernel casts: x itself, gelu(x), or the GELU backward dy * gelu'(h) (x = dy). The
+// tanh approximation in FP32 with LibTorch's operation order (at::gelu(x, "tanh") and
+// at::gelu_backward), rounded to the input dtype before the cast, so the codes equal those of
+// casting the unfused operator's output.
+enum Act { kActNone = 0, kActGelu = 1, kActDgelu = 2 };
+
+constexpr float kGeluBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);  // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float x_cube = x * x * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+__device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
+  const float x_sq = x * x;
+  const float x_cube = x_sq * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
+  const float tanh_inner = tanhf(inner);
+  const float left = 0.5f * x;
+  const float right = 1.0f + tanh_inner;
+  const float left_derivative = 0.5f * right;
+  const float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
+  const float inner_derivative = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
+  const float right_derivative = left * tanh_derivative * inner_derivative;
+  return dy * (left_derivative + right_derivative);
+}
+
+// Loads the 8 values the cast sees at (row, col..col+7): x, gelu(x) or dy * gelu'(h).
+template <int kDtype, int kAct>
+__device__ __forceinline__ void load8_act(const void* x, const void* h, int64_t cols, int64_t rows,
+                                          int64_t row, int64_t col, bool vec, float (&v)[kChunk]) {
+  load8<kDtype>(x, cols, rows, row, col, vec, v);
+  if constexpr (kAct == kActGelu) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) v[j] = round_to_dtype<kDtype>(gelu_tanh(v[j]));
+  } else if constexpr (kAct == kActDgelu) {
+    float hv[kChunk];
+    load8<kDtype>(h, cols, rows, row, col, vec, hv);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) v[j] = round_to_dtype<kDtype>(gelu_tanh_backward(v[j], hv[j]));
+  }
+}
+
 // Store phase shared by the cast and the plain transpose: the block's shared tile (codes of
 // x[r0.., c0..]) goes to out_t[c0 + oc, r0 + r] (out_t is [cols, rows]).
 __device__ __forceinline__ void store_transposed(const uint8_t (*tile)[kTileStride], uint8_t* out_t,
@@ -97,9 +142,9 @@ __device__ __forceinline__ void store_transposed(const uint8_t (*tile)[kTileStri
   }
 }
 
-template <int kDtype, int kFormat, bool kDbias>
+template <int kDtype, int kFormat, bool kDbias, int kAct>
 __global__ void __launch_bounds__(kThreads)
-    cast_transpose_kernel(const void* __restrict__ x, int64_t rows, int64_t cols,
+    cast_transpose_kernel(const void* __restrict__ x, const void* __restrict__ h, int64_t rows, int64_t cols,
                           const float* __restrict__ scale_ptr, uint8_t* __restrict__ out_row,
                           uint8_t* __restrict__ out_col, float* amax, float* scale_inv_out,
                           float* __restrict__ dbias_partial, bool vec) {
@@ -125,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
     const int r = tr + pass * kRowsPerPass;
     const int64_t row = g.r0 + r;
     float v[kChunk];
-    load8<kDtype>(x, cols, rows, row, col, g.full && vec, v);
+    load8_act<kDtype, kAct>(x, h, cols, rows, row, col, g.full && vec, v);
     uint8_t q[kChunk];
 #pragma unroll
     for (int j = 0; j < kChunk; j += 2) {
@@ -213,17 +258,47 @@ __global__ void __launch_bounds__(kThreads)
   store_transposed(tile, out, rows, cols, g, vec);
 }
 
-template <int kDtype, bool kDbias>
-void launch_cast_transpose(int fp8_format, dim3 grid, cudaStream_t stream, const void* x,
-                           int64_t rows, int64_t cols, const float* scale, uint8_t* out_row,
-                           uint8_t* out_col, float* amax, float* scale_inv_out, float* partial,
-                           bool vec) {
+// Everything a cast+transpose launch needs besides its template choices.
+struct CastArgs {
+  const void* x;
+  const void* h;  // kActDgelu only: the GELU input
+  int64_t rows, cols;
+  const float* scale;
+  uint8_t* out_row;
+  uint8_t* out_col;
+  float* amax;
+  float* scale_inv_out;
+  float* partial;  // dbias partial sums (kDbias only)
+  bool vec;
+};
+
+template <int kDtype, bool kDbias, int kAct>
+void launch_cast_transpose(int fp8_format, dim3 grid, cudaStream_t stream, const CastArgs& a) {
   if (fp8_format == FP8T_FORMAT_E4M3) {
-    cast_transpose_kernel<kDtype, FP8T_FORMAT_E4M3, kDbias><<<grid, kThreads, 0, stream>>>(
-        x, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec);
+    cast_transpose_kernel<kDtype, FP8T_FORMAT_E4M3, kDbias, kAct><<<grid, kThreads, 0, stream>>>(
+        a.x, a.h, a.rows, a.cols, a.scale, a.out_row, a.out_col, a.amax, a.scale_inv_out, a.partial, a.vec);
   } else {
-    cast_transpose_kernel<kDtype, FP8T_FORMAT_E5M2, kDbias><<<grid, kThreads, 0, stream>>>(
-        x, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec);
+    cast_transpose_kernel<kDtype, FP8T_FORMAT_E5M2, kDbias, kAct><<<grid, kThreads, 0, stream>>>(
+        a.x, a.h, a.rows, a.cols, a.scale, a.out_row, a.out_col, a.amax, a.scale_inv_out, a.partial, a.vec);
+  }
+}
+
+// The (dtype, dbias) dispatch for one activation.
+template <int kAct>
+void dispatch_cast_transpose(int x_dtype, bool want_dbias, int fp8_format, dim3 grid, cudaStream_t stream,
+                             const CastArgs& a) {
+  if (x_dtype == FP8T_DTYPE_F32) {
+    if (want_dbias) {
+      launch_cast_transpose<FP8T_DTYPE_F32, true, kAct>(fp8_format, grid, stream, a);
+    } else {
+      launch_cast_transpose<FP8T_DTYPE_F32, false, kAct>(fp8_format, grid, stream, a);
+    }
+  } else {
+    if (want_dbias) {
+      launch_cast_transpose<FP8T_DTYPE_BF16, true, kAct>(fp8_format, grid, stream, a);
+    } else {
+      launch_cast_transpose<FP8T_DTYPE_BF16, false, kAct>(fp8_format, grid, stream, a);
+    }
   }
 }
 
@@ -239,12 +314,13 @@ bool tile_grid(int64_t rows, int64_t cols, dim3* grid) {
   return true;
 }
 
-cudaError_t cast_transpose_impl(const void* x, int x_dtype, int64_t rows, int64_t cols,
+cudaError_t cast_transpose_impl(int act, const void* x, const void* h, int x_dtype, int64_t rows, int64_t cols,
                                 const float* scale, int fp8_format, uint8_t* out_row,
                                 uint8_t* out_col, float* amax, float* scale_inv_out, float* dbias,
                                 void* workspace, cudaStream_t stream) {
   const bool want_dbias = dbias != nullptr;
   if (rows < 0 || cols < 0 || scale == nullptr || (rows * cols > 0 && x == nullptr) ||
+      (act == kActDgelu && rows * cols > 0 && h == nullptr) ||
       (x_dtype != FP8T_DTYPE_F32 && x_dtype != FP8T_DTYPE_BF16) ||
       (fp8_format != FP8T_FORMAT_E4M3 && fp8_format != FP8T_FORMAT_E5M2) ||
       (want_dbias && (workspace == nullptr || !aligned(workspace, 16)))) {
@@ -254,27 +330,19 @@ cudaError_t cast_transpose_impl(const void* x, int x_dtype, int64_t rows, int64_
   if (!tile_grid(rows, cols, &grid)) return cudaErrorInvalidValue;
   // Vector accesses need every row start aligned: 8-element chunks of x (16 or 32 bytes) and of
   // the codes (8 bytes) in both layouts.
-  const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(x, 16) &&
+  const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(x, 16) && (h == nullptr || aligned(h, 16)) &&
                    (out_row == nullptr || aligned(out_row, 8)) &&
                    (out_col == nullptr || aligned(out_col, 8));
-  float* partial = static_cast<float*>(workspace);
-  if (x_dtype == FP8T_DTYPE_F32) {
-    if (want_dbias) {
-      launch_cast_transpose<FP8T_DTYPE_F32, true>(fp8_format, grid, stream, x, rows, cols, scale,
-                                                  out_row, out_col, amax, scale_inv_out, partial, vec);
-    } else {
-      launch_cast_transpose<FP8T_DTYPE_F32, false>(fp8_format, grid, stream, x, rows, cols, scale,
-                                                   out_row, out_col, amax, scale_inv_out, nullptr, vec);
-    }
+  const CastArgs args{x, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out,
+                      want_dbias ? static_cast<float*>(workspace) : nullptr, vec};
+  if (act == kActGelu) {
+    dispatch_cast_transpose<kActGelu>(x_dtype, want_dbias, fp8_format, grid, stream, args);
+  } else if (act == kActDgelu) {
+    dispatch_cast_transpose<kActDgelu>(x_dtype, want_dbias, fp8_format, grid, stream, args);
   } else {
-    if (want_dbias) {
-      launch_cast_transpose<FP8T_DTYPE_BF16, true>(fp8_format, grid, stream, x, rows, cols, scale,
-                                                   out_row, out_col, amax, scale_inv_out, partial, vec);
-    } else {
-      launch_cast_transpose<FP8T_DTYPE_BF16, false>(fp8_format, grid, stream, x, rows, cols, scale,
-                                                    out_row, out_col, amax, scale_inv_out, nullptr, vec);
-    }
+    dispatch_cast_transpose<kActNone>(x_dtype, want_dbias, fp8_format, grid, stream, args);
   }
+  float* partial = args.partial;
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !want_dbias || cols == 0) return err;
   if (rows == 0) return cudaMemsetAsync(dbias, 0, cols * sizeof(float), stream);
@@ -293,7 +361,7 @@ extern "C" cudaError_t fp8t_cast_transpose(const void* x, int x_dtype, int64_t r
                                            const float* scale, int fp8_format,
                                            uint8_t* out_rowwise, uint8_t* out_columnwise,
                                            float* amax, float* scale_inv_out, cudaStream_t stream) {
-  return cast_transpose_impl(x, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
+  return cast_transpose_impl(kActNone, x, nullptr, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
                              out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
 }
 
@@ -308,7 +376,25 @@ extern "C" cudaError_t fp8t_cast_transpose_dbias(const void* x, int x_dtype, int
                                                  float* amax, float* scale_inv_out, float* dbias,
                                                  void* workspace, cudaStream_t stream) {
   if (dbias == nullptr) return cudaErrorInvalidValue;
-  return cast_transpose_impl(x, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
+  return cast_transpose_impl(kActNone, x, nullptr, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
+                             out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
+}
+
+extern "C" cudaError_t fp8t_gelu_cast_transpose(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                                                const float* scale, int fp8_format, uint8_t* out_rowwise,
+                                                uint8_t* out_columnwise, float* amax, float* scale_inv_out,
+                                                cudaStream_t stream) {
+  return cast_transpose_impl(kActGelu, x, nullptr, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
+                             out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
+}
+
+extern "C" cudaError_t fp8t_dgelu_cast_transpose(const void* dy, const void* x, int dtype, int64_t rows,
+                                                 int64_t cols, const float* scale, int fp8_format,
+                                                 uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                                 float* scale_inv_out, float* dbias, void* workspace,
+                                                 cudaStream_t stream) {
+  if (dbias != nullptr && workspace == nullptr) return cudaErrorInvalidValue;
+  return cast_transpose_impl(kActDgelu, dy, x, dtype, rows, cols, scale, fp8_format, out_rowwise,
                              out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
 }
 

@@ -58,6 +58,23 @@ cudaError_t fp8t_cast_transpose_dbias(const void* x, int x_dtype, int64_t rows, 
                                       uint8_t* out_columnwise, float* amax, float* scale_inv_out,
                                       float* dbias, void* workspace, cudaStream_t stream);
 
+// fp8t_cast_transpose of gelu(x) (tanh approximation, FP32 math in LibTorch's operation order,
+// rounded to x's dtype before the cast): the codes equal those of casting at::gelu(x, "tanh"),
+// without writing gelu(x) in high precision. amax is max|gelu(x)|.
+cudaError_t fp8t_gelu_cast_transpose(const void* x, int x_dtype, int64_t rows, int64_t cols,
+                                     const float* scale, int fp8_format, uint8_t* out_rowwise,
+                                     uint8_t* out_columnwise, float* amax, float* scale_inv_out,
+                                     cudaStream_t stream);
+
+// The GELU backward fused into the gradient cast: casts g = dy * gelu'(x) (at::gelu_backward(dy,
+// x, "tanh"), rounded to the dtype), dy and x [rows, cols] of one dtype and alignment. dbias
+// (nullable) = column sums of g as in fp8t_cast_transpose_dbias, with its workspace.
+cudaError_t fp8t_dgelu_cast_transpose(const void* dy, const void* x, int dtype, int64_t rows,
+                                      int64_t cols, const float* scale, int fp8_format,
+                                      uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                      float* scale_inv_out, float* dbias, void* workspace,
+                                      cudaStream_t stream);
+
 // out[cols, rows] = in[rows, cols]ᵀ for FP8 codes (the columnwise copy of an FP8 tensor that was
 // written rowwise, e.g. by the fused norm).
 cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
@@ -97,6 +114,28 @@ cudaError_t fp8t_norm_backward(const void* dy, const void* x, int dtype, int64_t
 cudaError_t fp8t_saturation_stats(const void* x, int x_dtype, int64_t n, const float* scale,
                                   int fp8_format, float* out, unsigned long long* counters,
                                   cudaStream_t stream);
+
+// ---- cross-entropy (kernels/cross_entropy.cu) ------------------------------------------------
+// Softmax cross-entropy over the rows of logits[rows, vocab] (row-major, fp32 or bf16) against
+// class indices targets[rows] (int64), for the GPT loss; FP32 math with expf/logf (agrees with
+// ATen's log_softmax + nll_loss to about 1e-6 relative). Any vocab >= 1 and any element-aligned
+// logits pointer; 16-byte accesses where the row layout allows, scalar ones elsewhere.
+//
+// Forward, one read of each row: lse[r] = log(sum_v exp(logits[r, v])) and
+// loss[r] = lse[r] - logits[r, targets[r]], both float32 [rows]. A target outside [0, vocab) makes
+// loss[r] NaN (no device assert; ATen's ignore_index is not supported).
+cudaError_t fp8t_cross_entropy_forward(const void* logits, int logits_dtype, const int64_t* targets,
+                                       int64_t rows, int64_t vocab, float* loss, float* lse,
+                                       cudaStream_t stream);
+
+// Backward: dlogits[r, v] = (exp(logits[r, v] - lse[r]) - (v == targets[r])) * *grad_scale, in
+// logits_dtype, from lse as written by the forward. grad_scale is ONE float read on the device
+// (e.g. d(mean loss) / rows), never on the host. dlogits may be logits itself (in place: every
+// element is read before it is written, by the same thread). A row whose target is outside
+// [0, vocab) gets NaN gradients.
+cudaError_t fp8t_cross_entropy_backward(const void* logits, int logits_dtype, const int64_t* targets,
+                                        const float* lse, const float* grad_scale, int64_t rows,
+                                        int64_t vocab, void* dlogits, cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

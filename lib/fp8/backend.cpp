@@ -18,6 +18,15 @@ const char* to_string(GemmKind k) {
   return "?";
 }
 
+Fp8Tensor Backend::gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) {
+  return quantize(at::gelu(h, "tanh"), slot, rowwise, columnwise);
+}
+
+Fp8Tensor Backend::dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                       bool want_dbias, at::Tensor* dbias) {
+  return quantize_grad(at::gelu_backward(dy.to(h.scalar_type()), h, "tanh"), slot, want_dbias, dbias);
+}
+
 #if defined(FP8T_WITH_CUDA)
 constexpr const char* kSupported = "cpu, cuda";
 #else

@@ -76,6 +76,14 @@ class Backend {
   virtual Fp8Tensor quantize_grad(const at::Tensor& dy, const SlotRef& slot, bool want_dbias,
                                   at::Tensor* dbias) = 0;
 
+  // quantize() of gelu(h) (tanh approximation, in h's dtype) for a 2-D h, and quantize_grad()
+  // of the GELU backward at::gelu_backward(dy, h, "tanh") (with dbias of that gradient). The
+  // defaults compute the operator and then cast; the GPU fuses both into the cast kernel, so
+  // neither gelu(h) nor the gradient is written in high precision.
+  virtual Fp8Tensor gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise);
+  virtual Fp8Tensor dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                        bool want_dbias, at::Tensor* dbias);
+
   // out[M,N] = dequant(a)[M,K] * dequant(b)[N,K]^T (+ bias[N]), out in out_dtype.
   virtual at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
                           at::ScalarType out_dtype, GemmKind kind, bool fast_accum) = 0;

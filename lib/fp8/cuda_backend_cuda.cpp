@@ -63,6 +63,18 @@ class CudaBackend final : public Backend {
     return cast(dy, slot, true, true, want_dbias ? dbias : nullptr);
   }
 
+  Fp8Tensor gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) override {
+    return cast(h, slot, rowwise, columnwise, nullptr, Act::kGelu);
+  }
+
+  Fp8Tensor dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot, bool want_dbias,
+                                at::Tensor* dbias) override {
+    FP8T_CHECK(!want_dbias || dbias != nullptr, "dgelu_quantize_grad: want_dbias needs an output tensor");
+    FP8T_CHECK(dy.sizes() == h.sizes(), "dgelu_quantize_grad: dy ", dy.sizes(), " and h ", h.sizes(),
+               " differ in shape");
+    return cast(dy, slot, true, true, want_dbias ? dbias : nullptr, Act::kDgelu, &h);
+  }
+
   at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias, at::ScalarType out_dtype,
                   GemmKind kind, bool fast_accum) override {
     FP8T_CHECK(a.defined() && b.defined(), "fp8 gemm ", to_string(kind), ": missing FP8 operand (A ",
@@ -186,12 +198,19 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // One read of x: rowwise only -> fp8t_cast; any columnwise -> fp8t_cast_transpose (+ dbias).
-  Fp8Tensor cast(const at::Tensor& x_in, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias) {
+  // What a cast reads: x, gelu(x), or the GELU backward of x = dy at h.
+  enum class Act { kNone, kGelu, kDgelu };
+
+  // One read of x: rowwise only -> fp8t_cast; any columnwise or an activation ->
+  // fp8t_cast_transpose or its GELU variants (+ dbias).
+  Fp8Tensor cast(const at::Tensor& x_in, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias,
+                 Act act = Act::kNone, const at::Tensor* h_in = nullptr) {
     FP8T_CHECK(x_in.is_cuda(), "fp8 cast (slot ", slot.index, ") expects a CUDA tensor, got one on ",
                x_in.device().str());
     const c10::cuda::CUDAGuard guard(x_in.device());
-    const at::Tensor x = kernel_input(x_in);
+    // The GELU backward reads dy in h's dtype (as at::gelu_backward computes in h's dtype).
+    const at::Tensor h = act == Act::kDgelu ? kernel_input(*h_in) : at::Tensor();
+    const at::Tensor x = act == Act::kDgelu ? x_in.to(h.scalar_type()).contiguous() : kernel_input(x_in);
     float* scale = device_scalar(slot.scale, x, "scale", slot);
     float* amax = device_scalar(slot.amax, x, "amax", slot);
     const int f = format_code(slot.format);
@@ -199,7 +218,7 @@ class CudaBackend final : public Backend {
     at::Tensor scale_inv = at::empty({}, floats_on(x));
     Fp8Tensor out;
 
-    if (!columnwise && dbias == nullptr) {
+    if (!columnwise && dbias == nullptr && act == Act::kNone) {
       // Elementwise: any shape (the codes keep x's shape). With neither layout requested the
       // cast still records the amax (the codes are dropped).
       at::Tensor codes = at::empty(x.sizes(), bytes_on(x));
@@ -215,7 +234,23 @@ class CudaBackend final : public Backend {
     at::Tensor codes_t = columnwise ? at::empty({cols, rows}, bytes_on(x)) : at::Tensor();
     uint8_t* row_ptr = rowwise ? codes.data_ptr<uint8_t>() : nullptr;
     uint8_t* col_ptr = columnwise ? codes_t.data_ptr<uint8_t>() : nullptr;
-    if (dbias != nullptr) {
+    if (act == Act::kGelu) {
+      FP8T_CHECK(dbias == nullptr, "fp8 gelu cast: no dbias");
+      FP8T_CUDA_CHECK(fp8t_gelu_cast_transpose(x.data_ptr(), dtype_code(x), rows, cols, scale, f, row_ptr, col_ptr,
+                                               amax, scale_inv.data_ptr<float>(), stream),
+                      "fp8 gelu cast of ", rows, "x", cols, " (slot ", slot.index, ")");
+    } else if (act == Act::kDgelu) {
+      at::Tensor ws;
+      if (dbias != nullptr) {
+        *dbias = at::empty({cols}, floats_on(x));
+        ws = at::empty({static_cast<int64_t>(fp8t_cast_transpose_dbias_workspace_bytes(rows, cols))}, bytes_on(x));
+      }
+      FP8T_CUDA_CHECK(fp8t_dgelu_cast_transpose(x.data_ptr(), h.data_ptr(), dtype_code(x), rows, cols, scale, f,
+                                                row_ptr, col_ptr, amax, scale_inv.data_ptr<float>(),
+                                                dbias != nullptr ? dbias->data_ptr<float>() : nullptr,
+                                                dbias != nullptr ? ws.data_ptr() : nullptr, stream),
+                      "fp8 gelu-backward cast of ", rows, "x", cols, " (slot ", slot.index, ")");
+    } else if (dbias != nullptr) {
       *dbias = at::empty({cols}, floats_on(x));
       at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_cast_transpose_dbias_workspace_bytes(rows, cols))}, bytes_on(x));
       FP8T_CUDA_CHECK(fp8t_cast_transpose_dbias(x.data_ptr(), dtype_code(x), rows, cols, scale, f, row_ptr, col_ptr, amax,

@@ -88,12 +88,20 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const auto hp = static_cast<at::ScalarType>(ctx->saved_data["hp"].toInt());
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor dy = grads[0].contiguous();
+    // The gradient may arrive already cast from the following fused activation: then grads[0]
+    // is only the carrier of that hand-over (its values are never read).
+    Fp8Linear::PendingGrad handed;
+    std::swap(handed, layer->pending_grad_);
+    const bool use_handed = handed.carrier.defined() && same_storage(handed.carrier, grads[0]);
+    const at::Tensor dy = use_handed ? grads[0] : grads[0].contiguous();
     Backend& backend = backend_for(dy.device());
 
     at::Tensor dbias;
     Fp8Tensor dy_fp8;
-    if (!ovr.dgrad || !ovr.wgrad) {
+    if (use_handed) {
+      dy_fp8 = std::move(handed.dy_fp8);
+      dbias = handed.dbias;
+    } else if (!ovr.dgrad || !ovr.wgrad) {
       const SlotRef slot = scaling.slot(layer->slot_grad_output(), /*record=*/true);
       dy_fp8 = backend.quantize_grad(dy, slot, has_bias, &dbias);
       if (scaling.collect_stats()) scaling.add_stats(slot.index, backend.saturation_stats(dy, slot));
@@ -144,6 +152,22 @@ void Fp8Linear::set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8) {
 
 bool Fp8Linear::needs_input_columnwise(bool training) const {
   return training && !scaling_->recipe().override_linear_precision.wgrad;
+}
+
+bool Fp8Linear::takes_fp8_input_only(bool training) const {
+  const auto& ovr = scaling_->recipe().override_linear_precision;
+  return !ovr.fprop && (!training || !ovr.wgrad);
+}
+
+bool Fp8Linear::takes_fp8_grad_only() const {
+  const auto& ovr = scaling_->recipe().override_linear_precision;
+  return !ovr.dgrad && !ovr.wgrad;
+}
+
+void Fp8Linear::set_pending_grad(const at::Tensor& carrier, Fp8Tensor dy_fp8, at::Tensor dbias) {
+  pending_grad_.carrier = carrier;
+  pending_grad_.dy_fp8 = std::move(dy_fp8);
+  pending_grad_.dbias = std::move(dbias);
 }
 
 const Fp8Tensor& Fp8Linear::weight_fp8(bool record, bool rowwise, bool columnwise) {

@@ -36,6 +36,18 @@ class Fp8Linear : public model::UnaryModule {
   SlotRef input_slot(bool record) const { return scaling_->slot(slot_input_, record); }
   // Whether the backward needs the column-wise FP8 copy of the input (wgrad in FP8).
   bool needs_input_columnwise(bool training) const;
+  // Whether no GEMM of this layer reads the high-precision input (fprop, and wgrad when
+  // training, run in FP8). Only then may a producer hand over the FP8 input with a carrier
+  // tensor whose values are never read (see fp8_activation.h).
+  bool takes_fp8_input_only(bool training) const;
+  // Whether the backward reads only the FP8 copies of the output gradient (dgrad and wgrad in
+  // FP8). Only then may the following fused activation hand over the gradient already cast.
+  bool takes_fp8_grad_only() const;
+  // Handed over by the following activation's backward: the output gradient cast with
+  // grad_slot() (and its dbias when has_bias()), for the backward call that receives `carrier`.
+  void set_pending_grad(const at::Tensor& carrier, Fp8Tensor dy_fp8, at::Tensor dbias);
+  SlotRef grad_slot() const { return scaling_->slot(slot_grad_, /*record=*/true); }
+  bool has_bias() const { return bias.defined(); }
 
   // The weight in FP8, cast at most once per (weight version, scaling update).
   const Fp8Tensor& weight_fp8(bool record, bool rowwise, bool columnwise);
@@ -60,6 +72,12 @@ class Fp8Linear : public model::UnaryModule {
     at::Tensor y;
     Fp8Tensor y_fp8;
   } pending_;
+
+  struct PendingGrad {
+    at::Tensor carrier;
+    Fp8Tensor dy_fp8;
+    at::Tensor dbias;
+  } pending_grad_;
 
   struct WeightCache {
     Fp8Tensor fp8;

@@ -4,6 +4,7 @@
 #include <map>      // std::map
 #include <sstream>  // std::ostringstream
 
+#include "lib/fp8/fp8_activation.h"  // Fp8Gelu
 #include "lib/fp8/fp8_linear.h"  // Fp8Linear
 #include "lib/fp8/fp8_norm.h"    // Fp8Norm
 #include "lib/model/layers.h"    // SlotModule, Linear, Norm
@@ -105,6 +106,35 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
       report.layers.push_back(d);
     }
   }
+  // Pass 3: GELU activations next to an Fp8Linear: fused into that Linear's casts.
+  for (auto& [prefix, container] : containers) {
+    for (const auto& slot : container->slots()) {
+      auto act = std::dynamic_pointer_cast<model::Activation>(*slot.member);
+      if (!act) continue;
+      const std::string name = join(prefix, slot.name);
+      const bool gelu = act->kind == model::Activation::Kind::kGeluTanh;
+      LayerDecision d{name, gelu ? "GELU" : "SwiGLU", "", false, "", 0.0};
+      auto find_fp8 = [&](const std::string& rel) -> std::shared_ptr<Fp8Linear> {
+        if (rel.empty()) return nullptr;
+        const auto it = fp8_linears.find(join(prefix, rel));
+        return it == fp8_linears.end() ? nullptr : it->second;
+      };
+      std::shared_ptr<Fp8Linear> producer = find_fp8(slot.fed_by), consumer = find_fp8(slot.feeds);
+      if (!gelu) {
+        d.reason = "only GELU is fused";
+      } else if (!producer && !consumer) {
+        d.reason = "neither neighbouring Linear is in FP8";
+      } else {
+        container->replace_slot(slot.name, std::make_shared<Fp8Gelu>(producer, consumer));
+        d.converted = true;
+        d.reason = std::string("fused into ") + (consumer ? join(prefix, slot.feeds) + "'s input cast" : "") +
+                   (producer && consumer ? " and " : "") +
+                   (producer ? join(prefix, slot.fed_by) + "'s gradient cast" : "");
+        ++report.fused_activations;
+      }
+      report.layers.push_back(d);
+    }
+  }
   report.fp8_gemm_share = total_macs > 0 ? fp8_macs / total_macs : 0.0;
   result.scaling->finalize(device);
   return result;
@@ -114,11 +144,13 @@ std::string RewriteReport::to_string() const {
   std::ostringstream os;
   size_t width = 5;
   for (const auto& l : layers) width = std::max(width, l.name.size());
-  os << "FP8 rewrite: " << converted_linears << " Linear and " << converted_norms << " norm layers converted; "
+  os << "FP8 rewrite: " << converted_linears << " Linear and " << converted_norms << " norm layers converted, "
+     << fused_activations << " activations fused into FP8 casts; "
      << std::fixed << std::setprecision(1) << 100.0 * fp8_gemm_share << "% of Linear GEMM FLOPs in FP8\n";
   for (const auto& l : layers) {
     os << "  " << std::left << std::setw(static_cast<int>(width)) << l.name << "  " << std::setw(9) << l.kind << " "
-       << std::setw(11) << l.shape << " " << (l.converted ? "fp8" : "kept: " + l.reason) << "\n";
+       << std::setw(11) << l.shape << " "
+       << (l.converted ? (l.reason.empty() ? "fp8" : "fp8: " + l.reason) : "kept: " + l.reason) << "\n";
   }
   return os.str();
 }

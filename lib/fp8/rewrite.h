@@ -6,6 +6,10 @@
 // Skip rules, in order: the layer's name is in recipe.skip_layers (exact, or the last name
 // components, e.g. "lm_head" or "attn.c_proj"); in or out features not a multiple of 16
 // (cuBLASLt FP8 requirement); in*out below recipe.min_features_product (too small to gain).
+//
+// A GELU activation between two Linears (model::Activation slot) becomes an Fp8Gelu when either
+// neighbour is an Fp8Linear: GELU runs inside the FP8 cast of c_proj's input and of c_fc's
+// output gradient (lib/fp8/fp8_activation.h). SwiGLU is left as it is.
 #pragma once
 
 #include <torch/torch.h>  // torch::nn::Module
@@ -22,10 +26,10 @@ namespace fp8 {
 
 struct LayerDecision {
   std::string name;
-  std::string kind;      // "Linear", "LayerNorm", "RMSNorm"
-  std::string shape;     // "768x3072" (in x out) for Linear, "768" for norms
+  std::string kind;      // "Linear", "LayerNorm", "RMSNorm", "GELU", "SwiGLU"
+  std::string shape;     // "768x3072" (in x out) for Linear, "768" for norms, "" for activations
   bool converted = false;
-  std::string reason;    // why it was skipped (empty when converted)
+  std::string reason;    // why it was skipped; for a fused activation, what it was fused into
   double gemm_macs_per_token = 0.0;  // in*out for Linear, 0 for norms
 };
 
@@ -33,6 +37,7 @@ struct RewriteReport {
   std::vector<LayerDecision> layers;
   int converted_linears = 0;
   int converted_norms = 0;
+  int fused_activations = 0;  // GELUs fused into the casts of the FP8 Linears around them
   double fp8_gemm_share = 0.0;  // share of Linear GEMM work (per token) now in FP8
   std::string to_string() const;
 };

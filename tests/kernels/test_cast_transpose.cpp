@@ -95,6 +95,66 @@ TEST_CASE("cast_transpose_dbias: codes exact and dbias within the FP32 summation
   }
 }
 
+namespace {
+
+// Codes that differ from `want` must be rare and adjacent: the kernel evaluates GELU in FP32
+// with LibTorch's operation order, but tanhf and FMA contraction may round an FP32 result one
+// ulp differently from LibTorch's kernel, which can move the rounded value to the next bf16 or
+// FP8 code. Bound: at most 1 in 1000 codes differ, each by one code step.
+void require_nearly_same_codes(const at::Tensor& got_gpu, const at::Tensor& want) {
+  const at::Tensor got = got_gpu.cpu().to(at::kInt), w = want.to(at::kInt);
+  REQUIRE(got.sizes() == w.sizes());
+  const at::Tensor diff = (got - w).abs();
+  const int64_t n_diff = diff.ne(0).sum().item<int64_t>();
+  INFO(n_diff << " of " << got.numel() << " codes differ");
+  REQUIRE(n_diff * 1000 <= got.numel());
+  REQUIRE(diff.max().item<int>() <= 1);
+}
+
+}  // namespace
+
+TEST_CASE("gelu casts: the codes of casting at::gelu and at::gelu_backward, without writing them",
+          "[kernels][cuda]") {
+  require_gpu();
+  fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (const auto& [rows, cols] : kShapes) {
+      if (skip_large(rows * cols)) continue;
+      CAPTURE(dtype_name(dt), rows, cols);
+      at::manual_seed(rows * 31 + cols);
+      const at::Tensor h = (at::randn({rows, cols}) * 3.0).to(dt).cuda();
+      const at::Tensor dy = grad_like_input(rows, cols, dt, rows + 5 * cols).cuda();
+
+      fp8t::fp8::SlotRef in;
+      in.scale = at::full({}, 64.0f, on_cuda(at::kFloat));
+      in.amax = at::zeros({}, on_cuda(at::kFloat));
+      in.format = Format::kE4M3;
+      const auto q = gpu.gelu_quantize(h, in, /*rowwise=*/true, /*columnwise=*/true);
+      const at::Tensor y = at::gelu(h, "tanh").cpu();  // the unfused operator's output
+      require_nearly_same_codes(q.rowwise.codes, host_encode(y, 64.0f, Format::kE4M3));
+      require_nearly_same_codes(q.columnwise.codes, host_encode(y.t().contiguous(), 64.0f, Format::kE4M3));
+      // amax of the rounded GELU output: within one bf16 step (2^-8 relative) of the operator's.
+      REQUIRE(in.amax.item<double>() == Approx(y.abs().max().item<double>()).epsilon(1.0 / 256));
+
+      fp8t::fp8::SlotRef grad;
+      grad.scale = at::full({}, 512.0f, on_cuda(at::kFloat));
+      grad.amax = at::zeros({}, on_cuda(at::kFloat));
+      grad.format = Format::kE5M2;
+      at::Tensor dbias;
+      const auto g = gpu.dgelu_quantize_grad(dy, h, grad, /*want_dbias=*/true, &dbias);
+      const at::Tensor dh = at::gelu_backward(dy, h, "tanh").cpu();
+      require_nearly_same_codes(g.rowwise.codes, host_encode(dh, 512.0f, Format::kE5M2));
+      require_nearly_same_codes(g.columnwise.codes, host_encode(dh.t().contiguous(), 512.0f, Format::kE5M2));
+      REQUIRE(grad.amax.item<double>() == Approx(dh.abs().max().item<double>()).epsilon(1.0 / 256));
+      // dbias: the FP32 summation bound of the dbias test, plus one bf16 step per element for
+      // the rare elements rounded differently.
+      const at::Tensor dd = dh.to(at::kDouble);
+      const at::Tensor bound = dd.abs().sum(0) * ((64.0 + (rows + 63) / 64) * std::ldexp(1.0, -24) + 1.0 / 256) + 1e-30;
+      REQUIRE(((dbias.cpu().to(at::kDouble) - dd.sum(0)).abs() <= bound).all().item<bool>());
+    }
+  }
+}
+
 TEST_CASE("transpose_codes: byte transpose of FP8 codes", "[kernels][cuda]") {
   require_gpu();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();

@@ -1,0 +1,79 @@
+#include "lib/fp8/fp8_activation.h"
+
+#include <torch/torch.h>  // torch::autograd::Function
+
+#include <limits>  // std::numeric_limits
+
+#include "lib/util/error.h"  // FP8T_CHECK
+
+namespace fp8t {
+namespace fp8 {
+
+namespace {
+
+// Autograd node of Fp8Gelu. Saves h (what the GELU backward reads), as at::gelu does.
+class Fp8GeluFunction : public torch::autograd::Function<Fp8GeluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, Fp8Gelu* layer) {
+    ctx->save_for_backward({h});
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    Fp8Linear* consumer = layer->consumer();
+    const bool training = layer->is_training() && h.requires_grad();
+    if (consumer == nullptr || !consumer->takes_fp8_input_only(training)) return at::gelu(h, "tanh");
+
+    Backend& backend = backend_for(h.device());
+    const at::Tensor h2 = h.reshape({-1, h.size(-1)});
+    const SlotRef slot = consumer->input_slot(/*record=*/training);
+    Fp8Tensor y_fp8 = backend.gelu_quantize(h2, slot, /*rowwise=*/true, consumer->needs_input_columnwise(training));
+    DelayedScaling& scaling = consumer->scaling();
+    if (training && scaling.collect_stats()) {
+      scaling.add_stats(slot.index, backend.saturation_stats(at::gelu(h2, "tanh"), slot));
+    }
+    at::Tensor carrier = nan_carrier(h.sizes(), h.options());
+    consumer->set_pending_input(carrier, std::move(y_fp8));
+    return carrier;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* layer = reinterpret_cast<Fp8Gelu*>(ctx->saved_data["layer"].toInt());
+    const at::Tensor h = ctx->get_saved_variables()[0];
+    Fp8Linear* producer = layer->producer();
+    if (producer == nullptr || !producer->takes_fp8_grad_only()) {
+      return {at::gelu_backward(grads[0].to(h.scalar_type()), h, "tanh"), at::Tensor()};
+    }
+    Backend& backend = backend_for(h.device());
+    const int64_t n = h.size(-1);
+    const at::Tensor h2 = h.reshape({-1, n});
+    const at::Tensor dy = grads[0].reshape({-1, n});
+    const SlotRef slot = producer->grad_slot();
+    at::Tensor dbias;
+    Fp8Tensor g_fp8 = backend.dgelu_quantize_grad(dy, h2, slot, producer->has_bias(), &dbias);
+    DelayedScaling& scaling = producer->scaling();
+    if (scaling.collect_stats()) {
+      scaling.add_stats(slot.index,
+                        backend.saturation_stats(at::gelu_backward(dy.to(h.scalar_type()), h2, "tanh"), slot));
+    }
+    at::Tensor carrier = nan_carrier(h.sizes(), h.options());
+    producer->set_pending_grad(carrier, std::move(g_fp8), std::move(dbias));
+    return {carrier, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor nan_carrier(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  at::Tensor t = at::empty_strided(sizes, std::vector<int64_t>(sizes.size(), 0), options);
+  t.as_strided({1}, {1}).fill_(std::numeric_limits<double>::quiet_NaN());
+  return t;
+}
+
+Fp8Gelu::Fp8Gelu(std::shared_ptr<Fp8Linear> producer, std::shared_ptr<Fp8Linear> consumer)
+    : producer_(std::move(producer)), consumer_(std::move(consumer)) {
+  FP8T_CHECK(producer_ || consumer_, "Fp8Gelu needs an FP8 producer or consumer Linear");
+}
+
+at::Tensor Fp8Gelu::forward(const at::Tensor& h) { return Fp8GeluFunction::apply(h, this); }
+
+}  // namespace fp8
+}  // namespace fp8t
