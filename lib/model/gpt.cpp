@@ -3,6 +3,8 @@
 #include <cmath>          // std::sqrt
 #include <unordered_set>  // std::unordered_set
 
+#include "lib/ops/cross_entropy.h"  // ops::cross_entropy
+
 namespace fp8t {
 namespace model {
 
@@ -97,7 +99,7 @@ at::Tensor Gpt::forward(const at::Tensor& idx) {
 }
 
 at::Tensor Gpt::loss(const at::Tensor& logits, const at::Tensor& targets) {
-  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+  return ops::cross_entropy(logits, targets);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Gpt::unique_named_parameters() const {

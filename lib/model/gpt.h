@@ -52,7 +52,7 @@ class Gpt : public SlotModule {
   explicit Gpt(const ModelSection& cfg);
   // idx: int64 [B, T] -> logits [B, T, vocab]
   at::Tensor forward(const at::Tensor& idx);
-  // Mean next-token cross-entropy in FP32.
+  // Mean next-token cross-entropy in FP32 (ops::cross_entropy: fused kernels on the GPU).
   static at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
 
   // Parameters without duplicates (a tied LM head shares the embedding weight), by name.

@@ -1,0 +1,33 @@
+// Mean softmax cross-entropy of the GPT loss, dispatched on the logits' device: ATen's
+// composition on the CPU (the FP8 emulation tests depend on its exact bits), two fused kernels on
+// CUDA (kernels/cross_entropy.cu) that need neither an FP32 copy of the logits nor a saved
+// log_softmax.
+#pragma once
+
+#include <ATen/ATen.h>  // at::Tensor
+
+namespace fp8t {
+namespace ops {
+
+// logits [..., vocab] of any floating dtype; targets int64 (any integer type is converted) class
+// indices of shape [...] (logits' shape without the last dim) or flattened to [rows]. Returns the
+// 0-d float32 mean over all rows of -log softmax(logits)[target], differentiable w.r.t. logits
+// (the gradient has the logits' dtype and shape).
+//
+// CPU (and builds without CUDA): exactly at::cross_entropy_loss(logits.reshape({-1, vocab})
+// .to(kFloat), targets.reshape({-1})). CUDA: the fused kernels, FP32 math, about 1e-6 relative to
+// the CPU result; a target outside [0, vocab) gives a NaN loss and NaN gradients for its row
+// (ATen's ignore_index -100 is not supported there). Nothing is read back to the host.
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets);
+
+#if defined(FP8T_WITH_CUDA)
+namespace detail {
+// The CUDA path of cross_entropy (lib/ops/cross_entropy_cuda.cpp): logits [rows, vocab] contiguous
+// float32 or bfloat16, targets [rows] contiguous int64 on the same device. Shapes are checked by
+// cross_entropy.
+at::Tensor cross_entropy_cuda(const at::Tensor& logits, const at::Tensor& targets);
+}  // namespace detail
+#endif
+
+}  // namespace ops
+}  // namespace fp8t
