@@ -4,7 +4,8 @@
 // Statistics and accumulation are FP32. Forward: one block per row; each thread keeps its
 // columns (c = tid + k * blockDim) in registers when the row fits (kPer columns per thread),
 // so x is read once; very wide rows (kPer = 0) re-read the row from global memory (L2).
-// Backward: a fixed grid of blocks walks the rows; every thread accumulates dgamma/dbeta of its
+// Backward: a fixed grid of blocks walks the rows (dy may be BF16 while x is FP32: the
+// gradient of a BF16 consumer over an FP32 residual stream); every thread accumulates dgamma/dbeta of its
 // own columns in registers, writes one partial row per block, and a second launch adds the
 // partials in block order: no atomics, deterministic.
 #include "fp8_device.cuh"  // load/store helpers, to_fp8, block_sum, block_amax_commit
@@ -16,7 +17,10 @@ namespace {
 
 using namespace fp8t::kern;
 
-constexpr int kMaxBackwardBlocks = 512;
+// Backward blocks: enough 256-thread blocks to fill every SM of a large GPU about twice
+// (H200: 132 SMs x 8 resident blocks), so the per-row reductions of many blocks overlap. A
+// fixed number (not a device query) keeps dgamma's summation order the same on every GPU.
+constexpr int kMaxBackwardBlocks = 2048;
 
 template <int kPer>
 struct RowCache {
@@ -86,7 +90,7 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
     float yv = (xv - mu) * r * gamma[c];
     if (!rms && beta != nullptr) yv += beta[c];
     const float ys = round_to_dtype<kDtype>(yv);  // the value y will read back as
-    store_elem<kDtype>(y, base + c, ys);
+    if (y != nullptr) store_elem<kDtype>(y, base + c, ys);
     if (fp8) {
       y_fp8[base + c] = to_fp8<kFormat>(ys * scale);
       local_max = max(local_max, abs_bits(ys));
@@ -104,7 +108,7 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
   if (fp8) block_amax_commit(local_max, amax);
 }
 
-template <int kDtype, int kPer>
+template <int kDyDtype, int kDtype, int kPer>
 __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __restrict__ x,
                                      int64_t rows, int64_t cols, const float* __restrict__ gamma,
                                      const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -134,7 +138,7 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
       for (int k = 0; k < kPer; ++k) {
         const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
         if (c < cols) {
-          dyv[k] = load_elem<kDtype>(dy, base + c);
+          dyv[k] = load_elem<kDyDtype>(dy, base + c);
           xh[k] = (load_elem<kDtype>(x, base + c) - mu) * r;
           g[k] = dyv[k] * gamma[c];
         } else {
@@ -145,7 +149,7 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
       }
     } else {
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float gk = load_elem<kDtype>(dy, base + c) * gamma[c];
+        const float gk = load_elem<kDyDtype>(dy, base + c) * gamma[c];
         a += gk;
         b += gk * (load_elem<kDtype>(x, base + c) - mu) * r;
       }
@@ -165,7 +169,7 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
       }
     } else {
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float d = load_elem<kDtype>(dy, base + c);
+        const float d = load_elem<kDyDtype>(dy, base + c);
         const float xk = (load_elem<kDtype>(x, base + c) - mu) * r;
         store_elem<kDtype>(dx, base + c, r * (d * gamma[c] - mean_a - xk * mean_b));
         my_dgamma[c] += d * xk;  // this thread owns column c in every row: no race
@@ -234,12 +238,12 @@ void launch_forward_fmt(NormPolicy p, int64_t rows, cudaStream_t stream, const v
 #undef FP8T_NORM_FWD
 }
 
-template <int kDtype>
+template <int kDyDtype, int kDtype>
 void launch_backward(NormPolicy p, int blocks, cudaStream_t stream, const void* dy, const void* x,
                      int64_t rows, int64_t cols, const float* gamma, const float* mean,
                      const float* rstd, int rms, void* dx, float* dgamma_part, float* dbeta_part) {
 #define FP8T_NORM_BWD(PER)                                                               \
-  norm_backward_kernel<kDtype, PER><<<blocks, p.threads, 0, stream>>>(                    \
+  norm_backward_kernel<kDyDtype, kDtype, PER><<<blocks, p.threads, 0, stream>>>(                    \
       dy, x, rows, cols, gamma, mean, rstd, rms, dx, dgamma_part, dbeta_part)
   switch (p.per) {
     case 1: FP8T_NORM_BWD(1); break;
@@ -269,7 +273,7 @@ extern "C" cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t row
                                          int fp8_format, uint8_t* y_fp8, float* amax,
                                          float* scale_inv_out, cudaStream_t stream) {
   if (rows < 0 || cols <= 0 || rows > 0x7fffffff || !valid_dtype(x_dtype) ||
-      (rows > 0 && (x == nullptr || gamma == nullptr || y == nullptr || rstd == nullptr)) ||
+      (rows > 0 && (x == nullptr || gamma == nullptr || (y == nullptr && scale == nullptr) || rstd == nullptr)) ||
       (!rms && rows > 0 && mean == nullptr) || !(eps >= 0.0f) ||
       (scale != nullptr && (y_fp8 == nullptr || !valid_format(fp8_format)))) {
     return cudaErrorInvalidValue;
@@ -305,11 +309,11 @@ extern "C" size_t fp8t_norm_backward_workspace_bytes(int64_t rows, int64_t cols)
   return 2 * static_cast<size_t>(backward_blocks(rows)) * static_cast<size_t>(cols) * sizeof(float);
 }
 
-extern "C" cudaError_t fp8t_norm_backward(const void* dy, const void* x, int dtype, int64_t rows,
+extern "C" cudaError_t fp8t_norm_backward(const void* dy, int dy_dtype, const void* x, int dtype, int64_t rows,
                                           int64_t cols, const float* gamma, const float* mean,
                                           const float* rstd, int rms, void* dx, float* dgamma,
                                           float* dbeta, void* workspace, cudaStream_t stream) {
-  if (rows < 0 || cols <= 0 || !valid_dtype(dtype) || gamma == nullptr || dgamma == nullptr ||
+  if (rows < 0 || cols <= 0 || !valid_dtype(dtype) || !valid_dtype(dy_dtype) || gamma == nullptr || dgamma == nullptr ||
       workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0 ||
       (rows > 0 && (dy == nullptr || x == nullptr || rstd == nullptr || dx == nullptr)) ||
       (!rms && rows > 0 && mean == nullptr)) {
@@ -327,13 +331,23 @@ extern "C" cudaError_t fp8t_norm_backward(const void* dy, const void* x, int dty
   const int blocks = backward_blocks(rows);
   float* dgamma_part = static_cast<float*>(workspace);
   float* dbeta_part = dgamma_part + static_cast<int64_t>(blocks) * cols;
+#define FP8T_NORM_BWD_LAUNCH(DY, X)                                                                 \
+  launch_backward<DY, X>(p, blocks, stream, dy, x, rows, cols, gamma, mean, rstd, rms, dx, dgamma_part, \
+                         dbeta_part)
   if (dtype == FP8T_DTYPE_F32) {
-    launch_backward<FP8T_DTYPE_F32>(p, blocks, stream, dy, x, rows, cols, gamma, mean, rstd, rms, dx,
-                                    dgamma_part, dbeta_part);
+    if (dy_dtype == FP8T_DTYPE_F32) {
+      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_F32, FP8T_DTYPE_F32);
+    } else {
+      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_BF16, FP8T_DTYPE_F32);
+    }
   } else {
-    launch_backward<FP8T_DTYPE_BF16>(p, blocks, stream, dy, x, rows, cols, gamma, mean, rstd, rms, dx,
-                                     dgamma_part, dbeta_part);
+    if (dy_dtype == FP8T_DTYPE_F32) {
+      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_F32, FP8T_DTYPE_BF16);
+    } else {
+      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_BF16, FP8T_DTYPE_BF16);
+    }
   }
+#undef FP8T_NORM_BWD_LAUNCH
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   constexpr int kReduceThreads = 256;

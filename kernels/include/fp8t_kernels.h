@@ -89,6 +89,7 @@ cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols, 
 // mean [rows] (LayerNorm; may be null for RMS) and rstd [rows] float32.
 // FP8 output when scale != null: y_fp8[rows, cols] = fp8(y * *scale) of the STORED y (so it equals
 // a cast of y), amax (nullable) max-accumulates max|y|, scale_inv_out (nullable) = 1 / *scale.
+// With an FP8 output, y may be null: then only the FP8 copy is written.
 cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t cols,
                               const float* gamma, const float* beta, float eps, int rms, void* y,
                               float* mean, float* rstd, const float* scale, int fp8_format,
@@ -98,11 +99,12 @@ cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t 
 // Bytes of device workspace fp8t_norm_backward needs (per-block dgamma/dbeta partials).
 size_t fp8t_norm_backward_workspace_bytes(int64_t rows, int64_t cols);
 
-// Backward of fp8t_norm_forward. dy, x and dx share `dtype`; mean/rstd as saved by the forward
+// Backward of fp8t_norm_forward. x and dx have `dtype`, dy has `dy_dtype` (fp32 or bf16, either
+// combination); mean/rstd as saved by the forward
 // (mean ignored for RMS). dgamma [cols] and dbeta [cols] (nullable; ignored for RMS) float32,
 // accumulated in FP32 per block and then reduced in a fixed order (no atomics: deterministic).
 // workspace: at least fp8t_norm_backward_workspace_bytes(rows, cols), 16-byte aligned.
-cudaError_t fp8t_norm_backward(const void* dy, const void* x, int dtype, int64_t rows,
+cudaError_t fp8t_norm_backward(const void* dy, int dy_dtype, const void* x, int dtype, int64_t rows,
                                int64_t cols, const float* gamma, const float* mean,
                                const float* rstd, int rms, void* dx, float* dgamma, float* dbeta,
                                void* workspace, cudaStream_t stream);

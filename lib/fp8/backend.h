@@ -50,7 +50,7 @@ enum class GemmKind { kFprop, kDgrad, kWgrad };
 const char* to_string(GemmKind k);
 
 struct NormForwardResult {
-  at::Tensor y;      // normalised output in the activation dtype
+  at::Tensor y;      // normalised output in x's dtype (undefined when not asked for)
   Fp8Tensor y_fp8;   // y cast with the consumer's input slot (empty when no slot was given)
   at::Tensor mean;   // [rows] float32 (LayerNorm only)
   at::Tensor rstd;   // [rows] float32
@@ -89,10 +89,12 @@ class Backend {
                           at::ScalarType out_dtype, GemmKind kind, bool fast_accum) = 0;
 
   // Layer/RMS normalisation over the last dim of a 2-D x with FP32 statistics. beta may be
-  // undefined (no bias; always for RMSNorm). When slot is given, also writes y in FP8.
+  // undefined (no bias; always for RMSNorm). When slot is given, also writes y in FP8; then
+  // write_y = false skips the high-precision y (only its FP8 copy is wanted).
+  // norm_backward: dy may have another float dtype than x; grad_x has x's dtype.
   virtual NormForwardResult norm_forward(const at::Tensor& x, const at::Tensor& gamma,
                                          const at::Tensor& beta, double eps, bool rms,
-                                         const SlotRef* slot) = 0;
+                                         const SlotRef* slot, bool write_y = true) = 0;
   virtual NormBackwardResult norm_backward(const at::Tensor& dy, const at::Tensor& x,
                                            const at::Tensor& gamma, const at::Tensor& beta,
                                            const at::Tensor& mean, const at::Tensor& rstd,

@@ -88,7 +88,7 @@ class CpuBackend final : public Backend {
   }
 
   NormForwardResult norm_forward(const at::Tensor& x, const at::Tensor& gamma, const at::Tensor& beta,
-                                 double eps, bool rms, const SlotRef* slot) override {
+                                 double eps, bool rms, const SlotRef* slot, bool write_y) override {
     NormForwardResult r;
     const at::Tensor xf = x.to(at::kFloat);
     if (rms) {
@@ -102,6 +102,7 @@ class CpuBackend final : public Backend {
       r.rstd = std::get<2>(res).view({-1});
     }
     if (slot != nullptr) r.y_fp8 = quantize(r.y, *slot, true, true);
+    if (!write_y && slot != nullptr) r.y = at::Tensor();
     return r;
   }
 

@@ -84,7 +84,7 @@ class CudaBackend final : public Backend {
   }
 
   NormForwardResult norm_forward(const at::Tensor& x_in, const at::Tensor& gamma, const at::Tensor& beta, double eps,
-                                 bool rms, const SlotRef* slot) override {
+                                 bool rms, const SlotRef* slot, bool write_y) override {
     FP8T_CHECK(x_in.dim() == 2 && x_in.is_cuda(), "norm_forward expects a 2-D CUDA tensor, got ", x_in.sizes(), " on ",
                x_in.device().str());
     const c10::cuda::CUDAGuard guard(x_in.device());
@@ -96,7 +96,8 @@ class CudaBackend final : public Backend {
     const at::Tensor b = use_beta ? beta.to(floats_on(x)).contiguous() : at::Tensor();
 
     NormForwardResult r;
-    r.y = at::empty({rows, cols}, x.options());
+    write_y = write_y || slot == nullptr;
+    if (write_y) r.y = at::empty({rows, cols}, x.options());
     r.rstd = at::empty({rows}, floats_on(x));
     if (!rms) r.mean = at::empty({rows}, floats_on(x));
     const float* scale = nullptr;
@@ -111,7 +112,8 @@ class CudaBackend final : public Backend {
     const cudaStream_t stream = stream_of(x);
     FP8T_CUDA_CHECK(fp8t_norm_forward(x.data_ptr(), dtype_code(x), rows, cols, g.data_ptr<float>(),
                                       use_beta ? b.data_ptr<float>() : nullptr, static_cast<float>(eps), rms ? 1 : 0,
-                                      r.y.data_ptr(), rms ? nullptr : r.mean.data_ptr<float>(), r.rstd.data_ptr<float>(),
+                                      write_y ? r.y.data_ptr() : nullptr, rms ? nullptr : r.mean.data_ptr<float>(),
+                                      r.rstd.data_ptr<float>(),
                                       scale, slot != nullptr ? format_code(slot->format) : FP8T_FORMAT_E4M3,
                                       slot != nullptr ? codes.data_ptr<uint8_t>() : nullptr, amax,
                                       slot != nullptr ? scale_inv.data_ptr<float>() : nullptr, stream),
@@ -125,7 +127,7 @@ class CudaBackend final : public Backend {
       r.y_fp8.rowwise = make_operand(codes, scale_inv, slot->format);
       r.y_fp8.columnwise = make_operand(codes_t, scale_inv, slot->format);
     }
-    if (r.y.scalar_type() != x_in.scalar_type()) r.y = r.y.to(x_in.scalar_type());
+    if (write_y && r.y.scalar_type() != x_in.scalar_type()) r.y = r.y.to(x_in.scalar_type());
     return r;
   }
 
@@ -136,7 +138,7 @@ class CudaBackend final : public Backend {
                "norm_backward expects 2-D CUDA x and dy of one shape, got ", x_in.sizes(), " and ", dy_in.sizes());
     const c10::cuda::CUDAGuard guard(x_in.device());
     const at::Tensor x = kernel_input(x_in);
-    const at::Tensor dy = dy_in.to(x.scalar_type()).contiguous();
+    const at::Tensor dy = kernel_input(dy_in);  // fp32 or bf16, independently of x
     const int64_t rows = x.size(0), cols = x.size(1);
     const at::Tensor g = gamma.to(floats_on(x)).contiguous();
     const at::Tensor rs = rstd.to(floats_on(x)).contiguous();
@@ -148,7 +150,8 @@ class CudaBackend final : public Backend {
     at::Tensor dgamma = at::empty({cols}, floats_on(x));
     at::Tensor dbeta = want_beta ? at::empty({cols}, floats_on(x)) : at::Tensor();
     at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_norm_backward_workspace_bytes(rows, cols))}, bytes_on(x));
-    FP8T_CUDA_CHECK(fp8t_norm_backward(dy.data_ptr(), x.data_ptr(), dtype_code(x), rows, cols, g.data_ptr<float>(),
+    FP8T_CUDA_CHECK(fp8t_norm_backward(dy.data_ptr(), dtype_code(dy), x.data_ptr(), dtype_code(x), rows, cols,
+                                       g.data_ptr<float>(),
                                        rms ? nullptr : mu.data_ptr<float>(), rs.data_ptr<float>(), rms ? 1 : 0,
                                        r.grad_x.data_ptr(), dgamma.data_ptr<float>(),
                                        want_beta ? dbeta.data_ptr<float>() : nullptr, ws.data_ptr(), stream_of(x)),

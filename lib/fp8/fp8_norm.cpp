@@ -1,6 +1,9 @@
 #include "lib/fp8/fp8_norm.h"
 
-#include <torch/torch.h>  // torch::autograd::Function
+#include <ATen/autocast_mode.h>  // at::autocast
+#include <torch/torch.h>          // torch::autograd::Function
+
+#include "lib/fp8/fp8_activation.h"  // nan_carrier
 
 namespace fp8t {
 namespace fp8 {
@@ -10,16 +13,20 @@ namespace {
 // Autograd node of Fp8Norm on 2-D x. The FP8 copy of y is returned through *y_fp8.
 class Fp8NormFunction : public torch::autograd::Function<Fp8NormFunction> {
  public:
+  // carrier_dtype >= 0: return a carrier of that dtype instead of y (the consumer reads only
+  // y_fp8; see fp8_activation.h), and do not write y at all.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gamma,
                             const std::optional<at::Tensor>& beta_opt, double eps, bool rms, const SlotRef* slot,
-                            Fp8Tensor* y_fp8) {
+                            Fp8Tensor* y_fp8, int64_t carrier_dtype) {
     // Optional tensors go in as std::optional: LibTorch's custom functions reject undefined inputs.
     const at::Tensor beta = beta_opt.value_or(at::Tensor());
     Backend& backend = backend_for(x.device());
-    NormForwardResult r = backend.norm_forward(x, gamma, beta, eps, rms, slot);
+    const bool carrier = carrier_dtype >= 0;
+    NormForwardResult r = backend.norm_forward(x, gamma, beta, eps, rms, slot, /*write_y=*/!carrier);
     if (y_fp8 != nullptr) *y_fp8 = std::move(r.y_fp8);
     ctx->save_for_backward({x, gamma, beta, r.mean, r.rstd});
     ctx->saved_data["rms"] = rms;
+    if (carrier) return nan_carrier(x.sizes(), x.options().dtype(static_cast<at::ScalarType>(carrier_dtype)));
     return r.y;
   }
 
@@ -29,7 +36,8 @@ class Fp8NormFunction : public torch::autograd::Function<Fp8NormFunction> {
     const bool rms = ctx->saved_data["rms"].toBool();
     NormBackwardResult r =
         backend_for(grads[0].device()).norm_backward(grads[0].contiguous(), s[0], s[1], s[2], s[3], s[4], rms);
-    return {r.grad_x, r.grad_gamma, r.grad_beta, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {r.grad_x, r.grad_gamma, r.grad_beta, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -45,11 +53,21 @@ at::Tensor Fp8Norm::forward(const at::Tensor& x) {
   const bool training = is_training() && at::GradMode::is_enabled();
   const SlotRef slot = consumer_->input_slot(/*record=*/training);
   const bool rms = kind == model::Norm::Kind::kRMSNorm;
-  Fp8Tensor y_fp8;
-  const at::Tensor y = Fp8NormFunction::apply(x.reshape({-1, dim}), weight, optional_tensor(bias), eps, rms, &slot, &y_fp8)
-                           .view(x.sizes());
   DelayedScaling& scaling = consumer_->scaling();
-  if (training && scaling.collect_stats()) {
+  const bool stats = training && scaling.collect_stats();
+  // When the consumer reads only the FP8 copy, y is not written: a carrier in the dtype the
+  // consumer computes in stands for it, so its gradient arrives without a conversion.
+  int64_t carrier_dtype = -1;
+  if (consumer_->takes_fp8_input_only(training) && !stats) {
+    const auto dev = x.device().type();
+    carrier_dtype = static_cast<int64_t>(at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev)
+                                                                                 : x.scalar_type());
+  }
+  Fp8Tensor y_fp8;
+  const at::Tensor y = Fp8NormFunction::apply(x.reshape({-1, dim}), weight, optional_tensor(bias), eps, rms, &slot,
+                                              &y_fp8, carrier_dtype)
+                           .view(x.sizes());
+  if (stats) {
     scaling.add_stats(slot.index, backend_for(x.device()).saturation_stats(y.reshape({-1, dim}), slot));
   }
   consumer_->set_pending_input(y, std::move(y_fp8));

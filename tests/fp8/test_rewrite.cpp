@@ -103,16 +103,21 @@ TEST_CASE("rewrite: the norm hands its FP8 output to the next Linear", "[fp8]") 
   const auto result = fp8::rewrite_to_fp8(*gpt, fp8::Recipe{}, at::kCPU);
   auto& blk = *gpt->blocks[0];
   const at::Tensor x = torch::randn({2, 16, 32});
+  auto norm = std::dynamic_pointer_cast<fp8::Fp8Norm>(blk.ln_1);
+  const at::Tensor y_ref = at::layer_norm(x, {32}, norm->weight, norm->bias, norm->eps);
   const at::Tensor y = blk.ln_1->forward(x);
+  // The consumer reads only FP8: the norm returns the carrier, not y.
+  REQUIRE(y.stride(0) == 0);
+  REQUIRE(y.isnan().all().item<bool>());
   auto c_attn = std::dynamic_pointer_cast<fp8::Fp8Linear>(blk.attn->c_attn);
   const int slot = c_attn->slot_input();
   // The norm recorded max|y| into the consumer's input slot before the Linear ran.
-  REQUIRE(result.scaling->amax_history()[0][slot].item<float>() == y.abs().max().item<float>());
+  REQUIRE(result.scaling->amax_history()[0][slot].item<float>() == y_ref.abs().max().item<float>());
   const at::Tensor out = c_attn->forward(y);
   REQUIRE(out.sizes() == at::IntArrayRef({2, 16, 96}));
   // And the Linear reproduces what it would compute from y with its own cast.
   c_attn->zero_grad();
-  const at::Tensor again = c_attn->forward(y.clone());
+  const at::Tensor again = c_attn->forward(y_ref);
   REQUIRE(at::equal(out, again));
 }
 

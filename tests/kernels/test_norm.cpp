@@ -131,4 +131,43 @@ TEST_CASE("norm forward without FP8 output and without beta", "[kernels][cuda]")
   REQUIRE(bw.grad_x.sizes() == x.sizes());
 }
 
+TEST_CASE("norm: FP8-only forward and a bf16 gradient over fp32 x, bit-exact to the plain kernels",
+          "[kernels][cuda]") {
+  require_gpu();
+  fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
+  for (bool rms : {false, true}) {
+    for (const auto& [rows, cols] : kShapes) {
+      CAPTURE(rms ? "RMSNorm" : "LayerNorm", rows, cols);
+      at::manual_seed(rows * 3 + cols);
+      const at::Tensor x = (at::randn({rows, cols}) * 2.0 + 0.5).cuda();
+      const at::Tensor g = (1.0 + 0.1 * at::randn({cols})).cuda();
+      const at::Tensor b = (0.1 * at::randn({cols})).cuda();
+      auto make_slot = [] {
+        fp8t::fp8::SlotRef slot;
+        slot.scale = at::full({}, 16.0f, on_cuda(at::kFloat));
+        slot.amax = at::zeros({}, on_cuda(at::kFloat));
+        slot.format = Format::kE4M3;
+        return slot;
+      };
+      const fp8t::fp8::SlotRef with_y = make_slot(), without_y = make_slot();
+      const auto full = gpu.norm_forward(x, g, b, kEps, rms, &with_y);
+      const auto lean = gpu.norm_forward(x, g, b, kEps, rms, &without_y, /*write_y=*/false);
+      REQUIRE_FALSE(lean.y.defined());
+      // The FP8 copy does not depend on whether y is stored.
+      REQUIRE(first_mismatch(lean.y_fp8.rowwise.codes, full.y_fp8.rowwise.codes) == -1);
+      REQUIRE(first_mismatch(lean.y_fp8.columnwise.codes, full.y_fp8.columnwise.codes) == -1);
+      REQUIRE(same_bits(without_y.amax.item<float>(), with_y.amax.item<float>()));
+
+      // dy in bf16 is read exactly as its fp32 value: the mixed kernel equals the fp32 one.
+      const at::Tensor dy = at::randn({rows, cols}, on_cuda(at::kFloat)).to(at::kBFloat16);
+      const auto mixed = gpu.norm_backward(dy, x, g, b, full.mean, full.rstd, rms);
+      const auto plain = gpu.norm_backward(dy.to(at::kFloat), x, g, b, full.mean, full.rstd, rms);
+      REQUIRE(mixed.grad_x.scalar_type() == at::kFloat);
+      REQUIRE(at::equal(mixed.grad_x, plain.grad_x));
+      REQUIRE(at::equal(mixed.grad_gamma, plain.grad_gamma));
+      if (!rms) REQUIRE(at::equal(mixed.grad_beta, plain.grad_beta));
+    }
+  }
+}
+
 #endif  // FP8T_WITH_CUDA
