@@ -79,6 +79,10 @@ std::string short_kernel_name(std::string name, size_t width) {
   for (size_t i = 0; i < name.size(); ++i) {
     if (name[i] == '<') ++depth;
     if (name[i] == '>') --depth;
+    if (name.compare(i, 21, "(anonymous namespace)") == 0) {
+      i += 20;  // part of a qualified name, not the argument list
+      continue;
+    }
     if (name[i] == '(' && depth == 0 && i > 0) {
       name = name.substr(0, i);
       break;
