@@ -6,12 +6,12 @@
 // at::empty on the input's device, so the caching allocator reuses them step after step.
 #include "lib/fp8/cuda_backend.h"
 
-#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
 #include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
 
 #include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose, fp8t_norm_*, ...
 #include "lib/gemm/gemm_engine.h"   // gemm::fp8_gemm
 #include "lib/gemm/status_check.h"  // FP8T_CUDA_CHECK
+#include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code
 #include "lib/util/error.h"         // FP8T_CHECK
 
 namespace fp8t {
@@ -19,10 +19,11 @@ namespace fp8 {
 
 namespace {
 
-cudaStream_t stream_of(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+using cuda::bytes_on;
+using cuda::dtype_code;
+using cuda::floats_on;
+using cuda::stream_of;
 
-at::TensorOptions bytes_on(const at::Tensor& t) { return at::TensorOptions().dtype(at::kByte).device(t.device()); }
-at::TensorOptions floats_on(const at::Tensor& t) { return at::TensorOptions().dtype(at::kFloat).device(t.device()); }
 
 // The kernels read fp32 or bf16; anything else (fp16, fp64) is converted to fp32 first.
 at::Tensor kernel_input(const at::Tensor& x) {
@@ -31,7 +32,6 @@ at::Tensor kernel_input(const at::Tensor& x) {
   return y.contiguous();
 }
 
-int dtype_code(const at::Tensor& x) { return x.scalar_type() == at::kFloat ? FP8T_DTYPE_F32 : FP8T_DTYPE_BF16; }
 int format_code(Format f) { return f == Format::kE4M3 ? FP8T_FORMAT_E4M3 : FP8T_FORMAT_E5M2; }
 
 // A float32 scalar on x's device (slot tensors are views into the DelayedScaling state).

@@ -4,25 +4,23 @@
 // the gradient scale (d loss / rows) are computed on the device, nothing is read by the host.
 // Saved for the backward: the logits (as given, bf16 or fp32), the targets and the per-row
 // log-sum-exp; the gradient is a new tensor (the kernel could also write it in place).
-#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
 #include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
 #include <torch/torch.h>            // torch::autograd::Function
 
 #include "fp8t_kernels.h"           // fp8t_cross_entropy_forward / _backward
 #include "lib/gemm/status_check.h"  // FP8T_CUDA_CHECK
 #include "lib/ops/cross_entropy.h"
-#include "lib/util/error.h"  // FP8T_CHECK
+#include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code
+#include "lib/util/error.h"         // FP8T_CHECK
 
 namespace fp8t {
 namespace ops {
 
 namespace {
 
-cudaStream_t stream_of(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
-at::TensorOptions floats_on(const at::Tensor& t) { return at::TensorOptions().dtype(at::kFloat).device(t.device()); }
-
-int dtype_code(const at::Tensor& x) { return x.scalar_type() == at::kFloat ? FP8T_DTYPE_F32 : FP8T_DTYPE_BF16; }
+using cuda::dtype_code;
+using cuda::floats_on;
+using cuda::stream_of;
 
 class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
  public:

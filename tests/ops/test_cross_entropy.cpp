@@ -1,6 +1,7 @@
 // lib/ops/cross_entropy.*: on the CPU exactly ATen's composition (bits of the loss and of the
 // gradient) and a gradient equal to (softmax - onehot) / rows; clear errors; on CUDA the fused
-// kernels against the CPU result on the same values, through autograd.
+// kernels against the CPU result on the same values, through autograd (the [cuda] cases run
+// detail::cross_entropy_cuda, lib/ops/cross_entropy_cuda.cpp, for CUDA logits).
 #include "lib/ops/cross_entropy.h"
 
 #include <torch/torch.h>  // torch::autograd (backward), at::one_hot
