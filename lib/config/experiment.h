@@ -15,7 +15,7 @@
 namespace fp8t {
 
 enum class DeviceKind { kAuto, kCpu, kCuda };
-enum class Precision { kFp32, kBf16, kFp8 };
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 enum class NormKind { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiGLU };
 enum class DataSource { kSynthetic, kText, kTokens };
@@ -28,6 +28,7 @@ struct RunSection {
   DeviceKind device = DeviceKind::kAuto;  // auto: cuda when available, else cpu
   bool quiet = false;             // no per-step console status lines (errors still print)
   bool overwrite = false;         // allow replacing an existing run folder
+  bool tensorboard = false;       // also write TensorBoard event files into the run folder
 };
 
 struct ModelSection {
@@ -71,6 +72,13 @@ struct TrainSection {
   int64_t eval_batches = 8;
   int64_t log_interval = 10;
   int64_t checkpoint_interval = 0;  // 0: only the final checkpoint
+  double checkpoint_every_min = 30.0;  // also checkpoint when this many minutes passed since the last one; 0 disables
+  int64_t max_skipped_steps = 5;  // consecutive non-finite (skipped) steps before the run stops as diverged
+  // Dynamic loss scaling (precision fp16), torch.amp.GradScaler's rules.
+  double loss_scale_init = 65536.0;       // initial scale (2^16)
+  double loss_scale_growth_factor = 2.0;  // scale *= this after loss_scale_growth_interval finite steps
+  double loss_scale_backoff = 0.5;        // scale *= this after a step with inf/NaN gradients
+  int64_t loss_scale_growth_interval = 2000;
 };
 
 // Data-parallel settings (used only when launched by torchrun, lib/dist/launch.h).

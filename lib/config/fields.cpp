@@ -317,7 +317,7 @@ const EnumNames<DeviceKind>& device_names() {
   return n;
 }
 const EnumNames<Precision>& precision_names() {
-  static const EnumNames<Precision> n = {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp8, "fp8"}};
+  static const EnumNames<Precision> n = {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}, {Precision::kFp8, "fp8"}};
   return n;
 }
 const EnumNames<NormKind>& norm_names() {
@@ -338,6 +338,10 @@ const EnumNames<LrSchedule>& schedule_names() {
 }
 const EnumNames<fp8::RecipeFormat>& format_names() {
   static const EnumNames<fp8::RecipeFormat> n = {{fp8::RecipeFormat::kHybrid, "HYBRID"}, {fp8::RecipeFormat::kE4M3, "E4M3"}};
+  return n;
+}
+const EnumNames<fp8::AmaxUpdate>& amax_update_names() {
+  static const EnumNames<fp8::AmaxUpdate> n = {{fp8::AmaxUpdate::kStep, "step"}, {fp8::AmaxUpdate::kMicrobatch, "microbatch"}};
   return n;
 }
 const EnumNames<fp8::AmaxComputeAlgo>& algo_names() {
@@ -362,6 +366,8 @@ std::vector<Field> build_table() {
                          [](auto& c) -> auto& { return c.run.quiet; }));
   t.push_back(bool_field("run.overwrite", "allow replacing an existing run folder",
                          [](auto& c) -> auto& { return c.run.overwrite; }));
+  t.push_back(bool_field("run.tensorboard", "also write TensorBoard event files into the run folder",
+                         [](auto& c) -> auto& { return c.run.tensorboard; }));
   // model
   t.push_back(int_field("model.vocab_size", "token vocabulary size (256 for byte-level text)",
                         [](auto& c) -> auto& { return c.model.vocab_size; }, at_least(1)));
@@ -429,6 +435,22 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.train.log_interval; }, at_least(1)));
   t.push_back(int_field("train.checkpoint_interval", "steps between checkpoints; 0: only the final checkpoint",
                         [](auto& c) -> auto& { return c.train.checkpoint_interval; }, at_least(0)));
+  t.push_back(float_field("train.checkpoint_every_min",
+                          "also checkpoint when this many minutes passed since the last checkpoint; 0 disables",
+                          [](auto& c) -> auto& { return c.train.checkpoint_every_min; }, at_least(0)));
+  t.push_back(int_field("train.max_skipped_steps",
+                        "consecutive non-finite (skipped) steps after which the run stops as diverged",
+                        [](auto& c) -> auto& { return c.train.max_skipped_steps; }, at_least(1)));
+  t.push_back(float_field("train.loss_scale_init", "precision fp16: initial dynamic loss scale",
+                          [](auto& c) -> auto& { return c.train.loss_scale_init; }, greater_than(0)));
+  t.push_back(float_field("train.loss_scale_growth_factor",
+                          "precision fp16: the loss scale is multiplied by this after loss_scale_growth_interval finite steps",
+                          [](auto& c) -> auto& { return c.train.loss_scale_growth_factor; }, greater_than(1)));
+  t.push_back(float_field("train.loss_scale_backoff",
+                          "precision fp16: the loss scale is multiplied by this after a step with inf/NaN gradients",
+                          [](auto& c) -> auto& { return c.train.loss_scale_backoff; }, open_interval(0, 1)));
+  t.push_back(int_field("train.loss_scale_growth_interval", "precision fp16: finite steps between loss-scale growths",
+                        [](auto& c) -> auto& { return c.train.loss_scale_growth_interval; }, at_least(1)));
   // precision
   // dist
   t.push_back(int_field("dist.timeout_s",
@@ -451,6 +473,12 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.fp8.amax_history_len; }, at_least(1)));
   t.push_back(enum_field("fp8.amax_compute_algo", "amax from the history: its max, or the most recent entry",
                          algo_names(), [](auto& c) -> auto& { return c.fp8.amax_compute_algo; }));
+  t.push_back(enum_field("fp8.amax_update",
+                         "step: one scale update per optimizer step (amax over its micro-batches); microbatch: "
+                         "one per micro-batch, as TransformerEngine",
+                         amax_update_names(), [](auto& c) -> auto& { return c.fp8.amax_update; }));
+  t.push_back(bool_field("fp8.reduce_amax", "data-parallel: MAX-reduce amaxes across ranks before each scale update",
+                         [](auto& c) -> auto& { return c.fp8.reduce_amax; }));
   t.push_back(gemm_flags_field("fp8.override_linear_precision", "GEMMs of every FP8 Linear that run in high precision instead",
                                [](auto& c) -> auto& { return c.fp8.override_linear_precision; }));
   t.push_back(gemm_flags_field("fp8.fast_accumulation", "fast (non-promoting) FP8 accumulation per GEMM on the GPU",

@@ -14,6 +14,9 @@ namespace fp8 {
 // HYBRID: forward tensors (activations, weights) E4M3, gradients E5M2. E4M3: every tensor E4M3.
 enum class RecipeFormat { kHybrid, kE4M3 };
 enum class AmaxComputeAlgo { kMax, kMostRecent };
+// When the scales are updated: once per optimizer step (amax = max over its micro-batches), or
+// after every micro-batch's backward as TransformerEngine does.
+enum class AmaxUpdate { kStep, kMicrobatch };
 
 // Which GEMMs of every FP8 Linear run in high precision instead of FP8.
 struct LinearPrecisionOverride {
@@ -35,6 +38,8 @@ struct Recipe {
   RecipeFormat fp8_format = RecipeFormat::kHybrid;
   int amax_history_len = 1024;
   AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
+  AmaxUpdate amax_update = AmaxUpdate::kStep;
+  bool reduce_amax = true;     // data-parallel: MAX-reduce the amaxes across ranks before each update
   LinearPrecisionOverride override_linear_precision;
   FastAccumulation fast_accumulation;
   // Rewrite pass: module names (exact, or a suffix after '.') that stay in high precision.
@@ -51,6 +56,7 @@ struct Recipe {
 
 inline const char* to_string(RecipeFormat f) { return f == RecipeFormat::kHybrid ? "HYBRID" : "E4M3"; }
 inline const char* to_string(AmaxComputeAlgo a) { return a == AmaxComputeAlgo::kMax ? "max" : "most_recent"; }
+inline const char* to_string(AmaxUpdate u) { return u == AmaxUpdate::kStep ? "step" : "microbatch"; }
 
 }  // namespace fp8
 }  // namespace fp8t
