@@ -36,9 +36,9 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
     Slot s;
     s.name = name;
     s.param = param;
-    s.separate_master = param.scalar_type() != at::kFloat || !param.is_contiguous();
+    s.separate_master = needs_master_copy(param);
     s.master = s.separate_master
-                   ? param.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true)
+                   ? param.detach().to(kStateDtype, /*non_blocking=*/false, /*copy=*/true)
                          .contiguous()
                    : param;
     s.exp_avg = at::zeros_like(s.master);
@@ -47,6 +47,10 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
     s.decay = param.dim() >= 2;
     slots_.push_back(std::move(s));
   }
+}
+
+bool AdamW::needs_master_copy(const at::Tensor& param) {
+  return param.scalar_type() != kStateDtype || !param.is_contiguous();
 }
 
 void AdamW::step(double lr, const at::Tensor& grad_scale) {

@@ -69,6 +69,12 @@ class AdamW {
   // missing, unexpected or mismatched key.
   void load_state_dict(const std::map<std::string, at::Tensor>& state);
 
+  // The rules the constructor applies to each parameter, also for describing a run before the
+  // optimizer exists (lib/train/precision_chart.h): a float32 contiguous parameter is its own
+  // master weight, any other gets a float32 master copy; the moments are kStateDtype.
+  static bool needs_master_copy(const at::Tensor& param);
+  static constexpr at::ScalarType kStateDtype = at::kFloat;
+
   const AdamWOptions& options() const { return options_; }
   // Names of the parameters in the weight-decay group (dim() >= 2) and in the no-decay group.
   std::vector<std::string> decay_names() const;
