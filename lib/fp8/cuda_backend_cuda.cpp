@@ -10,7 +10,7 @@
 
 #include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose, fp8t_norm_*, ...
 #include "lib/gemm/gemm_engine.h"   // gemm::fp8_gemm
-#include "lib/gemm/status_check.h"  // FP8T_CUDA_CHECK
+#include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
 #include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code
 #include "lib/util/error.h"         // FP8T_CHECK
 

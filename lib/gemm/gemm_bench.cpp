@@ -10,7 +10,7 @@
 #include <sstream>     // std::ostringstream
 
 #include "lib/gemm/gemm_engine.h"   // GemmEngine, GemmProblem
-#include "lib/gemm/status_check.h"  // FP8T_CUDA_CHECK
+#include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
 #include "lib/util/error.h"         // FP8T_INPUT_CHECK
 
 namespace fp8t {

@@ -10,7 +10,8 @@
 #include <unordered_map>  // std::unordered_map
 #include <vector>         // std::vector
 
-#include "lib/gemm/status_check.h"  // FP8T_CUBLAS_CHECK, FP8T_CUDA_CHECK
+#include "lib/gemm/cublas_check.h"  // FP8T_CUBLAS_CHECK
+#include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
 #include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK
 
 namespace fp8t {

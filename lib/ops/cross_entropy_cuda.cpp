@@ -8,7 +8,7 @@
 #include <torch/torch.h>            // torch::autograd::Function
 
 #include "fp8t_kernels.h"           // fp8t_cross_entropy_forward / _backward
-#include "lib/gemm/status_check.h"  // FP8T_CUDA_CHECK
+#include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
 #include "lib/ops/cross_entropy.h"
 #include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code
 #include "lib/util/error.h"         // FP8T_CHECK
