@@ -5,7 +5,7 @@
 
 #include <cmath>  // std::isfinite, std::llround, std::fabs
 
-#include "lib/util/log.h"  // set_console_pre_write_hook
+#include "lib/util/log.h"  // set_console_pre_write_hook, log_to_file
 
 namespace fp8t::train {
 namespace {
@@ -102,8 +102,9 @@ void StatusLine::clear_locked() {
 }
 
 void StatusLine::update(const StatusFields& fields) {
-  if (mode_ == Mode::kQuiet) return;
   std::string line = format_status(fields);
+  log_to_file(line);  // once per update, also when quiet; the redraws below are console-only
+  if (mode_ == Mode::kQuiet) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (mode_ == Mode::kPlain) {
     write_locked(line + "\n");
@@ -117,6 +118,7 @@ void StatusLine::update(const StatusFields& fields) {
 }
 
 void StatusLine::print(const std::string& line) {
+  log_to_file(line);
   if (mode_ == Mode::kQuiet) return;
   std::lock_guard<std::mutex> lock(mutex_);
   clear_locked();

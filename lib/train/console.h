@@ -5,6 +5,8 @@
 // cut to the terminal width; log messages written meanwhile (lib/util/log.h) first clear it.
 // Elsewhere (pipes, files, CI) each update is one plain line. Quiet mode prints nothing: errors
 // and warnings still reach stderr through the logger, which StatusLine does not touch.
+// Every update() and print() is also recorded once in the log file (log_to_file in
+// lib/util/log.h), quiet or not, without the redraws.
 #pragma once
 
 #include <cstdint>   // int64_t

@@ -7,6 +7,7 @@
 #include <fstream>     // std::ifstream, std::ofstream
 #include <regex>       // std::regex_search
 #include <thread>      // std::this_thread::sleep_for
+#include <vector>      // std::vector
 
 #include <spdlog/sinks/sink.h>  // spdlog::sinks::sink
 #include <spdlog/spdlog.h>      // spdlog::default_logger, spdlog::debug
@@ -61,7 +62,7 @@ TEST_CASE("setup_logging quiet shows warnings only, without a file", "[util]") {
   LogDir dir;
   fp8t::setup_logging(/*quiet=*/true, "");
   auto sinks = spdlog::default_logger()->sinks();
-  REQUIRE(sinks.size() == 1);
+  REQUIRE(sinks.size() == 2);  // the console and the hold for a later log file
   REQUIRE(sinks[0]->level() == spdlog::level::warn);
   REQUIRE_FALSE(sinks[0]->should_log(spdlog::level::info));
   REQUIRE(sinks[0]->should_log(spdlog::level::err));
@@ -95,6 +96,49 @@ TEST_CASE("setup_logging names a log file it cannot open", "[util]") {
     REQUIRE(e.code() == fp8t::ExitCode::kBadInput);
     REQUIRE_THAT(std::string(e.what()), FP8T_CONTAINS(bad));
   }
+}
+
+TEST_CASE("the first log file receives what was logged before it, in order", "[util]") {
+  LogDir dir;
+  fp8t::setup_logging(/*quiet=*/true, "");  // a fresh hold only after a file: start from one
+  const fs::path warmup = dir.path / "warmup.log";
+  fp8t::setup_logging(true, warmup.string());
+  fp8t::setup_logging(/*quiet=*/true, "");
+  spdlog::info("config summary");
+  fp8t::log_to_file("step 1/2 | loss 1.0");  // console-only text, recorded for the file
+  fp8t::setup_logging(/*quiet=*/false, "");  // a second setup without a file keeps holding
+  spdlog::debug("rewrite report");
+  const fs::path file = dir.path / "train.log";
+  fp8t::setup_logging(/*quiet=*/true, file.string());
+  fp8t::log_to_file("step 2/2 | loss 0.5");
+  spdlog::info("completed");
+
+  const std::string text = read_all(file);
+  const std::vector<std::string> expected = {"[info] config summary", "[info] step 1/2 | loss 1.0",
+                                             "[debug] rewrite report", "[info] step 2/2 | loss 0.5",
+                                             "[info] completed"};
+  size_t at = 0;
+  for (const auto& e : expected) {
+    const size_t found = text.find(e, at);
+    INFO(e << " in order in:\n" << text);
+    REQUIRE(found != std::string::npos);
+    at = found + e.size();
+  }
+  REQUIRE(read_all(warmup).find("config summary") == std::string::npos);
+}
+
+TEST_CASE("a log file opened after another one does not repeat its lines", "[util]") {
+  LogDir dir;
+  const fs::path a = dir.path / "a.log";
+  const fs::path b = dir.path / "b.log";
+  fp8t::setup_logging(true, a.string());
+  spdlog::info("only in a");
+  fp8t::setup_logging(true, "");
+  spdlog::info("held for b");
+  fp8t::setup_logging(true, b.string());
+  const std::string tb = read_all(b);
+  REQUIRE(tb.find("only in a") == std::string::npos);
+  REQUIRE(tb.find("held for b") != std::string::npos);
 }
 
 TEST_CASE("Stopwatch measures elapsed and lap time", "[util]") {
