@@ -3,6 +3,27 @@
 # LibTorch: from CMAKE_PREFIX_PATH / Torch_DIR / $FP8T_TORCH_PREFIX if given, else from the
 # PyTorch wheel of FP8T_PYTHON (default: the project's .venv, then python3 on PATH).
 
+# ---- CUDA compiler (optional), before LibTorch -------------------------------------------
+# LibTorch's CMake config enables the CUDA language itself and warns when CMAKE_CUDA_ARCHITECTURES
+# is then defined (it picks architectures from TORCH_CUDA_ARCH_LIST). CMake defines it on
+# enable_language(CUDA) with the compiler's default. Nothing here uses that default (kernels/ has
+# CUDA_ARCHITECTURES OFF and its own -gencode flags, FP8T_CUDA_GENCODE), so CUDA is enabled here,
+# first, and the default dropped; a value given on the command line is kept.
+if(FP8T_ENABLE_CUDA)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(_fp8t_drop_cuda_arch_default ON)
+    endif()
+    enable_language(CUDA)
+    if(_fp8t_drop_cuda_arch_default)
+      unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+      unset(CMAKE_CUDA_ARCHITECTURES)
+    endif()
+  endif()
+endif()
+
 # ---- LibTorch ---------------------------------------------------------------------------
 # LibTorch's CMake config appends -gencode flags for a dozen architectures to CMAKE_CUDA_FLAGS;
 # kernels/ chooses its own targets (FP8T_CUDA_GENCODE), so keep the flags as they were.
@@ -13,26 +34,50 @@ endif()
 if(NOT Torch_DIR AND DEFINED ENV{FP8T_TORCH_PREFIX})
   list(APPEND CMAKE_PREFIX_PATH "$ENV{FP8T_TORCH_PREFIX}")
 endif()
-find_package(Torch QUIET CONFIG)
-if(NOT Torch_FOUND)
-  if(NOT FP8T_PYTHON)
-    if(EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python3")
-      set(FP8T_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python3")
-    else()
-      find_program(FP8T_PYTHON NAMES python3 python REQUIRED)
+# Locate TorchConfig.cmake first (without loading it), so that the kineto note below can be
+# applied before the config runs.
+if(NOT Torch_DIR)
+  find_path(_fp8t_torch_config_dir TorchConfig.cmake PATHS ${CMAKE_PREFIX_PATH}
+            PATH_SUFFIXES share/cmake/Torch Torch NO_DEFAULT_PATH NO_CACHE)
+  if(NOT _fp8t_torch_config_dir)
+    if(NOT FP8T_PYTHON)
+      if(EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python3")
+        set(FP8T_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python3")
+      else()
+        find_program(FP8T_PYTHON NAMES python3 python REQUIRED)
+      endif()
     endif()
+    execute_process(
+      COMMAND "${FP8T_PYTHON}" -c "import torch; print(torch.utils.cmake_prefix_path)"
+      OUTPUT_VARIABLE _fp8t_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+      ERROR_QUIET RESULT_VARIABLE _fp8t_torch_rc)
+    if(NOT _fp8t_torch_rc EQUAL 0)
+      message(FATAL_ERROR "LibTorch not found. Run scripts/setup.sh, or pass -DCMAKE_PREFIX_PATH=<libtorch>, "
+                          "or set FP8T_TORCH_PREFIX, or -DFP8T_PYTHON=<python with torch>.")
+    endif()
+    set(_fp8t_torch_config_dir "${_fp8t_torch_prefix}/Torch")
   endif()
-  execute_process(
-    COMMAND "${FP8T_PYTHON}" -c "import torch; print(torch.utils.cmake_prefix_path)"
-    OUTPUT_VARIABLE _fp8t_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
-    ERROR_QUIET RESULT_VARIABLE _fp8t_torch_rc)
-  if(NOT _fp8t_torch_rc EQUAL 0)
-    message(FATAL_ERROR "LibTorch not found. Run scripts/setup.sh, or pass -DCMAKE_PREFIX_PATH=<libtorch>, "
-                        "or set FP8T_TORCH_PREFIX, or -DFP8T_PYTHON=<python with torch>.")
-  endif()
-  list(APPEND CMAKE_PREFIX_PATH "${_fp8t_torch_prefix}")
-  find_package(Torch REQUIRED CONFIG)
+  set(Torch_DIR "${_fp8t_torch_config_dir}" CACHE PATH "The folder of TorchConfig.cmake")
 endif()
+# Kineto (the profiler library) is linked into libtorch_cpu.so in a shared LibTorch such as the
+# wheel's, which ships no separate libkineto; LibTorch's config still looks for one and warns.
+# Point it at the library that holds it.
+get_filename_component(_fp8t_torch_lib_dir "${Torch_DIR}/../../../lib" ABSOLUTE)
+if(NOT kineto_LIBRARY AND NOT EXISTS "${_fp8t_torch_lib_dir}/libkineto.a"
+   AND EXISTS "${_fp8t_torch_lib_dir}/libtorch_cpu.so")
+  set(kineto_LIBRARY "${_fp8t_torch_lib_dir}/libtorch_cpu.so" CACHE FILEPATH
+      "kineto: inside libtorch_cpu.so in a shared LibTorch" FORCE)
+endif()
+# LibTorch's config links nvrtc from the CUDA toolkit (CUDA_NVRTC_LIB). The wheel ships its own
+# copy beside its other CUDA libraries, which LibTorch loads at run time; linking the toolkit's
+# copy too would put the same soname in two folders (see the CUDA section below).
+file(GLOB _fp8t_wheel_nvrtc "${_fp8t_torch_lib_dir}/../../nvidia/cu*/lib/libnvrtc.so.*")
+if(_fp8t_wheel_nvrtc AND NOT DEFINED CACHE{CUDA_NVRTC_LIB})
+  list(GET _fp8t_wheel_nvrtc 0 _fp8t_wheel_nvrtc)
+  get_filename_component(_fp8t_wheel_nvrtc "${_fp8t_wheel_nvrtc}" ABSOLUTE)
+  set(CUDA_NVRTC_LIB "${_fp8t_wheel_nvrtc}" CACHE FILEPATH "nvrtc: the wheel's copy, which LibTorch loads")
+endif()
+find_package(Torch REQUIRED CONFIG)
 set(CMAKE_CUDA_FLAGS "${_fp8t_saved_cuda_flags}")
 message(STATUS "fp8train: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
 
@@ -76,10 +121,7 @@ endif()
 # ---- CUDA (optional) --------------------------------------------------------------------
 set(FP8T_WITH_CUDA OFF)
 if(FP8T_ENABLE_CUDA)
-  include(CheckLanguage)
-  check_language(CUDA)
-  if(CMAKE_CUDA_COMPILER)
-    enable_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)  # enabled above, before LibTorch
     find_package(CUDAToolkit REQUIRED)
     set(FP8T_HAVE_NVCC ON)
     if(FP8T_TORCH_HAS_CUDA)
@@ -97,6 +139,17 @@ if(FP8T_ENABLE_CUDA)
       if(_rt AND _lt)
         list(GET _rt 0 FP8T_CUDART)
         list(GET _lt 0 FP8T_CUBLASLT)
+        # LibTorch's config links the toolkit's copies (CUDA::cudart, CUDA::nvrtc, ...) of the
+        # libraries the wheel ships: two folders would then hold the same sonames and CMake could
+        # not order the run-time search path. Link the wheel's copies everywhere, the ones loaded
+        # at run time anyway.
+        foreach(_lib cudart nvrtc cublas cublasLt)
+          file(GLOB _wheel_lib "${_dir}/lib${_lib}.so.*")
+          if(TARGET CUDA::${_lib} AND _wheel_lib)
+            list(GET _wheel_lib 0 _wheel_lib)
+            set_target_properties(CUDA::${_lib} PROPERTIES IMPORTED_LOCATION "${_wheel_lib}")
+          endif()
+        endforeach()
       endif()
     endforeach()
     message(STATUS "fp8train: CUDA runtime ${FP8T_CUDART}, cuBLASLt ${FP8T_CUBLASLT}")
@@ -128,3 +181,18 @@ if(NOT FP8T_NCCL_INCLUDE_DIR)
   find_path(FP8T_NCCL_INCLUDE_DIR nccl.h)
 endif()
 message(STATUS "fp8train: gloo headers ${FP8T_GLOO_INCLUDE_DIR}, nccl.h ${FP8T_NCCL_INCLUDE_DIR}")
+
+# ---- protobuf (optional): TensorBoard event files (lib/train/tensorboard/) ---------------
+# Debian: libprotobuf-dev + protobuf-compiler (scripts/setup.sh). Only the lite runtime is
+# linked. Without it, run.tensorboard is refused with a clear error (exit 2).
+find_package(Protobuf QUIET)
+set(FP8T_HAVE_PROTOBUF OFF)
+if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE AND TARGET protobuf::libprotobuf-lite)
+  # protoc from an unpacked .deb needs its libraries on LD_LIBRARY_PATH; check that it runs.
+  execute_process(COMMAND ${Protobuf_PROTOC_EXECUTABLE} --version RESULT_VARIABLE _fp8t_protoc_rc
+                  OUTPUT_QUIET ERROR_QUIET)
+  if(_fp8t_protoc_rc EQUAL 0)
+    set(FP8T_HAVE_PROTOBUF ON)
+  endif()
+endif()
+message(STATUS "fp8train: protobuf for TensorBoard files ${FP8T_HAVE_PROTOBUF} ${Protobuf_VERSION}")

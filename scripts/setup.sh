@@ -6,11 +6,13 @@
 #
 # Dependencies:
 #   - OS packages (Debian/Ubuntu): cmake, ninja, g++, yaml-cpp, spdlog, fmt, CLI11, Catch2,
-#     nlohmann-json, gloo headers (data-parallel on CPU). Installed with apt-get when missing (as root, or through sudo).
+#     nlohmann-json, gloo headers (data-parallel on CPU), protobuf (TensorBoard files; optional:
+#     without it run.tensorboard is refused). Installed with apt-get when missing (as root, or through sudo).
 #     Without apt (an offline GPU machine) put the .deb files in .deps/ first, downloaded on a
 #     Debian 12 machine with: mkdir -p .deps && cd .deps && apt-get download libyaml-cpp-dev
 #     libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev catch2
-#     nlohmann-json3-dev libgloo-dev; they are unpacked into .deps/root.
+#     nlohmann-json3-dev libgloo-dev libprotobuf-dev libprotobuf32 libprotobuf-lite32
+#     protobuf-compiler libprotoc32; they are unpacked into .deps/root.
 #   - LibTorch: the PyTorch wheel. An importable torch >= 2.11 of $FP8T_PYTHON (or python3) is
 #     reused; otherwise a project-local .venv gets `pip install torch`.
 #     A downloaded libtorch works too: FP8T_TORCH_PREFIX=/path/to/libtorch scripts/setup.sh
@@ -18,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD_DIR=${FP8T_BUILD_DIR:-build}
-APT_PACKAGES="cmake ninja-build g++ python3-venv libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2 nlohmann-json3-dev libgloo-dev"
+APT_PACKAGES="cmake ninja-build g++ python3-venv libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2 nlohmann-json3-dev libgloo-dev libprotobuf-dev protobuf-compiler"
 log() { echo "[setup] $*"; }
 
 # ---- OS packages ------------------------------------------------------------------------
@@ -40,11 +42,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     mkdir -p .deps/root
     for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
     EXTRA_PREFIX="$ROOT/.deps/root/usr;$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/cmake;$ROOT/.deps/root/usr/share/cmake"
+    export LD_LIBRARY_PATH="$ROOT/.deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # protoc's libraries
   else
     log "missing packages: ${missing[*]} (no apt-get and no .deps/*.deb); continuing, CMake will say what it cannot find"
   fi
 elif [ -d .deps/root ] && ! command -v apt-get >/dev/null 2>&1; then
   EXTRA_PREFIX="$ROOT/.deps/root/usr;$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/cmake;$ROOT/.deps/root/usr/share/cmake"
+  export LD_LIBRARY_PATH="$ROOT/.deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
 # ---- LibTorch ---------------------------------------------------------------------------
@@ -65,6 +69,12 @@ else
   PY=$ROOT/.venv/bin/python3
 fi
 [ -z "$PY" ] || log "LibTorch: torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($PY)"
+# The TensorBoard round-trip test (tests/cli/test_report.sh) reads event files with the
+# `tensorboard` package; only the project's own .venv gets it.
+if [ "$PY" = "$ROOT/.venv/bin/python3" ] && ! "$PY" -c 'import tensorboard' 2>/dev/null; then
+  log "installing the tensorboard package into .venv (for the tests)"
+  "$PY" -m pip install -q tensorboard || log "could not install tensorboard; tests/cli/test_report.sh will fail"
+fi
 
 # ---- configure + build ------------------------------------------------------------------
 GEN=""; command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
