@@ -9,7 +9,7 @@
 #   scripts/convergence.sh TEXT_FILE [--steps 3000] [--knob-steps 600] [--knobs] [--out DIR]
 #                                    [--precisions bf16,fp8] [--fp8train build/fp8train]
 #                                    [-- extra fp8train flags]
-# Writes DIR/runs/*, DIR/convergence.json, DIR/convergence.svg (and DIR/knobs.json).
+# Writes DIR/runs/*, DIR/convergence.json, DIR/convergence.html (fp8train report) and DIR/knobs.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || { sed -n '2,14p' "$0"; exit 2; }
@@ -70,11 +70,9 @@ for p in precs[1:]:
     print(f"{p} vs bf16 final val loss: {100 * rel:+.2f}% (target within 1%)")
 json.dump(res, open(f"{out}/convergence.json", "w"), indent=2)
 PY
-curves=()
-for prec in "${PRECS[@]}"; do curves+=("$prec=$OUTDIR/runs/anna-$prec"); done
-title=$(printf ' vs %s' "${PRECS[@]}")
-python3 scripts/plot_loss.py "$OUTDIR/convergence.svg" "${curves[@]}" \
-  --title "char-level GPT on Anna Karenina: ${title:4}"
+runs=()
+for prec in "${PRECS[@]}"; do runs+=("$OUTDIR/runs/anna-$prec"); done
+"$APP" report "${runs[@]}" --html "$OUTDIR/convergence.html"  # table + all curves on shared axes
 
 if [ "$KNOBS" = 1 ]; then
   knob_common=("${common[@]}" --steps "$KNOB_STEPS" --set train.eval_interval=0 --fp8-stats --precision fp8)

@@ -14,6 +14,8 @@ void add_train_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 // `fp8train bench-gemm`: FP8 vs BF16 GEMM throughput (needs a CUDA GPU).
 void add_bench_gemm_command(CLI::App& app);
+// `fp8train report RUN_DIR...`: compare run folders (table, --html page; lib/report/).
+void add_report_command(CLI::App& app);
 
 }  // namespace app
 }  // namespace fp8t
