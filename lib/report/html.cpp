@@ -100,7 +100,7 @@ std::string to_html(const std::vector<RunFolder>& runs, const Table& table, cons
   page += "<h1>fp8train report</h1>\n<p class=\"meta\">" + std::to_string(table.rows.size()) + " runs; " +
           html_escape(generated) + ". Blue columns: the config keys that differ between the runs.</p>\n";
   page += problems_html(runs);
-  page += "<h2>Runs</h2>\n" + table_html(table);
+  page += "<h2>Runs</h2>\n<div class=\"scroll\">\n" + table_html(table) + "</div>\n";
   page += "<h2>Curves</h2>\n<div class=\"grid\" id=\"curves\"></div>\n";
   page += "<h2>FP8 statistics per slot</h2>\n<p class=\"note\">Runs trained with --fp8-stats: each FP8 tensor "
           "slot's scale, amax and fraction of saturated and underflowing elements on the log steps. A bad "

@@ -102,37 +102,57 @@
      stops: REDS, label: (v) => v.toPrecision(2) + '%', zeroBased: true},
   ];
 
-  // A heatmap slot x step of one FP8 statistic, drawn as a scatter chart of square cells.
+  // A heatmap slot x step of one FP8 statistic: a scatter chart (the library's axes, ticks and
+  // tooltips) whose points are invisible, with a plugin that fills one rectangle per cell.
   function heatmap(parent, fp8, m) {
     const cells = [];
     let lo = Infinity, hi = -Infinity;
     fp8.slots.forEach((s, j) => s[m.key].forEach((raw, i) => {
       const v = raw === null ? null : m.tf(raw);
       if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-      cells.push({x: fp8.steps[i], y: j, v, raw});
+      cells.push({x: fp8.steps[i], y: j, v: v !== null && isFinite(v) ? v : null, raw, i});
     }));
     if (m.zeroBased) lo = 0;
     if (!(hi > lo)) hi = lo + 1;
     const box = el('div', 'heat', parent);
     const nSlots = fp8.slots.length, nSteps = fp8.steps.length;
-    box.style.height = (90 + 16 * nSlots) + 'px';
-    const canvas = el('canvas', null, box);
-    const cellColor = (c) => (c.raw.v === null ? '#ddd' : ramp(m.stops, (c.raw.v - lo) / (hi - lo)));
-    const half = (ctx) => {
-      const a = ctx.chart.chartArea;
-      if (!a) return 4;
-      return Math.max(1, Math.min(a.width / (2 * Math.max(1, nSteps)), a.height / (2 * Math.max(1, nSlots))));
+    box.style.height = (110 + 15 * nSlots) + 'px';
+    const holder = el('div', null, box);
+    holder.style.position = 'relative';
+    holder.style.height = (80 + 15 * nSlots) + 'px';
+    const canvas = el('canvas', null, holder);
+    const steps = fp8.steps;
+    // Cell i spans from halfway to the previous log step to halfway to the next one.
+    const edge = (i) => (i <= 0 ? steps[0] - (steps.length > 1 ? (steps[1] - steps[0]) / 2 : 0.5)
+                         : i >= steps.length ? steps[steps.length - 1] + (steps.length > 1 ? (steps[steps.length - 1] - steps[steps.length - 2]) / 2 : 0.5)
+                         : (steps[i - 1] + steps[i]) / 2);
+    const cellsPlugin = {
+      id: 'cells',
+      beforeDatasetsDraw(chart) {
+        const {ctx, chartArea: a, scales: {x, y}} = chart;
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(a.left, a.top, a.width, a.height);
+        ctx.clip();
+        for (const c of cells) {
+          const x0 = x.getPixelForValue(edge(c.i)), x1 = x.getPixelForValue(edge(c.i + 1));
+          const y0 = y.getPixelForValue(c.y - 0.5), y1 = y.getPixelForValue(c.y + 0.5);
+          ctx.fillStyle = c.v === null ? '#ddd' : ramp(m.stops, (c.v - lo) / (hi - lo));
+          ctx.fillRect(Math.min(x0, x1), Math.min(y0, y1), Math.abs(x1 - x0) + 0.5, Math.abs(y1 - y0) + 0.5);
+        }
+        ctx.restore();
+      },
     };
-    const stepGap = nSteps > 1 ? (fp8.steps[nSteps - 1] - fp8.steps[0]) / (nSteps - 1) : 1;
     new Chart(canvas, {
       type: 'scatter',
-      data: {datasets: [{label: m.title, data: cells, pointStyle: 'rect', pointRadius: half, pointHoverRadius: half,
-                         backgroundColor: cellColor, borderWidth: 0}]},
+      data: {datasets: [{label: m.title, data: cells, pointRadius: 0, pointHoverRadius: 0, pointHitRadius: 6}]},
+      plugins: [cellsPlugin],
       options: {
         parsing: false,
+        interaction: {mode: 'nearest', intersect: false},
         scales: {
-          x: {type: 'linear', min: fp8.steps[0] - stepGap / 2, max: fp8.steps[nSteps - 1] + stepGap / 2,
-              title: {display: true, text: 'step'}},
+          x: {type: 'linear', min: edge(0), max: edge(nSteps), ticks: {includeBounds: false},
+              title: {display: true, text: 'step'}, grid: {display: false}},
           y: {type: 'linear', reverse: true, min: -0.5, max: nSlots - 0.5, afterBuildTicks: (ax) => {
                 ax.ticks = fp8.slots.map((_, j) => ({value: j}));
               },
