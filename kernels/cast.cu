@@ -3,8 +3,11 @@
 // Memory-bound: per element 4 (fp32) or 2 (bf16) bytes in, 1 byte out. Each thread converts
 // 16 elements per step with 16-byte loads and one 16-byte store; several loads are issued before
 // the first use. The amax is reduced per block and committed with one atomic per block.
-#include "fp8_device.cuh"  // load/convert helpers, block_amax_commit
-#include "fp8t_kernels.h"  // the C API
+#include "dispatch.cuh"      // dispatch_dtype_format
+#include "fp8_device.cuh"    // load/convert helpers, block_amax_commit
+#include "fp8t_kernels.h"    // the C API
+#include "packed.cuh"        // Packed128, ldg_floats
+#include "precondition.cuh"  // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -14,38 +17,6 @@ using namespace fp8t::kern;
 
 constexpr int kThreads = 256;
 constexpr int kVec = 16;  // elements per thread per step (one 16-byte store of codes)
-
-// Loads 16 consecutive elements starting at x + 16*chunk into v (16-byte loads).
-template <int kDtype>
-__device__ __forceinline__ void load16(const void* x, int64_t chunk, float (&v)[kVec]) {
-  if constexpr (kDtype == FP8T_DTYPE_F32) {
-    const float4* p = static_cast<const float4*>(x) + chunk * 4;
-    float4 q[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = __ldg(p + i);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[4 * i + 0] = q[i].x;
-      v[4 * i + 1] = q[i].y;
-      v[4 * i + 2] = q[i].z;
-      v[4 * i + 3] = q[i].w;
-    }
-  } else {
-    const uint4* p = static_cast<const uint4*>(x) + chunk * 2;
-    uint4 q[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) q[i] = __ldg(p + i);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t w[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[8 * i + 2 * j + 0] = __uint_as_float(w[j] << 16);
-        v[8 * i + 2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-      }
-    }
-  }
-}
 
 template <int kDtype, int kFormat>
 __global__ void __launch_bounds__(kThreads) cast_kernel(const void* __restrict__ x, int64_t n,
@@ -63,17 +34,17 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const void* __restrict__
     const int64_t n_chunks = n / kVec;
     for (int64_t c = tid; c < n_chunks; c += stride) {
       float v[kVec];
-      load16<kDtype>(x, c, v);
-      uint32_t packed[4];
+      ldg_floats<kDtype>(x, c * kVec, v);
+      Packed128 codes;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t lo = to_fp8x2<kFormat>(v[4 * i + 0] * scale, v[4 * i + 1] * scale);
         const uint32_t hi = to_fp8x2<kFormat>(v[4 * i + 2] * scale, v[4 * i + 3] * scale);
-        packed[i] = lo | (hi << 16);
+        codes.w[i] = lo | (hi << 16);
       }
 #pragma unroll
       for (int i = 0; i < kVec; ++i) local_max = max(local_max, abs_bits(v[i]));
-      reinterpret_cast<uint4*>(out)[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      codes.store(out + c * kVec);
     }
     scalar_begin = n_chunks * kVec;
   }
@@ -85,20 +56,6 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const void* __restrict__
   block_amax_commit(local_max, amax);
 }
 
-template <int kDtype>
-void launch_cast(int fp8_format, dim3 grid, cudaStream_t stream, const void* x, int64_t n,
-                 const float* scale, uint8_t* out, float* amax, float* scale_inv_out, bool vec) {
-  if (fp8_format == FP8T_FORMAT_E4M3) {
-    cast_kernel<kDtype, FP8T_FORMAT_E4M3><<<grid, kThreads, 0, stream>>>(x, n, scale, out, amax,
-                                                                         scale_inv_out, vec);
-  } else {
-    cast_kernel<kDtype, FP8T_FORMAT_E5M2><<<grid, kThreads, 0, stream>>>(x, n, scale, out, amax,
-                                                                         scale_inv_out, vec);
-  }
-}
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------
@@ -106,21 +63,21 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 extern "C" cudaError_t fp8t_cast(const void* x, int x_dtype, int64_t n, const float* scale,
                                  int fp8_format, uint8_t* out, float* amax, float* scale_inv_out,
                                  cudaStream_t stream) {
-  if (n < 0 || scale == nullptr || (n > 0 && (x == nullptr || out == nullptr)) ||
-      (x_dtype != FP8T_DTYPE_F32 && x_dtype != FP8T_DTYPE_BF16) ||
-      (fp8_format != FP8T_FORMAT_E4M3 && fp8_format != FP8T_FORMAT_E5M2)) {
-    return cudaErrorInvalidValue;
-  }
-  const bool vec = aligned16(x) && aligned16(out);
+  FP8T_LAUNCHER("fp8t_cast");
+  FP8T_KERNEL_REQUIRE(n >= 0, "the element count is negative");
+  FP8T_KERNEL_REQUIRE(scale != nullptr, "no scale");
+  FP8T_KERNEL_REQUIRE(n == 0 || (x != nullptr && out != nullptr), "no input or output for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(valid_dtype(x_dtype), "the input dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(valid_format(fp8_format), "the FP8 format is not E4M3 or E5M2");
+  const bool vec = aligned(x, 16) && aligned(out, 16);
   // Enough blocks to fill the GPU several times over; beyond that the grid-stride loop takes
   // over, which also keeps the number of amax atomics small.
   const int64_t work = vec ? n / kVec + (n % kVec) : n;
   const int64_t blocks = (work + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 2048 ? 2048 : blocks)));
-  if (x_dtype == FP8T_DTYPE_F32) {
-    launch_cast<FP8T_DTYPE_F32>(fp8_format, grid, stream, x, n, scale, out, amax, scale_inv_out, vec);
-  } else {
-    launch_cast<FP8T_DTYPE_BF16>(fp8_format, grid, stream, x, n, scale, out, amax, scale_inv_out, vec);
-  }
+  dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
+    cast_kernel<decltype(dtype)::value, decltype(format)::value>
+        <<<grid, kThreads, 0, stream>>>(x, n, scale, out, amax, scale_inv_out, vec);
+  });
   return cudaGetLastError();
 }

@@ -8,8 +8,11 @@
 // of column oc (rows 8*tr8 .. 8*tr8+7) from the shared tile and writes them with one 8-byte
 // store into the transposed output. The shared tile's rows are 65 bytes apart, so the column
 // gathers of a warp touch 16 distinct banks (no conflicts); see the note at kTileStride.
-#include "fp8_device.cuh"  // load/convert helpers, block_amax_commit
-#include "fp8t_kernels.h"  // the C API
+#include "dispatch.cuh"      // dispatch_dtype_format, dispatch_bool
+#include "fp8_device.cuh"    // load/convert helpers, block_amax_commit
+#include "fp8t_kernels.h"    // the C API
+#include "packed.cuh"        // Packed, ldg_floats
+#include "precondition.cuh"  // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -22,6 +25,7 @@ constexpr int kThreads = 256;
 constexpr int kChunk = 8;                     // elements per thread per row
 constexpr int kChunksPerRow = kTile / kChunk;  // 8 threads cover one tile row
 constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // 32
+using CodeChunk = Packed<kChunk>;  // the codes of one chunk: one 8-byte access
 // 65-byte rows: in the store phase a warp reads byte (8*t + j, oc..oc+3) for t = 0..7, i.e.
 // word 130*t + const, bank 2*t + const: 8 threads x up to 2 words = 16 distinct banks.
 constexpr int kTileStride = kTile + 1;
@@ -47,20 +51,7 @@ __device__ __forceinline__ void load8(const void* x, int64_t cols, int64_t rows,
                                       int64_t col, bool vec, float (&v)[kChunk]) {
   const int64_t base = row * cols + col;
   if (vec) {
-    if constexpr (kDtype == FP8T_DTYPE_F32) {
-      const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(x) + base);
-      const float4 a = __ldg(p), b = __ldg(p + 1);
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-      v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    } else {
-      const uint4 q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + base));
-      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[2 * j] = __uint_as_float(w[j] << 16);
-        v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-      }
-    }
+    ldg_floats<kDtype>(x, base, v);
   } else {
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
@@ -73,7 +64,7 @@ __device__ __forceinline__ void load8(const void* x, int64_t cols, int64_t rows,
 // tanh approximation in FP32 with LibTorch's operation order (at::gelu(x, "tanh") and
 // at::gelu_backward), rounded to the input dtype before the cast, so the codes equal those of
 // casting the unfused operator's output.
-enum Act { kActNone = 0, kActGelu = 1, kActDgelu = 2 };
+enum Act { kActNone = FP8T_ACT_NONE, kActGelu = FP8T_ACT_GELU, kActDgelu = FP8T_ACT_DGELU };
 
 constexpr float kGeluBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);  // sqrt(2 / pi)
 constexpr float kGeluKappa = 0.044715f;
@@ -129,10 +120,7 @@ __device__ __forceinline__ void store_transposed(const uint8_t (*tile)[kTileStri
     const int64_t orow = g.c0 + oc;
     const int64_t ocol = g.r0 + kChunk * tr8;
     if (g.full && vec) {
-      uint2 w;
-      w.x = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
-      w.y = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
-      *reinterpret_cast<uint2*>(out_t + orow * rows + ocol) = w;
+      CodeChunk::from_bytes(b).store(out_t + orow * rows + ocol);
     } else if (orow < cols) {
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
@@ -186,10 +174,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (out_row != nullptr) {
       if (g.full && vec) {
-        uint2 w;
-        w.x = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
-        w.y = q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24);
-        *reinterpret_cast<uint2*>(out_row + row * cols + col) = w;
+        CodeChunk::from_bytes(q).store(out_row + row * cols + col);
       } else if (row < rows) {
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) {
@@ -241,12 +226,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = g.r0 + r;
     uint8_t q[kChunk];
     if (g.full && vec) {
-      const uint2 w = __ldg(reinterpret_cast<const uint2*>(in + row * cols + col));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        q[j] = static_cast<uint8_t>(w.x >> (8 * j));
-        q[4 + j] = static_cast<uint8_t>(w.y >> (8 * j));
-      }
+      CodeChunk::ldg(in + row * cols + col).to_bytes(q);
     } else {
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) q[j] = (row < rows && col + j < cols) ? in[row * cols + col + j] : 0;
@@ -272,85 +252,81 @@ struct CastArgs {
   bool vec;
 };
 
-template <int kDtype, bool kDbias, int kAct>
-void launch_cast_transpose(int fp8_format, dim3 grid, cudaStream_t stream, const CastArgs& a) {
-  if (fp8_format == FP8T_FORMAT_E4M3) {
-    cast_transpose_kernel<kDtype, FP8T_FORMAT_E4M3, kDbias, kAct><<<grid, kThreads, 0, stream>>>(
-        a.x, a.h, a.rows, a.cols, a.scale, a.out_row, a.out_col, a.amax, a.scale_inv_out, a.partial, a.vec);
+// The activation as a compile-time tag (dispatch.cuh does dtype, format and dbias).
+template <typename F>
+void dispatch_act(int act, F&& f) {
+  if (act == kActGelu) {
+    f(IntTag<kActGelu>{});
+  } else if (act == kActDgelu) {
+    f(IntTag<kActDgelu>{});
   } else {
-    cast_transpose_kernel<kDtype, FP8T_FORMAT_E5M2, kDbias, kAct><<<grid, kThreads, 0, stream>>>(
-        a.x, a.h, a.rows, a.cols, a.scale, a.out_row, a.out_col, a.amax, a.scale_inv_out, a.partial, a.vec);
+    f(IntTag<kActNone>{});
   }
 }
 
-// The (dtype, dbias) dispatch for one activation.
-template <int kAct>
-void dispatch_cast_transpose(int x_dtype, bool want_dbias, int fp8_format, dim3 grid, cudaStream_t stream,
-                             const CastArgs& a) {
-  if (x_dtype == FP8T_DTYPE_F32) {
-    if (want_dbias) {
-      launch_cast_transpose<FP8T_DTYPE_F32, true, kAct>(fp8_format, grid, stream, a);
-    } else {
-      launch_cast_transpose<FP8T_DTYPE_F32, false, kAct>(fp8_format, grid, stream, a);
-    }
-  } else {
-    if (want_dbias) {
-      launch_cast_transpose<FP8T_DTYPE_BF16, true, kAct>(fp8_format, grid, stream, a);
-    } else {
-      launch_cast_transpose<FP8T_DTYPE_BF16, false, kAct>(fp8_format, grid, stream, a);
-    }
-  }
+void launch_cast_transpose(int act, int x_dtype, bool want_dbias, int fp8_format, dim3 grid, cudaStream_t stream,
+                           const CastArgs& a) {
+  dispatch_act(act, [&](auto act_tag) {
+    dispatch_bool(want_dbias, [&](auto dbias_tag) {
+      dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
+        cast_transpose_kernel<decltype(dtype)::value, decltype(format)::value, decltype(dbias_tag)::value,
+                              decltype(act_tag)::value><<<grid, kThreads, 0, stream>>>(
+            a.x, a.h, a.rows, a.cols, a.scale, a.out_row, a.out_col, a.amax, a.scale_inv_out, a.partial, a.vec);
+      });
+    });
+  });
 }
-
-bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
 int64_t n_tiles(int64_t extent) { return (extent + kTile - 1) / kTile; }
 
-// Grid over 64x64 tiles: x over column tiles, y over row tiles (y is limited to 65535).
-bool tile_grid(int64_t rows, int64_t cols, dim3* grid) {
+// The grid of 64x64 tiles: x over column tiles, y over row tiles. Launchers first check
+// kMaxRowTiles / kMaxColTiles.
+constexpr int64_t kMaxRowTiles = 65535;  // gridDim.y
+constexpr int64_t kMaxColTiles = 0x7fffffff;
+dim3 tile_grid(int64_t rows, int64_t cols) {
   const int64_t gx = n_tiles(cols), gy = n_tiles(rows);
-  if (gx > 0x7fffffff || gy > 65535) return false;
-  *grid = dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(gy < 1 ? 1 : gy));
-  return true;
+  return dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(gy < 1 ? 1 : gy));
 }
 
-cudaError_t cast_transpose_impl(int act, const void* x, const void* h, int x_dtype, int64_t rows, int64_t cols,
-                                const float* scale, int fp8_format, uint8_t* out_row,
-                                uint8_t* out_col, float* amax, float* scale_inv_out, float* dbias,
-                                void* workspace, cudaStream_t stream) {
+// The dbias of the cast from the per-tile partial sums (or zeros for an empty x).
+cudaError_t reduce_dbias(const float* partial, int64_t rows, int64_t cols, float* dbias, cudaStream_t stream) {
+  if (cols == 0) return cudaSuccess;
+  if (rows == 0) return cudaMemsetAsync(dbias, 0, cols * sizeof(float), stream);
+  constexpr int kReduceThreads = 256;
+  const dim3 rgrid(static_cast<unsigned>((cols + kReduceThreads - 1) / kReduceThreads));
+  dbias_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(partial, static_cast<int>(n_tiles(rows)), cols, dbias);
+  return cudaGetLastError();
+}
+
+// The checks and the launch behind every cast+transpose launcher; `launcher` names the entry point
+// in a failed check.
+cudaError_t cast_transpose_impl(const char* launcher, int act, const void* x, const void* h, int x_dtype,
+                                int64_t rows, int64_t cols, const float* scale, int fp8_format,
+                                uint8_t* out_row, uint8_t* out_col, float* amax, float* scale_inv_out,
+                                float* dbias, void* workspace, cudaStream_t stream) {
+  FP8T_LAUNCHER(launcher);
   const bool want_dbias = dbias != nullptr;
-  if (rows < 0 || cols < 0 || scale == nullptr || (rows * cols > 0 && x == nullptr) ||
-      (act == kActDgelu && rows * cols > 0 && h == nullptr) ||
-      (x_dtype != FP8T_DTYPE_F32 && x_dtype != FP8T_DTYPE_BF16) ||
-      (fp8_format != FP8T_FORMAT_E4M3 && fp8_format != FP8T_FORMAT_E5M2) ||
-      (want_dbias && (workspace == nullptr || !aligned(workspace, 16)))) {
-    return cudaErrorInvalidValue;
-  }
-  dim3 grid;
-  if (!tile_grid(rows, cols, &grid)) return cudaErrorInvalidValue;
+  FP8T_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "a dimension is negative");
+  FP8T_KERNEL_REQUIRE(scale != nullptr, "no scale");
+  FP8T_KERNEL_REQUIRE(rows * cols == 0 || x != nullptr, "no input for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(act != kActDgelu || rows * cols == 0 || h != nullptr, "no GELU input for the GELU backward");
+  FP8T_KERNEL_REQUIRE(valid_dtype(x_dtype), "the input dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(valid_format(fp8_format), "the FP8 format is not E4M3 or E5M2");
+  FP8T_KERNEL_REQUIRE(!want_dbias || workspace != nullptr, "dbias needs a workspace");
+  FP8T_KERNEL_REQUIRE(!want_dbias || aligned(workspace, 16), "the dbias workspace is not 16-byte aligned");
+  FP8T_KERNEL_REQUIRE(n_tiles(rows) <= kMaxRowTiles, "rows need more than 65535 tiles of 64 (the grid's y limit)");
+  FP8T_KERNEL_REQUIRE(n_tiles(cols) <= kMaxColTiles, "cols need more than 2^31-1 tiles of 64");
   // Vector accesses need every row start aligned: 8-element chunks of x (16 or 32 bytes) and of
   // the codes (8 bytes) in both layouts.
   const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(x, 16) && (h == nullptr || aligned(h, 16)) &&
                    (out_row == nullptr || aligned(out_row, 8)) &&
                    (out_col == nullptr || aligned(out_col, 8));
-  const CastArgs args{x, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out,
-                      want_dbias ? static_cast<float*>(workspace) : nullptr, vec};
-  if (act == kActGelu) {
-    dispatch_cast_transpose<kActGelu>(x_dtype, want_dbias, fp8_format, grid, stream, args);
-  } else if (act == kActDgelu) {
-    dispatch_cast_transpose<kActDgelu>(x_dtype, want_dbias, fp8_format, grid, stream, args);
-  } else {
-    dispatch_cast_transpose<kActNone>(x_dtype, want_dbias, fp8_format, grid, stream, args);
-  }
-  float* partial = args.partial;
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || !want_dbias || cols == 0) return err;
-  if (rows == 0) return cudaMemsetAsync(dbias, 0, cols * sizeof(float), stream);
-  constexpr int kReduceThreads = 256;
-  const dim3 rgrid(static_cast<unsigned>((cols + kReduceThreads - 1) / kReduceThreads));
-  dbias_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(partial, static_cast<int>(n_tiles(rows)),
-                                                            cols, dbias);
-  return cudaGetLastError();
+  float* partial = want_dbias ? static_cast<float*>(workspace) : nullptr;
+  const CastArgs args{x, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec};
+  launch_cast_transpose(act, x_dtype, want_dbias, fp8_format, tile_grid(rows, cols), stream, args);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || !want_dbias) return err;
+  return reduce_dbias(partial, rows, cols, dbias, stream);
 }
 
 }  // namespace
@@ -361,8 +337,8 @@ extern "C" cudaError_t fp8t_cast_transpose(const void* x, int x_dtype, int64_t r
                                            const float* scale, int fp8_format,
                                            uint8_t* out_rowwise, uint8_t* out_columnwise,
                                            float* amax, float* scale_inv_out, cudaStream_t stream) {
-  return cast_transpose_impl(kActNone, x, nullptr, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
-                             out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
+  return cast_transpose_impl("fp8t_cast_transpose", kActNone, x, nullptr, x_dtype, rows, cols, scale, fp8_format,
+                             out_rowwise, out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
 }
 
 extern "C" size_t fp8t_cast_transpose_dbias_workspace_bytes(int64_t rows, int64_t cols) {
@@ -375,17 +351,18 @@ extern "C" cudaError_t fp8t_cast_transpose_dbias(const void* x, int x_dtype, int
                                                  uint8_t* out_rowwise, uint8_t* out_columnwise,
                                                  float* amax, float* scale_inv_out, float* dbias,
                                                  void* workspace, cudaStream_t stream) {
-  if (dbias == nullptr) return cudaErrorInvalidValue;
-  return cast_transpose_impl(kActNone, x, nullptr, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
-                             out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
+  FP8T_LAUNCHER("fp8t_cast_transpose_dbias");
+  FP8T_KERNEL_REQUIRE(dbias != nullptr, "no dbias output");
+  return cast_transpose_impl(fp8t_launcher_, kActNone, x, nullptr, x_dtype, rows, cols, scale, fp8_format,
+                             out_rowwise, out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
 }
 
 extern "C" cudaError_t fp8t_gelu_cast_transpose(const void* x, int x_dtype, int64_t rows, int64_t cols,
                                                 const float* scale, int fp8_format, uint8_t* out_rowwise,
                                                 uint8_t* out_columnwise, float* amax, float* scale_inv_out,
                                                 cudaStream_t stream) {
-  return cast_transpose_impl(kActGelu, x, nullptr, x_dtype, rows, cols, scale, fp8_format, out_rowwise,
-                             out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
+  return cast_transpose_impl("fp8t_gelu_cast_transpose", kActGelu, x, nullptr, x_dtype, rows, cols, scale,
+                             fp8_format, out_rowwise, out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
 }
 
 extern "C" cudaError_t fp8t_dgelu_cast_transpose(const void* dy, const void* x, int dtype, int64_t rows,
@@ -393,20 +370,30 @@ extern "C" cudaError_t fp8t_dgelu_cast_transpose(const void* dy, const void* x, 
                                                  uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
                                                  float* scale_inv_out, float* dbias, void* workspace,
                                                  cudaStream_t stream) {
-  if (dbias != nullptr && workspace == nullptr) return cudaErrorInvalidValue;
-  return cast_transpose_impl(kActDgelu, dy, x, dtype, rows, cols, scale, fp8_format, out_rowwise,
+  return cast_transpose_impl("fp8t_dgelu_cast_transpose", kActDgelu, dy, x, dtype, rows, cols, scale, fp8_format,
+                             out_rowwise, out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
+}
+
+extern "C" cudaError_t fp8t_cast_transpose_act(int act, const void* x, const void* h, int dtype, int64_t rows,
+                                               int64_t cols, const float* scale, int fp8_format,
+                                               uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                               float* scale_inv_out, float* dbias, void* workspace,
+                                               cudaStream_t stream) {
+  FP8T_LAUNCHER("fp8t_cast_transpose_act");
+  FP8T_KERNEL_REQUIRE(act == kActNone || act == kActGelu || act == kActDgelu, "unknown activation code");
+  return cast_transpose_impl(fp8t_launcher_, act, x, h, dtype, rows, cols, scale, fp8_format, out_rowwise,
                              out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
 }
 
 extern "C" cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols,
                                             uint8_t* out, cudaStream_t stream) {
-  if (rows < 0 || cols < 0 || (rows * cols > 0 && (in == nullptr || out == nullptr))) {
-    return cudaErrorInvalidValue;
-  }
+  FP8T_LAUNCHER("fp8t_transpose_codes");
+  FP8T_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "a dimension is negative");
+  FP8T_KERNEL_REQUIRE(rows * cols == 0 || (in != nullptr && out != nullptr), "no input or output for a nonempty tensor");
   if (rows * cols == 0) return cudaSuccess;
-  dim3 grid;
-  if (!tile_grid(rows, cols, &grid)) return cudaErrorInvalidValue;
+  FP8T_KERNEL_REQUIRE(n_tiles(rows) <= kMaxRowTiles, "rows need more than 65535 tiles of 64 (the grid's y limit)");
+  FP8T_KERNEL_REQUIRE(n_tiles(cols) <= kMaxColTiles, "cols need more than 2^31-1 tiles of 64");
   const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(in, 8) && aligned(out, 8);
-  transpose_codes_kernel<<<grid, kThreads, 0, stream>>>(in, rows, cols, out, vec);
+  transpose_codes_kernel<<<tile_grid(rows, cols), kThreads, 0, stream>>>(in, rows, cols, out, vec);
   return cudaGetLastError();
 }

@@ -19,8 +19,11 @@
 // log(s) - (x[t] - m), the order ATen uses (log_softmax = (x - max) - log(sum)).
 #include <math_constants.h>  // CUDART_INF_F, CUDART_NAN_F
 
-#include "fp8_device.cuh"  // load_elem, bf16_bits_to_float, float_to_bf16_bits
-#include "fp8t_kernels.h"  // the C API
+#include "dispatch.cuh"      // dispatch_dtype
+#include "fp8_device.cuh"    // load_elem, store_elem
+#include "fp8t_kernels.h"    // the C API
+#include "packed.cuh"        // Packed128, elem_bytes
+#include "precondition.cuh"  // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -33,46 +36,9 @@ constexpr int kVecBytes = 16;
 
 template <int kDtype>
 struct Elem {
-  static constexpr int kBytes = kDtype == FP8T_DTYPE_F32 ? 4 : 2;
-  static constexpr int kPerVec = kVecBytes / kBytes;  // elements per 16-byte vector
+  static constexpr int kBytes = elem_bytes<kDtype>();
+  static constexpr int kPerVec = Packed128::elems<kDtype>();  // elements per 16-byte vector
 };
-
-// Reads the 16-byte vector at p (16-byte aligned) into v. Plain loads (not __ldg): the backward
-// may write the same addresses (in place).
-template <int kDtype>
-__device__ __forceinline__ void load_vec(const void* p, float (&v)[Elem<kDtype>::kPerVec]) {
-  const uint4 q = *static_cast<const uint4*>(p);
-  if constexpr (kDtype == FP8T_DTYPE_F32) {
-    v[0] = __uint_as_float(q.x);
-    v[1] = __uint_as_float(q.y);
-    v[2] = __uint_as_float(q.z);
-    v[3] = __uint_as_float(q.w);
-  } else {
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j + 0] = bf16_bits_to_float(static_cast<uint16_t>(w[j] & 0xffffu));
-      v[2 * j + 1] = bf16_bits_to_float(static_cast<uint16_t>(w[j] >> 16));
-    }
-  }
-}
-
-template <int kDtype>
-__device__ __forceinline__ void store_vec(void* p, const float (&v)[Elem<kDtype>::kPerVec]) {
-  uint4 q;
-  if constexpr (kDtype == FP8T_DTYPE_F32) {
-    q = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
-  } else {
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      w[j] = static_cast<uint32_t>(float_to_bf16_bits(v[2 * j])) |
-             (static_cast<uint32_t>(float_to_bf16_bits(v[2 * j + 1])) << 16);
-    }
-    q = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-  *static_cast<uint4*>(p) = q;
-}
 
 // A row in three parts: `head` scalars up to the first 16-byte boundary, `n_vec` 16-byte vectors,
 // then scalars up to the end. Without vectorisation the whole row is head.
@@ -196,14 +162,15 @@ __global__ void __launch_bounds__(RowGroup<kRowThreads>::kThreads)
   int64_t i = lane;
   for (; i + kRowThreads < part.n_vec; i += 2 * kRowThreads) {
     float a[kPer], b[kPer];
-    load_vec<kDtype>(body + i * kVecBytes, a);
-    load_vec<kDtype>(body + (i + kRowThreads) * kVecBytes, b);
+    // Plain loads (not __ldg): the backward may write the same addresses (in place).
+    Packed128::load(body + i * kVecBytes).unpack<kDtype>(a);
+    Packed128::load(body + (i + kRowThreads) * kVecBytes).unpack<kDtype>(b);
     accumulate(acc, a);
     accumulate(acc, b);
   }
   if (i < part.n_vec) {
     float a[kPer];
-    load_vec<kDtype>(body + i * kVecBytes, a);
+    Packed128::load(body + i * kVecBytes).unpack<kDtype>(a);
     accumulate(acc, a);
   }
 
@@ -247,11 +214,11 @@ __global__ void __launch_bounds__(RowGroup<kRowThreads>::kThreads)
   const int64_t body_bytes = part.head * Elem<kDtype>::kBytes;
   for (int64_t i = lane; i < part.n_vec; i += kRowThreads) {
     float v[kPer];
-    load_vec<kDtype>(in + body_bytes + i * kVecBytes, v);
+    Packed128::load(in + body_bytes + i * kVecBytes).unpack<kDtype>(v);
     const int64_t c0 = part.head + i * kPer;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) v[k] = grad(v[k], c0 + k);
-    store_vec<kDtype>(out + body_bytes + i * kVecBytes, v);
+    Packed128::pack<kDtype>(v).store(out + body_bytes + i * kVecBytes);
   }
 }
 
@@ -302,8 +269,6 @@ void launch_backward(int64_t rows, int64_t vocab, cudaStream_t stream, const voi
 #undef FP8T_CE_BWD
 }
 
-bool valid_dtype(int d) { return d == FP8T_DTYPE_F32 || d == FP8T_DTYPE_BF16; }
-
 // The kernels index typed elements: a pointer must be aligned to its element size.
 bool element_aligned(const void* p, int dtype) {
   return (reinterpret_cast<uintptr_t>(p) & (dtype == FP8T_DTYPE_F32 ? 3u : 1u)) == 0;
@@ -316,17 +281,17 @@ bool element_aligned(const void* p, int dtype) {
 extern "C" cudaError_t fp8t_cross_entropy_forward(const void* logits, int logits_dtype,
                                                   const int64_t* targets, int64_t rows, int64_t vocab,
                                                   float* loss, float* lse, cudaStream_t stream) {
-  if (rows < 0 || rows > 0x7fffffff || vocab < 1 || !valid_dtype(logits_dtype) ||
-      (rows > 0 && (logits == nullptr || targets == nullptr || loss == nullptr || lse == nullptr ||
-                    !element_aligned(logits, logits_dtype)))) {
-    return cudaErrorInvalidValue;
-  }
+  FP8T_LAUNCHER("fp8t_cross_entropy_forward");
+  FP8T_KERNEL_REQUIRE(rows >= 0 && rows <= 0x7fffffff, "rows outside [0, 2^31-1]");
+  FP8T_KERNEL_REQUIRE(vocab >= 1, "the vocabulary is empty");
+  FP8T_KERNEL_REQUIRE(valid_dtype(logits_dtype), "the logits dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(rows == 0 || (logits != nullptr && targets != nullptr && loss != nullptr && lse != nullptr),
+                      "no logits, targets, loss or lse for a nonempty batch");
+  FP8T_KERNEL_REQUIRE(rows == 0 || element_aligned(logits, logits_dtype), "the logits are not element-aligned");
   if (rows == 0) return cudaSuccess;
-  if (logits_dtype == FP8T_DTYPE_F32) {
-    launch_forward<FP8T_DTYPE_F32>(rows, vocab, stream, logits, targets, loss, lse);
-  } else {
-    launch_forward<FP8T_DTYPE_BF16>(rows, vocab, stream, logits, targets, loss, lse);
-  }
+  dispatch_dtype(logits_dtype, [&](auto dtype) {
+    launch_forward<decltype(dtype)::value>(rows, vocab, stream, logits, targets, loss, lse);
+  });
   return cudaGetLastError();
 }
 
@@ -334,21 +299,23 @@ extern "C" cudaError_t fp8t_cross_entropy_backward(const void* logits, int logit
                                                    const int64_t* targets, const float* lse,
                                                    const float* grad_scale, int64_t rows, int64_t vocab,
                                                    void* dlogits, cudaStream_t stream) {
-  if (rows < 0 || rows > 0x7fffffff || vocab < 1 || !valid_dtype(logits_dtype) ||
-      (rows > 0 && (logits == nullptr || targets == nullptr || lse == nullptr || grad_scale == nullptr ||
-                    dlogits == nullptr || !element_aligned(logits, logits_dtype) ||
-                    !element_aligned(dlogits, logits_dtype)))) {
-    return cudaErrorInvalidValue;
-  }
+  FP8T_LAUNCHER("fp8t_cross_entropy_backward");
+  FP8T_KERNEL_REQUIRE(rows >= 0 && rows <= 0x7fffffff, "rows outside [0, 2^31-1]");
+  FP8T_KERNEL_REQUIRE(vocab >= 1, "the vocabulary is empty");
+  FP8T_KERNEL_REQUIRE(valid_dtype(logits_dtype), "the logits dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(rows == 0 || (logits != nullptr && targets != nullptr && lse != nullptr &&
+                                    grad_scale != nullptr && dlogits != nullptr),
+                      "no logits, targets, lse, grad_scale or dlogits for a nonempty batch");
+  FP8T_KERNEL_REQUIRE(rows == 0 || (element_aligned(logits, logits_dtype) && element_aligned(dlogits, logits_dtype)),
+                      "the logits or dlogits are not element-aligned");
   if (rows == 0) return cudaSuccess;
   // Vector accesses need logits and dlogits at the same offset within 16 bytes (then every row of
   // both splits at the same column).
   const bool vectorize = ((reinterpret_cast<uintptr_t>(logits) ^ reinterpret_cast<uintptr_t>(dlogits)) &
                           (kVecBytes - 1)) == 0;
-  if (logits_dtype == FP8T_DTYPE_F32) {
-    launch_backward<FP8T_DTYPE_F32>(rows, vocab, stream, logits, targets, lse, grad_scale, dlogits, vectorize);
-  } else {
-    launch_backward<FP8T_DTYPE_BF16>(rows, vocab, stream, logits, targets, lse, grad_scale, dlogits, vectorize);
-  }
+  dispatch_dtype(logits_dtype, [&](auto dtype) {
+    launch_backward<decltype(dtype)::value>(rows, vocab, stream, logits, targets, lse, grad_scale, dlogits,
+                                            vectorize);
+  });
   return cudaGetLastError();
 }

@@ -5,6 +5,7 @@
 // consecutive threads read consecutive floats of each history row (coalesced).
 #include "fp8t_kernels.h"           // the C API
 #include "lib/fp8/scaling_math.h"   // fp8t::fp8::update_slot
+#include "precondition.cuh"         // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -27,10 +28,10 @@ extern "C" cudaError_t fp8t_delayed_scaling_update(float* history, float* scale,
                                                    const float* fp8_max, int n_slots,
                                                    int history_len, float two_pow_margin,
                                                    int use_max, int recompute, cudaStream_t stream) {
-  if (n_slots <= 0 || history_len <= 0 || history == nullptr || scale == nullptr ||
-      scale_inv == nullptr || fp8_max == nullptr) {
-    return cudaErrorInvalidValue;
-  }
+  FP8T_LAUNCHER("fp8t_delayed_scaling_update");
+  FP8T_KERNEL_REQUIRE(n_slots > 0 && history_len > 0, "no slots or an empty history");
+  FP8T_KERNEL_REQUIRE(history != nullptr && scale != nullptr && scale_inv != nullptr && fp8_max != nullptr,
+                      "no history, scale, scale_inv or fp8_max");
   constexpr int kThreads = 128;
   const int blocks = (n_slots + kThreads - 1) / kThreads;
   delayed_scaling_update_kernel<<<blocks, kThreads, 0, stream>>>(

@@ -8,8 +8,10 @@
 // gradient of a BF16 consumer over an FP32 residual stream); every thread accumulates dgamma/dbeta of its
 // own columns in registers, writes one partial row per block, and a second launch adds the
 // partials in block order: no atomics, deterministic.
-#include "fp8_device.cuh"  // load/store helpers, to_fp8, block_sum, block_amax_commit
-#include "fp8t_kernels.h"  // the C API
+#include "dispatch.cuh"      // dispatch_dtype, dispatch_dtype_format
+#include "fp8_device.cuh"    // load/store helpers, to_fp8, block_sum, block_amax_commit
+#include "fp8t_kernels.h"    // the C API
+#include "precondition.cuh"  // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -256,9 +258,6 @@ void launch_backward(NormPolicy p, int blocks, cudaStream_t stream, const void* 
 #undef FP8T_NORM_BWD
 }
 
-bool valid_dtype(int d) { return d == FP8T_DTYPE_F32 || d == FP8T_DTYPE_BF16; }
-bool valid_format(int f) { return f == FP8T_FORMAT_E4M3 || f == FP8T_FORMAT_E5M2; }
-
 int backward_blocks(int64_t rows) {
   return static_cast<int>(rows < kMaxBackwardBlocks ? (rows < 1 ? 1 : rows) : kMaxBackwardBlocks);
 }
@@ -272,35 +271,28 @@ extern "C" cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t row
                                          void* y, float* mean, float* rstd, const float* scale,
                                          int fp8_format, uint8_t* y_fp8, float* amax,
                                          float* scale_inv_out, cudaStream_t stream) {
-  if (rows < 0 || cols <= 0 || rows > 0x7fffffff || !valid_dtype(x_dtype) ||
-      (rows > 0 && (x == nullptr || gamma == nullptr || (y == nullptr && scale == nullptr) || rstd == nullptr)) ||
-      (!rms && rows > 0 && mean == nullptr) || !(eps >= 0.0f) ||
-      (scale != nullptr && (y_fp8 == nullptr || !valid_format(fp8_format)))) {
-    return cudaErrorInvalidValue;
-  }
+  FP8T_LAUNCHER("fp8t_norm_forward");
+  FP8T_KERNEL_REQUIRE(rows >= 0 && rows <= 0x7fffffff, "rows outside [0, 2^31-1] (one block per row)");
+  FP8T_KERNEL_REQUIRE(cols > 0, "rows have no columns");
+  FP8T_KERNEL_REQUIRE(valid_dtype(x_dtype), "the input dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(rows == 0 || (x != nullptr && gamma != nullptr && rstd != nullptr),
+                      "no input, gamma or rstd output for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(rows == 0 || y != nullptr || scale != nullptr, "neither y nor an FP8 output is asked for");
+  FP8T_KERNEL_REQUIRE(rms || rows == 0 || mean != nullptr, "LayerNorm needs a mean output");
+  FP8T_KERNEL_REQUIRE(eps >= 0.0f, "eps is negative or NaN");
+  FP8T_KERNEL_REQUIRE(scale == nullptr || y_fp8 != nullptr, "an FP8 output needs its code buffer");
+  FP8T_KERNEL_REQUIRE(scale == nullptr || valid_format(fp8_format), "the FP8 format is not E4M3 or E5M2");
   if (rows == 0) {
-    return scale != nullptr && scale_inv_out != nullptr ? fp8t_cast(nullptr, x_dtype, 0, scale, fp8_format, nullptr, nullptr, scale_inv_out, stream)
-                                                        : cudaSuccess;
+    // Only the scale_inv snapshot to write: what a cast of nothing does.
+    if (scale == nullptr || scale_inv_out == nullptr) return cudaSuccess;
+    return fp8t_cast(nullptr, x_dtype, 0, scale, fp8_format, nullptr, nullptr, scale_inv_out, stream);
   }
   const NormPolicy p = norm_policy(cols);
   float* mean_out = rms ? nullptr : mean;
-  if (x_dtype == FP8T_DTYPE_F32) {
-    if (fp8_format == FP8T_FORMAT_E5M2) {
-      launch_forward_fmt<FP8T_DTYPE_F32, FP8T_FORMAT_E5M2>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
-                                                           mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
-    } else {
-      launch_forward_fmt<FP8T_DTYPE_F32, FP8T_FORMAT_E4M3>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
-                                                           mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
-    }
-  } else {
-    if (fp8_format == FP8T_FORMAT_E5M2) {
-      launch_forward_fmt<FP8T_DTYPE_BF16, FP8T_FORMAT_E5M2>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
-                                                            mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
-    } else {
-      launch_forward_fmt<FP8T_DTYPE_BF16, FP8T_FORMAT_E4M3>(p, rows, stream, x, cols, gamma, beta, eps, rms, y,
-                                                            mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
-    }
-  }
+  dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
+    launch_forward_fmt<decltype(dtype)::value, decltype(format)::value>(
+        p, rows, stream, x, cols, gamma, beta, eps, rms, y, mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
+  });
   return cudaGetLastError();
 }
 
@@ -313,12 +305,16 @@ extern "C" cudaError_t fp8t_norm_backward(const void* dy, int dy_dtype, const vo
                                           int64_t cols, const float* gamma, const float* mean,
                                           const float* rstd, int rms, void* dx, float* dgamma,
                                           float* dbeta, void* workspace, cudaStream_t stream) {
-  if (rows < 0 || cols <= 0 || !valid_dtype(dtype) || !valid_dtype(dy_dtype) || gamma == nullptr || dgamma == nullptr ||
-      workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0 ||
-      (rows > 0 && (dy == nullptr || x == nullptr || rstd == nullptr || dx == nullptr)) ||
-      (!rms && rows > 0 && mean == nullptr)) {
-    return cudaErrorInvalidValue;
-  }
+  FP8T_LAUNCHER("fp8t_norm_backward");
+  FP8T_KERNEL_REQUIRE(rows >= 0, "rows is negative");
+  FP8T_KERNEL_REQUIRE(cols > 0, "rows have no columns");
+  FP8T_KERNEL_REQUIRE(valid_dtype(dtype) && valid_dtype(dy_dtype), "x or dy is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(gamma != nullptr && dgamma != nullptr, "no gamma or dgamma output");
+  FP8T_KERNEL_REQUIRE(workspace != nullptr, "no workspace");
+  FP8T_KERNEL_REQUIRE(aligned(workspace, 16), "the workspace is not 16-byte aligned");
+  FP8T_KERNEL_REQUIRE(rows == 0 || (dy != nullptr && x != nullptr && rstd != nullptr && dx != nullptr),
+                      "no dy, x, rstd or dx for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(rms || rows == 0 || mean != nullptr, "LayerNorm needs the saved mean");
   float* want_dbeta = rms ? nullptr : dbeta;
   if (rows == 0) {
     cudaError_t err = cudaMemsetAsync(dgamma, 0, cols * sizeof(float), stream);
@@ -331,23 +327,12 @@ extern "C" cudaError_t fp8t_norm_backward(const void* dy, int dy_dtype, const vo
   const int blocks = backward_blocks(rows);
   float* dgamma_part = static_cast<float*>(workspace);
   float* dbeta_part = dgamma_part + static_cast<int64_t>(blocks) * cols;
-#define FP8T_NORM_BWD_LAUNCH(DY, X)                                                                 \
-  launch_backward<DY, X>(p, blocks, stream, dy, x, rows, cols, gamma, mean, rstd, rms, dx, dgamma_part, \
-                         dbeta_part)
-  if (dtype == FP8T_DTYPE_F32) {
-    if (dy_dtype == FP8T_DTYPE_F32) {
-      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_F32, FP8T_DTYPE_F32);
-    } else {
-      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_BF16, FP8T_DTYPE_F32);
-    }
-  } else {
-    if (dy_dtype == FP8T_DTYPE_F32) {
-      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_F32, FP8T_DTYPE_BF16);
-    } else {
-      FP8T_NORM_BWD_LAUNCH(FP8T_DTYPE_BF16, FP8T_DTYPE_BF16);
-    }
-  }
-#undef FP8T_NORM_BWD_LAUNCH
+  dispatch_dtype(dtype, [&](auto x_tag) {
+    dispatch_dtype(dy_dtype, [&](auto dy_tag) {
+      launch_backward<decltype(dy_tag)::value, decltype(x_tag)::value>(p, blocks, stream, dy, x, rows, cols, gamma,
+                                                                       mean, rstd, rms, dx, dgamma_part, dbeta_part);
+    });
+  });
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   constexpr int kReduceThreads = 256;

@@ -3,8 +3,11 @@
 //
 // A block counts in registers and adds its two totals with one 64-bit atomic each; a second
 // one-thread launch turns the counts into fractions, so the host never reads anything.
-#include "fp8_device.cuh"  // load_elem, to_fp8
-#include "fp8t_kernels.h"  // the C API
+#include "dispatch.cuh"             // dispatch_dtype_format
+#include "fp8_device.cuh"           // load_elem, to_fp8
+#include "fp8t_kernels.h"           // the C API
+#include "lib/fp8/saturation_math.h"  // fp8t::fp8::saturates, flushes_to_zero
+#include "precondition.cuh"         // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -22,14 +25,14 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x < 2) block_counts[threadIdx.x] = 0;
   __syncthreads();
   const float scale = *scale_ptr;
-  const float fmax = kFormat == FP8T_FORMAT_E4M3 ? fp8t::fp8::kE4M3Max : fp8t::fp8::kE5M2Max;
+  const float fmax = fp8t::fp8::format_max(static_cast<fp8t::fp8::Format>(kFormat));
   unsigned int saturated = 0, flushed = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = load_elem<kDtype>(x, i);
     const float s = v * scale;
-    saturated += fabsf(s) >= fmax ? 1u : 0u;
-    flushed += (v != 0.0f && (to_fp8<kFormat>(s) & 0x7fu) == 0) ? 1u : 0u;
+    saturated += fp8t::fp8::saturates(s, fmax) ? 1u : 0u;
+    flushed += fp8t::fp8::flushes_to_zero(v, to_fp8<kFormat>(s)) ? 1u : 0u;
   }
   // Warp sums, then shared-memory adds (cheap: one per warp), then one global atomic each.
 #pragma unroll
@@ -54,16 +57,6 @@ __global__ void saturation_finalize_kernel(const unsigned long long* counters, i
   out[1] = static_cast<float>(static_cast<double>(counters[1]) / denom);
 }
 
-template <int kDtype>
-void launch_count(int fp8_format, dim3 grid, cudaStream_t stream, const void* x, int64_t n,
-                  const float* scale, unsigned long long* counters) {
-  if (fp8_format == FP8T_FORMAT_E4M3) {
-    saturation_count_kernel<kDtype, FP8T_FORMAT_E4M3><<<grid, kThreads, 0, stream>>>(x, n, scale, counters);
-  } else {
-    saturation_count_kernel<kDtype, FP8T_FORMAT_E5M2><<<grid, kThreads, 0, stream>>>(x, n, scale, counters);
-  }
-}
-
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------
@@ -71,20 +64,21 @@ void launch_count(int fp8_format, dim3 grid, cudaStream_t stream, const void* x,
 extern "C" cudaError_t fp8t_saturation_stats(const void* x, int x_dtype, int64_t n,
                                              const float* scale, int fp8_format, float* out,
                                              unsigned long long* counters, cudaStream_t stream) {
-  if (n < 0 || scale == nullptr || out == nullptr || counters == nullptr ||
-      (n > 0 && x == nullptr) || (x_dtype != FP8T_DTYPE_F32 && x_dtype != FP8T_DTYPE_BF16) ||
-      (fp8_format != FP8T_FORMAT_E4M3 && fp8_format != FP8T_FORMAT_E5M2)) {
-    return cudaErrorInvalidValue;
-  }
+  FP8T_LAUNCHER("fp8t_saturation_stats");
+  FP8T_KERNEL_REQUIRE(n >= 0, "the element count is negative");
+  FP8T_KERNEL_REQUIRE(scale != nullptr && out != nullptr && counters != nullptr,
+                      "no scale, output or counter workspace");
+  FP8T_KERNEL_REQUIRE(n == 0 || x != nullptr, "no input for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(valid_dtype(x_dtype), "the input dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(valid_format(fp8_format), "the FP8 format is not E4M3 or E5M2");
   cudaError_t err = cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), stream);
   if (err != cudaSuccess) return err;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 1024 ? 1024 : blocks)));
-  if (x_dtype == FP8T_DTYPE_F32) {
-    launch_count<FP8T_DTYPE_F32>(fp8_format, grid, stream, x, n, scale, counters);
-  } else {
-    launch_count<FP8T_DTYPE_BF16>(fp8_format, grid, stream, x, n, scale, counters);
-  }
+  dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
+    saturation_count_kernel<decltype(dtype)::value, decltype(format)::value>
+        <<<grid, kThreads, 0, stream>>>(x, n, scale, counters);
+  });
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   saturation_finalize_kernel<<<1, 1, 0, stream>>>(counters, n, out);

@@ -2,9 +2,11 @@
 //
 // Conventions: every function launches on `stream`, checks its preconditions and the launch
 // status, and returns a cudaError_t (cudaSuccess, cudaErrorInvalidValue for a violated
-// precondition, or the launch error). Pointers are device pointers. FP8 data are uint8 codes
+// precondition, or the launch error). After a violated precondition, fp8t_last_precondition()
+// says which one (the host side puts it into its error message). Pointers are device pointers. FP8 data are uint8 codes
 // (lib/fp8/format.h). "amax" arguments are single floats that the kernel max-accumulates
-// into (NaN-propagating, fp8::amax_combine); "scale" is read on the device (no host reads).
+// into (NaN elements ignored, inf counted: fp8::amax_combine); "scale" is read on the device
+// (no host reads).
 #pragma once
 
 #include <cuda_runtime.h>  // cudaStream_t, cudaError_t
@@ -21,6 +23,14 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// ---- errors (kernels/precondition.cu) ------------------------------------------------------
+// Which precondition failed in the last fp8t_* call of the calling thread, as
+// "<launcher>: <what is wrong> (failed check: <condition>)", e.g. "fp8t_cast_transpose: rows need
+// more than 65535 tiles of 64 (failed check: gy <= 65535)"; "" when that call's preconditions
+// held (a cudaErrorInvalidValue then came from the CUDA runtime). Valid until the thread's next
+// fp8t_* call.
+const char* fp8t_last_precondition(void);
 
 // ---- delayed scaling (kernels/delayed_scaling.cu) -----------------------------------------
 // One update of all n_slots slots in one launch: scaling_math.h update_slot() per slot.
@@ -74,6 +84,20 @@ cudaError_t fp8t_dgelu_cast_transpose(const void* dy, const void* x, int dtype, 
                                       uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
                                       float* scale_inv_out, float* dbias, void* workspace,
                                       cudaStream_t stream);
+
+// What fp8t_cast_transpose_act casts (`act` argument).
+#define FP8T_ACT_NONE 0   // x
+#define FP8T_ACT_GELU 1   // gelu(x), as fp8t_gelu_cast_transpose
+#define FP8T_ACT_DGELU 2  // the GELU backward of dy = x at h, as fp8t_dgelu_cast_transpose
+
+// The four functions above as one entry point, for callers that choose at run time: act picks
+// what is cast, h is the GELU input (FP8T_ACT_DGELU only, else null), dbias/workspace as for
+// fp8t_cast_transpose_dbias (dbias null: none). Launches exactly what the specific function does.
+cudaError_t fp8t_cast_transpose_act(int act, const void* x, const void* h, int dtype, int64_t rows,
+                                    int64_t cols, const float* scale, int fp8_format,
+                                    uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                    float* scale_inv_out, float* dbias, void* workspace,
+                                    cudaStream_t stream);
 
 // out[cols, rows] = in[rows, cols]ᵀ for FP8 codes (the columnwise copy of an FP8 tensor that was
 // written rowwise, e.g. by the fused norm).
