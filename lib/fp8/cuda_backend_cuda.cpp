@@ -8,10 +8,9 @@
 
 #include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
 
-#include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose, fp8t_norm_*, ...
+#include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose_act, fp8t_norm_*, ...
 #include "lib/gemm/gemm_engine.h"   // gemm::fp8_gemm
-#include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
-#include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code
+#include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"         // FP8T_CHECK
 
 namespace fp8t {
@@ -110,20 +109,21 @@ class CudaBackend final : public Backend {
       scale_inv = at::empty({}, floats_on(x));
     }
     const cudaStream_t stream = stream_of(x);
-    FP8T_CUDA_CHECK(fp8t_norm_forward(x.data_ptr(), dtype_code(x), rows, cols, g.data_ptr<float>(),
-                                      use_beta ? b.data_ptr<float>() : nullptr, static_cast<float>(eps), rms ? 1 : 0,
-                                      write_y ? r.y.data_ptr() : nullptr, rms ? nullptr : r.mean.data_ptr<float>(),
-                                      r.rstd.data_ptr<float>(),
-                                      scale, slot != nullptr ? format_code(slot->format) : FP8T_FORMAT_E4M3,
-                                      slot != nullptr ? codes.data_ptr<uint8_t>() : nullptr, amax,
-                                      slot != nullptr ? scale_inv.data_ptr<float>() : nullptr, stream),
-                    "norm_forward ", rows, "x", cols, rms ? " (RMSNorm)" : " (LayerNorm)");
+    FP8T_KERNEL_CHECK(fp8t_norm_forward(x.data_ptr(), dtype_code(x), rows, cols, g.data_ptr<float>(),
+                                        use_beta ? b.data_ptr<float>() : nullptr, static_cast<float>(eps), rms ? 1 : 0,
+                                        write_y ? r.y.data_ptr() : nullptr, rms ? nullptr : r.mean.data_ptr<float>(),
+                                        r.rstd.data_ptr<float>(),
+                                        scale, slot != nullptr ? format_code(slot->format) : FP8T_FORMAT_E4M3,
+                                        slot != nullptr ? codes.data_ptr<uint8_t>() : nullptr, amax,
+                                        slot != nullptr ? scale_inv.data_ptr<float>() : nullptr, stream),
+                      rms ? "RMSNorm" : "LayerNorm", " forward of ", x.scalar_type(), " ", x.sizes(),
+                      slot != nullptr ? " with FP8 output" : "");
     if (slot != nullptr) {
       // The consumer Linear needs both layouts when training (wgrad reads the columnwise copy):
       // transpose the codes (1 byte in, 1 out) rather than re-reading y.
       at::Tensor codes_t = at::empty({cols, rows}, bytes_on(x));
-      FP8T_CUDA_CHECK(fp8t_transpose_codes(codes.data_ptr<uint8_t>(), rows, cols, codes_t.data_ptr<uint8_t>(), stream),
-                      "norm_forward: transpose of the FP8 output ", rows, "x", cols);
+      FP8T_KERNEL_CHECK(fp8t_transpose_codes(codes.data_ptr<uint8_t>(), rows, cols, codes_t.data_ptr<uint8_t>(), stream),
+                        "norm_forward: transpose of the FP8 output ", rows, "x", cols);
       r.y_fp8.rowwise = make_operand(codes, scale_inv, slot->format);
       r.y_fp8.columnwise = make_operand(codes_t, scale_inv, slot->format);
     }
@@ -150,12 +150,13 @@ class CudaBackend final : public Backend {
     at::Tensor dgamma = at::empty({cols}, floats_on(x));
     at::Tensor dbeta = want_beta ? at::empty({cols}, floats_on(x)) : at::Tensor();
     at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_norm_backward_workspace_bytes(rows, cols))}, bytes_on(x));
-    FP8T_CUDA_CHECK(fp8t_norm_backward(dy.data_ptr(), dtype_code(dy), x.data_ptr(), dtype_code(x), rows, cols,
-                                       g.data_ptr<float>(),
-                                       rms ? nullptr : mu.data_ptr<float>(), rs.data_ptr<float>(), rms ? 1 : 0,
-                                       r.grad_x.data_ptr(), dgamma.data_ptr<float>(),
-                                       want_beta ? dbeta.data_ptr<float>() : nullptr, ws.data_ptr(), stream_of(x)),
-                    "norm_backward ", rows, "x", cols, rms ? " (RMSNorm)" : " (LayerNorm)");
+    FP8T_KERNEL_CHECK(fp8t_norm_backward(dy.data_ptr(), dtype_code(dy), x.data_ptr(), dtype_code(x), rows, cols,
+                                         g.data_ptr<float>(),
+                                         rms ? nullptr : mu.data_ptr<float>(), rs.data_ptr<float>(), rms ? 1 : 0,
+                                         r.grad_x.data_ptr(), dgamma.data_ptr<float>(),
+                                         want_beta ? dbeta.data_ptr<float>() : nullptr, ws.data_ptr(), stream_of(x)),
+                      rms ? "RMSNorm" : "LayerNorm", " backward of ", x.scalar_type(), " ", x.sizes(), ", dy ",
+                      dy.scalar_type());
     if (r.grad_x.scalar_type() != x_in.scalar_type()) r.grad_x = r.grad_x.to(x_in.scalar_type());
     // Parameter gradients in the parameters' dtype (autograd requires it); FP32 accumulation.
     r.grad_gamma = dgamma.to(gamma.scalar_type());
@@ -178,12 +179,12 @@ class CudaBackend final : public Backend {
     }
     if (slots == 0) return;
     const c10::cuda::CUDAGuard guard(history.device());
-    FP8T_CUDA_CHECK(fp8t_delayed_scaling_update(history.data_ptr<float>(), scale.data_ptr<float>(),
-                                                scale_inv.data_ptr<float>(), fp8_max.data_ptr<float>(),
-                                                static_cast<int>(slots), static_cast<int>(history.size(0)),
-                                                two_pow_margin, use_max ? 1 : 0, recompute ? 1 : 0,
-                                                stream_of(history)),
-                    "update_scaling of ", slots, " slots, history ", history.size(0));
+    FP8T_KERNEL_CHECK(fp8t_delayed_scaling_update(history.data_ptr<float>(), scale.data_ptr<float>(),
+                                                  scale_inv.data_ptr<float>(), fp8_max.data_ptr<float>(),
+                                                  static_cast<int>(slots), static_cast<int>(history.size(0)),
+                                                  two_pow_margin, use_max ? 1 : 0, recompute ? 1 : 0,
+                                                  stream_of(history)),
+                      "update_scaling of ", slots, " slots, history ", history.size(0));
   }
 
   at::Tensor saturation_stats(const at::Tensor& x_in, const SlotRef& slot) override {
@@ -192,20 +193,28 @@ class CudaBackend final : public Backend {
     const at::Tensor x = kernel_input(x_in);
     at::Tensor out = at::empty({2}, floats_on(x));
     at::Tensor counters = at::empty({2}, at::TensorOptions().dtype(at::kLong).device(x.device()));
-    FP8T_CUDA_CHECK(fp8t_saturation_stats(x.data_ptr(), dtype_code(x), x.numel(), device_scalar(slot.scale, x, "scale", slot),
-                                          format_code(slot.format), out.data_ptr<float>(),
-                                          reinterpret_cast<unsigned long long*>(counters.data_ptr<int64_t>()),
-                                          stream_of(x)),
-                    "saturation_stats of ", x.numel(), " elements (slot ", slot.index, ")");
+    FP8T_KERNEL_CHECK(fp8t_saturation_stats(x.data_ptr(), dtype_code(x), x.numel(), device_scalar(slot.scale, x, "scale", slot),
+                                            format_code(slot.format), out.data_ptr<float>(),
+                                            reinterpret_cast<unsigned long long*>(counters.data_ptr<int64_t>()),
+                                            stream_of(x)),
+                      "fp8 saturation stats of ", x.scalar_type(), " ", x.sizes(), " (slot ", slot.index, ")");
     return out;
   }
 
  private:
-  // What a cast reads: x, gelu(x), or the GELU backward of x = dy at h.
-  enum class Act { kNone, kGelu, kDgelu };
+  // What a cast reads: x, gelu(x), or the GELU backward of x = dy at h (the kernels' codes).
+  enum class Act : int { kNone = FP8T_ACT_NONE, kGelu = FP8T_ACT_GELU, kDgelu = FP8T_ACT_DGELU };
 
-  // One read of x: rowwise only -> fp8t_cast; any columnwise or an activation ->
-  // fp8t_cast_transpose or its GELU variants (+ dbias).
+  // Where a cast puts its results, besides the codes.
+  struct CastTarget {
+    float* scale;
+    float* amax;
+    at::Tensor scale_inv;  // 0-d: the snapshot 1 / scale stored with the codes
+    cudaStream_t stream;
+  };
+
+  // One read of x: rowwise only -> fp8t_cast (any shape); any columnwise copy, a dbias or an
+  // activation -> fp8t_cast_transpose_act (2-D).
   Fp8Tensor cast(const at::Tensor& x_in, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias,
                  Act act = Act::kNone, const at::Tensor* h_in = nullptr) {
     FP8T_CHECK(x_in.is_cuda(), "fp8 cast (slot ", slot.index, ") expects a CUDA tensor, got one on ",
@@ -214,59 +223,49 @@ class CudaBackend final : public Backend {
     // The GELU backward reads dy in h's dtype (as at::gelu_backward computes in h's dtype).
     const at::Tensor h = act == Act::kDgelu ? kernel_input(*h_in) : at::Tensor();
     const at::Tensor x = act == Act::kDgelu ? x_in.to(h.scalar_type()).contiguous() : kernel_input(x_in);
-    float* scale = device_scalar(slot.scale, x, "scale", slot);
-    float* amax = device_scalar(slot.amax, x, "amax", slot);
-    const int f = format_code(slot.format);
-    const cudaStream_t stream = stream_of(x);
-    at::Tensor scale_inv = at::empty({}, floats_on(x));
-    Fp8Tensor out;
+    const CastTarget t{device_scalar(slot.scale, x, "scale", slot), device_scalar(slot.amax, x, "amax", slot),
+                       at::empty({}, floats_on(x)), stream_of(x)};
+    if (!columnwise && dbias == nullptr && act == Act::kNone) return cast_elementwise(x, slot, rowwise, t);
+    return cast_transpose(x, h, slot, rowwise, columnwise, dbias, act, t);
+  }
 
-    if (!columnwise && dbias == nullptr && act == Act::kNone) {
-      // Elementwise: any shape (the codes keep x's shape). With neither layout requested the
-      // cast still records the amax (the codes are dropped).
-      at::Tensor codes = at::empty(x.sizes(), bytes_on(x));
-      FP8T_CUDA_CHECK(fp8t_cast(x.data_ptr(), dtype_code(x), x.numel(), scale, f, codes.data_ptr<uint8_t>(),
-                                amax, scale_inv.data_ptr<float>(), stream),
-                      "fp8 cast of ", x.sizes(), " (slot ", slot.index, ")");
-      if (rowwise) out.rowwise = make_operand(codes, scale_inv, slot.format);
-      return out;
-    }
-    FP8T_CHECK(x.dim() == 2, "fp8 cast+transpose (slot ", slot.index, ") expects a 2-D tensor, got ", x.sizes());
+  // With neither layout requested the cast still records the amax (the codes are dropped).
+  static Fp8Tensor cast_elementwise(const at::Tensor& x, const SlotRef& slot, bool rowwise, const CastTarget& t) {
+    at::Tensor codes = at::empty(x.sizes(), bytes_on(x));
+    FP8T_KERNEL_CHECK(fp8t_cast(x.data_ptr(), dtype_code(x), x.numel(), t.scale, format_code(slot.format),
+                                codes.data_ptr<uint8_t>(), t.amax, t.scale_inv.data_ptr<float>(), t.stream),
+                      "fp8 cast of ", x.scalar_type(), " ", x.sizes(), " (slot ", slot.index, ")");
+    Fp8Tensor out;
+    if (rowwise) out.rowwise = make_operand(codes, t.scale_inv, slot.format);
+    return out;
+  }
+
+  static Fp8Tensor cast_transpose(const at::Tensor& x, const at::Tensor& h, const SlotRef& slot, bool rowwise,
+                                  bool columnwise, at::Tensor* dbias, Act act, const CastTarget& t) {
+    static constexpr const char* kWhat[] = {"fp8 cast+transpose", "fp8 gelu cast", "fp8 gelu-backward cast"};
+    const char* what = kWhat[static_cast<int>(act)];
+    FP8T_CHECK(x.dim() == 2, what, " (slot ", slot.index, ") expects a 2-D tensor, got ", x.sizes());
+    FP8T_CHECK(act != Act::kGelu || dbias == nullptr, what, ": no dbias");
     const int64_t rows = x.size(0), cols = x.size(1);
     at::Tensor codes = rowwise ? at::empty({rows, cols}, bytes_on(x)) : at::Tensor();
     at::Tensor codes_t = columnwise ? at::empty({cols, rows}, bytes_on(x)) : at::Tensor();
-    uint8_t* row_ptr = rowwise ? codes.data_ptr<uint8_t>() : nullptr;
-    uint8_t* col_ptr = columnwise ? codes_t.data_ptr<uint8_t>() : nullptr;
-    if (act == Act::kGelu) {
-      FP8T_CHECK(dbias == nullptr, "fp8 gelu cast: no dbias");
-      FP8T_CUDA_CHECK(fp8t_gelu_cast_transpose(x.data_ptr(), dtype_code(x), rows, cols, scale, f, row_ptr, col_ptr,
-                                               amax, scale_inv.data_ptr<float>(), stream),
-                      "fp8 gelu cast of ", rows, "x", cols, " (slot ", slot.index, ")");
-    } else if (act == Act::kDgelu) {
-      at::Tensor ws;
-      if (dbias != nullptr) {
-        *dbias = at::empty({cols}, floats_on(x));
-        ws = at::empty({static_cast<int64_t>(fp8t_cast_transpose_dbias_workspace_bytes(rows, cols))}, bytes_on(x));
-      }
-      FP8T_CUDA_CHECK(fp8t_dgelu_cast_transpose(x.data_ptr(), h.data_ptr(), dtype_code(x), rows, cols, scale, f,
-                                                row_ptr, col_ptr, amax, scale_inv.data_ptr<float>(),
-                                                dbias != nullptr ? dbias->data_ptr<float>() : nullptr,
-                                                dbias != nullptr ? ws.data_ptr() : nullptr, stream),
-                      "fp8 gelu-backward cast of ", rows, "x", cols, " (slot ", slot.index, ")");
-    } else if (dbias != nullptr) {
+    at::Tensor ws;
+    if (dbias != nullptr) {
       *dbias = at::empty({cols}, floats_on(x));
-      at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_cast_transpose_dbias_workspace_bytes(rows, cols))}, bytes_on(x));
-      FP8T_CUDA_CHECK(fp8t_cast_transpose_dbias(x.data_ptr(), dtype_code(x), rows, cols, scale, f, row_ptr, col_ptr, amax,
-                                                scale_inv.data_ptr<float>(), dbias->data_ptr<float>(), ws.data_ptr(),
-                                                stream),
-                      "fp8 cast+transpose+dbias of ", rows, "x", cols, " (slot ", slot.index, ")");
-    } else {
-      FP8T_CUDA_CHECK(fp8t_cast_transpose(x.data_ptr(), dtype_code(x), rows, cols, scale, f, row_ptr, col_ptr, amax,
-                                          scale_inv.data_ptr<float>(), stream),
-                      "fp8 cast+transpose of ", rows, "x", cols, " (slot ", slot.index, ")");
+      ws = at::empty({static_cast<int64_t>(fp8t_cast_transpose_dbias_workspace_bytes(rows, cols))}, bytes_on(x));
     }
-    if (rowwise) out.rowwise = make_operand(codes, scale_inv, slot.format);
-    if (columnwise) out.columnwise = make_operand(codes_t, scale_inv, slot.format);
+    FP8T_KERNEL_CHECK(fp8t_cast_transpose_act(static_cast<int>(act), x.data_ptr(), h.defined() ? h.data_ptr() : nullptr,
+                                              dtype_code(x), rows, cols, t.scale, format_code(slot.format),
+                                              rowwise ? codes.data_ptr<uint8_t>() : nullptr,
+                                              columnwise ? codes_t.data_ptr<uint8_t>() : nullptr, t.amax,
+                                              t.scale_inv.data_ptr<float>(),
+                                              dbias != nullptr ? dbias->data_ptr<float>() : nullptr,
+                                              dbias != nullptr ? ws.data_ptr() : nullptr, t.stream),
+                      what, dbias != nullptr ? "+dbias" : "", " of ", x.scalar_type(), " ", x.sizes(), " (slot ",
+                      slot.index, ")");
+    Fp8Tensor out;
+    if (rowwise) out.rowwise = make_operand(codes, t.scale_inv, slot.format);
+    if (columnwise) out.columnwise = make_operand(codes_t, t.scale_inv, slot.format);
     return out;
   }
 };

@@ -8,9 +8,8 @@
 #include <torch/torch.h>            // torch::autograd::Function
 
 #include "fp8t_kernels.h"           // fp8t_cross_entropy_forward / _backward
-#include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
 #include "lib/ops/cross_entropy.h"
-#include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code
+#include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"         // FP8T_CHECK
 
 namespace fp8t {
@@ -30,10 +29,10 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     const int64_t rows = logits.size(0), vocab = logits.size(1);
     at::Tensor loss_rows = at::empty({rows}, floats_on(logits));
     at::Tensor lse = at::empty({rows}, floats_on(logits));
-    FP8T_CUDA_CHECK(fp8t_cross_entropy_forward(logits.data_ptr(), dtype_code(logits), targets.data_ptr<int64_t>(),
-                                               rows, vocab, loss_rows.data_ptr<float>(), lse.data_ptr<float>(),
-                                               stream_of(logits)),
-                    "cross_entropy forward, logits ", rows, "x", vocab, " ", logits.scalar_type());
+    FP8T_KERNEL_CHECK(fp8t_cross_entropy_forward(logits.data_ptr(), dtype_code(logits), targets.data_ptr<int64_t>(),
+                                                 rows, vocab, loss_rows.data_ptr<float>(), lse.data_ptr<float>(),
+                                                 stream_of(logits)),
+                      "cross_entropy forward, logits ", rows, "x", vocab, " ", logits.scalar_type());
     ctx->save_for_backward({logits, targets, lse});
     return loss_rows.mean();
   }
@@ -52,10 +51,10 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     const at::Tensor n = at::full({}, static_cast<double>(rows > 0 ? rows : 1), floats_on(logits));
     const at::Tensor grad_scale = (grads[0].to(floats_on(logits)) / n).reshape({1}).contiguous();
     at::Tensor dlogits = at::empty({rows, vocab}, logits.options());
-    FP8T_CUDA_CHECK(fp8t_cross_entropy_backward(logits.data_ptr(), dtype_code(logits), targets.data_ptr<int64_t>(),
-                                                lse.data_ptr<float>(), grad_scale.data_ptr<float>(), rows, vocab,
-                                                dlogits.data_ptr(), stream_of(logits)),
-                    "cross_entropy backward, logits ", rows, "x", vocab, " ", logits.scalar_type());
+    FP8T_KERNEL_CHECK(fp8t_cross_entropy_backward(logits.data_ptr(), dtype_code(logits), targets.data_ptr<int64_t>(),
+                                                  lse.data_ptr<float>(), grad_scale.data_ptr<float>(), rows, vocab,
+                                                  dlogits.data_ptr(), stream_of(logits)),
+                      "cross_entropy backward, logits ", rows, "x", vocab, " ", logits.scalar_type());
     return {dlogits, at::Tensor()};
   }
 };
