@@ -6,9 +6,11 @@
 #include <array>      // std::array
 #include <cmath>      // std::fabs
 
-#include "lib/fp8/format.h"        // encode, decode
-#include "lib/fp8/scaling_math.h"  // update_slot, amax_combine
-#include "lib/util/error.h"        // FP8T_CHECK
+#include "lib/fp8/format.h"           // encode, decode
+#include "lib/fp8/saturation_math.h"  // saturates, flushes_to_zero
+#include "lib/fp8/scaling_math.h"     // update_slot, amax_combine
+#include "lib/model/rms_norm.h"       // model::rms_norm (the plain model's formula)
+#include "lib/util/error.h"           // FP8T_CHECK
 
 namespace fp8t {
 namespace fp8 {
@@ -92,8 +94,9 @@ class CpuBackend final : public Backend {
     NormForwardResult r;
     const at::Tensor xf = x.to(at::kFloat);
     if (rms) {
-      r.rstd = at::rsqrt(xf.pow(2).mean(-1) + eps);
-      r.y = (xf * r.rstd.unsqueeze(1) * gamma.to(at::kFloat)).to(x.scalar_type());
+      model::RmsNormOutput o = model::rms_norm(x, gamma, eps);
+      r.y = std::move(o.y);
+      r.rstd = o.rstd.view({-1});
     } else {
       auto res = at::native_layer_norm(xf, {x.size(1)}, gamma.to(at::kFloat),
                                        beta.defined() ? beta.to(at::kFloat) : at::Tensor(), eps);
@@ -147,8 +150,8 @@ class CpuBackend final : public Backend {
     int64_t sat = 0, under = 0;
     for (int64_t i = 0; i < xf.numel(); ++i) {
       const float v = p[i] * scale;
-      if (std::fabs(v) >= fmax) ++sat;
-      if (p[i] != 0.0f && (encode(v, slot.format) & 0x7f) == 0) ++under;
+      if (saturates(v, fmax)) ++sat;
+      if (flushes_to_zero(p[i], encode(v, slot.format))) ++under;
     }
     const float n = static_cast<float>(std::max<int64_t>(1, xf.numel()));
     return at::tensor({sat / n, under / n}, at::kFloat);

@@ -4,19 +4,23 @@
 
 #include <limits>  // std::numeric_limits
 
-#include "lib/util/error.h"  // FP8T_CHECK
+#include "lib/util/error.h"         // FP8T_CHECK
+#include "lib/util/torch_compat.h"  // compat::to_ivalue, from_ivalue
 
 namespace fp8t {
 namespace fp8 {
 
 namespace {
 
-// Autograd node of Fp8Gelu. Saves h (what the GELU backward reads), as at::gelu does.
+// Autograd node of Fp8Gelu. Saves h (what the GELU backward reads), as at::gelu does, and a
+// reference to the producer's gradient state (not the layer: the backward may outlive it).
 class Fp8GeluFunction : public torch::autograd::Function<Fp8GeluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, Fp8Gelu* layer) {
     ctx->save_for_backward({h});
-    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    if (layer->producer() != nullptr) {
+      ctx->saved_data["producer"] = compat::to_ivalue(layer->producer()->grad_state());
+    }
     Fp8Linear* consumer = layer->consumer();
     const bool training = layer->is_training() && h.requires_grad();
     if (consumer == nullptr || !consumer->takes_fp8_input_only(training)) return at::gelu(h, "tanh");
@@ -36,26 +40,27 @@ class Fp8GeluFunction : public torch::autograd::Function<Fp8GeluFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* layer = reinterpret_cast<Fp8Gelu*>(ctx->saved_data["layer"].toInt());
     const at::Tensor h = ctx->get_saved_variables()[0];
-    Fp8Linear* producer = layer->producer();
-    if (producer == nullptr || !producer->takes_fp8_grad_only()) {
+    const auto found = ctx->saved_data.find("producer");
+    if (found == ctx->saved_data.end() ||
+        !compat::from_ivalue<Fp8LinearGradState>(found->second)->takes_fp8_grad_only()) {
       return {at::gelu_backward(grads[0].to(h.scalar_type()), h, "tanh"), at::Tensor()};
     }
+    Fp8LinearGradState& producer = *compat::from_ivalue<Fp8LinearGradState>(found->second);
     Backend& backend = backend_for(h.device());
     const int64_t n = h.size(-1);
     const at::Tensor h2 = h.reshape({-1, n});
     const at::Tensor dy = grads[0].reshape({-1, n});
-    const SlotRef slot = producer->grad_slot();
+    const SlotRef slot = producer.grad_slot();
     at::Tensor dbias;
-    Fp8Tensor g_fp8 = backend.dgelu_quantize_grad(dy, h2, slot, producer->has_bias(), &dbias);
-    DelayedScaling& scaling = producer->scaling();
+    Fp8Tensor g_fp8 = backend.dgelu_quantize_grad(dy, h2, slot, producer.has_bias, &dbias);
+    DelayedScaling& scaling = *producer.scaling;
     if (scaling.collect_stats()) {
       scaling.add_stats(slot.index,
                         backend.saturation_stats(at::gelu_backward(dy.to(h.scalar_type()), h2, "tanh"), slot));
     }
     at::Tensor carrier = nan_carrier(h.sizes(), h.options());
-    producer->set_pending_grad(carrier, std::move(g_fp8), std::move(dbias));
+    producer.pending = {carrier, std::move(g_fp8), std::move(dbias)};
     return {carrier, at::Tensor()};
   }
 };

@@ -1,20 +1,14 @@
 #include "lib/fp8/fp8_linear.h"
 
-#include <ATen/autocast_mode.h>        // at::autocast
-#include <torch/torch.h>               // torch::autograd::Function
+#include <torch/torch.h>  // torch::autograd::Function
 
-#include "lib/util/error.h"  // FP8T_CHECK
+#include "lib/util/error.h"         // FP8T_CHECK
+#include "lib/util/torch_compat.h"  // compat::autocast_dtype_or
 
 namespace fp8t {
 namespace fp8 {
 
 namespace {
-
-// The dtype high-precision work runs in: the CUDA autocast dtype when autocast is on.
-at::ScalarType activation_dtype(const at::Tensor& x) {
-  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) return at::autocast::get_autocast_dtype(at::kCUDA);
-  return x.scalar_type();
-}
 
 bool same_storage(const at::Tensor& a, const at::Tensor& b) {
   return a.defined() && b.defined() && a.data_ptr() == b.data_ptr() && a.numel() == b.numel();
@@ -22,7 +16,9 @@ bool same_storage(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-// Autograd node of Fp8Linear. Inputs: x [M,K], weight [N,K], bias [N] or undefined.
+// Autograd node of Fp8Linear. Inputs: x [M,K], weight [N,K], bias [N] or undefined. The backward
+// never touches the layer: it reads the saved FP8 copies and the layer's Fp8LinearGradState, which
+// the context holds a reference to.
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -30,110 +26,131 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
                             const Fp8Tensor* given_x_fp8) {
     // Optional tensors go in as std::optional: LibTorch's custom functions reject undefined inputs.
     const at::Tensor bias = bias_opt.value_or(at::Tensor());
-    DelayedScaling& scaling = layer->scaling();
-    const Recipe& recipe = scaling.recipe();
-    const auto& ovr = recipe.override_linear_precision;
-    Backend& backend = backend_for(x.device());
+    const auto& ovr = layer->scaling().recipe().override_linear_precision;
     const bool training = layer->is_training() && (x.requires_grad() || weight.requires_grad());
-    const at::ScalarType hp = activation_dtype(x);
-
-    // Input: from the preceding norm, or cast here (one pass for both layouts).
-    Fp8Tensor x_fp8;
-    const bool x_row = !ovr.fprop, x_col = training && !ovr.wgrad;
-    const bool given_ok = given_x_fp8 != nullptr && (!x_row || given_x_fp8->rowwise.defined()) &&
-                          (!x_col || given_x_fp8->columnwise.defined());
-    if (given_ok) {
-      x_fp8 = *given_x_fp8;
-    } else if (x_row || x_col) {
-      const SlotRef slot = scaling.slot(layer->slot_input(), training);
-      x_fp8 = backend.quantize(x, slot, x_row, x_col);
-      if (training && scaling.collect_stats()) scaling.add_stats(slot.index, backend.saturation_stats(x, slot));
-    }
+    const at::ScalarType hp = compat::autocast_dtype_or(x.device().type(), x.scalar_type());
+    const Fp8Tensor x_fp8 = input_fp8(*layer, x, given_x_fp8, training);
     const Fp8Tensor& w_fp8 = layer->weight_fp8(training, !ovr.fprop, training && !ovr.dgrad);
 
     at::Tensor y;
     if (ovr.fprop) {
       y = at::linear(x.to(hp), weight.to(hp), bias.defined() ? bias.to(hp) : bias);
     } else {
-      y = backend.gemm(x_fp8.rowwise, w_fp8.rowwise, bias, hp, GemmKind::kFprop, recipe.fast_accumulation.fprop);
+      y = backend_for(x.device()).gemm(x_fp8.rowwise, w_fp8.rowwise, bias, hp, GemmKind::kFprop,
+                                       layer->scaling().recipe().fast_accumulation.fprop);
     }
-
-    if (training) {
-      ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
-      ctx->saved_data["has_bias"] = bias.defined();
-      ctx->saved_data["hp"] = static_cast<int64_t>(hp);
-      // Save only what the backward GEMMs read: FP8 copies, or the high-precision operand
-      // of an overridden GEMM.
-      ctx->save_for_backward({ovr.wgrad ? x : at::Tensor(), ovr.dgrad ? weight : at::Tensor()});
-      if (!ovr.wgrad) {
-        ctx->saved_data["x_col"] = x_fp8.columnwise.codes;
-        ctx->saved_data["x_col_sinv"] = x_fp8.columnwise.scale_inv;
-        ctx->saved_data["x_fmt"] = static_cast<int64_t>(x_fp8.columnwise.format);
-      }
-      if (!ovr.dgrad) {
-        ctx->saved_data["w_col"] = w_fp8.columnwise.codes;
-        ctx->saved_data["w_col_sinv"] = w_fp8.columnwise.scale_inv;
-        ctx->saved_data["w_fmt"] = static_cast<int64_t>(w_fp8.columnwise.format);
-      }
-    }
+    if (training) save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, x_fp8, w_fp8);
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* layer = reinterpret_cast<Fp8Linear*>(ctx->saved_data["layer"].toInt());
-    DelayedScaling& scaling = layer->scaling();
-    const Recipe& recipe = scaling.recipe();
+    const auto state = compat::from_ivalue<Fp8LinearGradState>(ctx->saved_data["grad_state"]);
+    const Recipe& recipe = state->scaling->recipe();
     const auto& ovr = recipe.override_linear_precision;
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const auto hp = static_cast<at::ScalarType>(ctx->saved_data["hp"].toInt());
     const auto saved = ctx->get_saved_variables();
-    // The gradient may arrive already cast from the following fused activation: then grads[0]
-    // is only the carrier of that hand-over (its values are never read).
-    Fp8Linear::PendingGrad handed;
-    std::swap(handed, layer->pending_grad_);
-    const bool use_handed = handed.carrier.defined() && same_storage(handed.carrier, grads[0]);
-    const at::Tensor dy = use_handed ? grads[0] : grads[0].contiguous();
-    Backend& backend = backend_for(dy.device());
-
     at::Tensor dbias;
-    Fp8Tensor dy_fp8;
-    if (use_handed) {
-      dy_fp8 = std::move(handed.dy_fp8);
-      dbias = handed.dbias;
-    } else if (!ovr.dgrad || !ovr.wgrad) {
-      const SlotRef slot = scaling.slot(layer->slot_grad_output(), /*record=*/true);
-      dy_fp8 = backend.quantize_grad(dy, slot, has_bias, &dbias);
-      if (scaling.collect_stats()) scaling.add_stats(slot.index, backend.saturation_stats(dy, slot));
-    } else if (has_bias) {
-      dbias = dy.to(at::kFloat).sum(0);
-    }
-
-    auto operand = [&](const char* codes, const char* sinv, const char* fmt) {
-      return Fp8Operand{ctx->saved_data[codes].toTensor(), ctx->saved_data[sinv].toTensor(),
-                        static_cast<Format>(ctx->saved_data[fmt].toInt())};
-    };
+    const GradInput g = grad_input(*state, grads[0], has_bias, &dbias);
+    Backend& backend = backend_for(g.dy.device());
 
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
       if (ovr.dgrad) {
-        dx = at::mm(dy.to(hp), saved[1].to(hp));
+        dx = at::mm(g.dy.to(hp), saved[1].to(hp));
       } else {
-        dx = backend.gemm(dy_fp8.rowwise, operand("w_col", "w_col_sinv", "w_fmt"), at::Tensor(), hp,
-                          GemmKind::kDgrad, recipe.fast_accumulation.dgrad);
+        dx = backend.gemm(g.dy_fp8.rowwise, saved_operand(ctx, "w"), at::Tensor(), hp, GemmKind::kDgrad,
+                          recipe.fast_accumulation.dgrad);
       }
     }
     if (ctx->needs_input_grad(1)) {
       if (ovr.wgrad) {
-        dw = at::mm(dy.to(hp).t(), saved[0].to(hp)).to(at::kFloat);
+        dw = at::mm(g.dy.to(hp).t(), saved[0].to(hp)).to(at::kFloat);
       } else {
-        dw = backend.gemm(dy_fp8.columnwise, operand("x_col", "x_col_sinv", "x_fmt"), at::Tensor(), at::kFloat,
-                          GemmKind::kWgrad, recipe.fast_accumulation.wgrad);
+        dw = backend.gemm(g.dy_fp8.columnwise, saved_operand(ctx, "x"), at::Tensor(), at::kFloat, GemmKind::kWgrad,
+                          recipe.fast_accumulation.wgrad);
       }
     }
     return {dx, dw, has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor()};
   }
+
+ private:
+  // The FP8 input: handed over by the preceding norm or activation, or cast here (one pass for
+  // both layouts).
+  static Fp8Tensor input_fp8(Fp8Linear& layer, const at::Tensor& x, const Fp8Tensor* given, bool training) {
+    const auto& ovr = layer.scaling().recipe().override_linear_precision;
+    const bool x_row = !ovr.fprop, x_col = training && !ovr.wgrad;
+    if (given != nullptr && (!x_row || given->rowwise.defined()) && (!x_col || given->columnwise.defined())) {
+      return *given;
+    }
+    if (!x_row && !x_col) return Fp8Tensor{};
+    DelayedScaling& scaling = layer.scaling();
+    Backend& backend = backend_for(x.device());
+    const SlotRef slot = scaling.slot(layer.slot_input(), training);
+    Fp8Tensor x_fp8 = backend.quantize(x, slot, x_row, x_col);
+    if (training && scaling.collect_stats()) scaling.add_stats(slot.index, backend.saturation_stats(x, slot));
+    return x_fp8;
+  }
+
+  // Saves only what the backward GEMMs read: FP8 copies, or the high-precision operand of an
+  // overridden GEMM; and a reference to the layer's gradient state.
+  static void save_for_backward(torch::autograd::AutogradContext* ctx, const Fp8Linear& layer, const at::Tensor& x,
+                                const at::Tensor& weight, bool has_bias, at::ScalarType hp, const Fp8Tensor& x_fp8,
+                                const Fp8Tensor& w_fp8) {
+    const auto& ovr = layer.scaling().recipe().override_linear_precision;
+    ctx->saved_data["grad_state"] = compat::to_ivalue(layer.grad_state());
+    ctx->saved_data["has_bias"] = has_bias;
+    ctx->saved_data["hp"] = static_cast<int64_t>(hp);
+    ctx->save_for_backward({ovr.wgrad ? x : at::Tensor(), ovr.dgrad ? weight : at::Tensor()});
+    if (!ovr.wgrad) save_operand(ctx, "x", x_fp8.columnwise);
+    if (!ovr.dgrad) save_operand(ctx, "w", w_fp8.columnwise);
+  }
+
+  static void save_operand(torch::autograd::AutogradContext* ctx, const std::string& name, const Fp8Operand& op) {
+    ctx->saved_data[name + "_col"] = op.codes;
+    ctx->saved_data[name + "_col_sinv"] = op.scale_inv;
+    ctx->saved_data[name + "_fmt"] = static_cast<int64_t>(op.format);
+  }
+
+  static Fp8Operand saved_operand(torch::autograd::AutogradContext* ctx, const std::string& name) {
+    return Fp8Operand{ctx->saved_data[name + "_col"].toTensor(), ctx->saved_data[name + "_col_sinv"].toTensor(),
+                      static_cast<Format>(ctx->saved_data[name + "_fmt"].toInt())};
+  }
+
+  // The output gradient in high precision and in FP8 (with dbias when has_bias).
+  struct GradInput {
+    at::Tensor dy;
+    Fp8Tensor dy_fp8;
+  };
+
+  // The gradient may arrive already cast from the following fused activation: then `grad` is only
+  // the carrier of that hand-over (its values are never read).
+  static GradInput grad_input(Fp8LinearGradState& state, const at::Tensor& grad, bool has_bias, at::Tensor* dbias) {
+    const auto& ovr = state.scaling->recipe().override_linear_precision;
+    Fp8LinearGradState::PendingGrad handed;
+    std::swap(handed, state.pending);
+    if (handed.carrier.defined() && same_storage(handed.carrier, grad)) {
+      *dbias = handed.dbias;
+      return {grad, std::move(handed.dy_fp8)};
+    }
+    GradInput g{grad.contiguous(), Fp8Tensor{}};
+    if (!ovr.dgrad || !ovr.wgrad) {
+      Backend& backend = backend_for(g.dy.device());
+      const SlotRef slot = state.grad_slot();
+      g.dy_fp8 = backend.quantize_grad(g.dy, slot, has_bias, dbias);
+      if (state.scaling->collect_stats()) state.scaling->add_stats(slot.index, backend.saturation_stats(g.dy, slot));
+    } else if (has_bias) {
+      *dbias = g.dy.to(at::kFloat).sum(0);
+    }
+    return g;
+  }
 };
+
+bool Fp8LinearGradState::takes_fp8_grad_only() const {
+  const auto& ovr = scaling->recipe().override_linear_precision;
+  return !ovr.dgrad && !ovr.wgrad;
+}
 
 Fp8Linear::Fp8Linear(const model::Linear& src, const std::string& name, std::shared_ptr<DelayedScaling> scaling)
     : in_features(src.in_features), out_features(src.out_features), name_(name), scaling_(std::move(scaling)) {
@@ -143,6 +160,10 @@ Fp8Linear::Fp8Linear(const model::Linear& src, const std::string& name, std::sha
   slot_input_ = scaling_->add_slot(name + ":input", r.forward_format());
   slot_weight_ = scaling_->add_slot(name + ":weight", r.forward_format());
   slot_grad_ = scaling_->add_slot(name + ":grad_output", r.backward_format());
+  grad_ = c10::make_intrusive<Fp8LinearGradState>();
+  grad_->scaling = scaling_;
+  grad_->slot_grad = slot_grad_;
+  grad_->has_bias = bias.defined();
 }
 
 void Fp8Linear::set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8) {
@@ -157,17 +178,6 @@ bool Fp8Linear::needs_input_columnwise(bool training) const {
 bool Fp8Linear::takes_fp8_input_only(bool training) const {
   const auto& ovr = scaling_->recipe().override_linear_precision;
   return !ovr.fprop && (!training || !ovr.wgrad);
-}
-
-bool Fp8Linear::takes_fp8_grad_only() const {
-  const auto& ovr = scaling_->recipe().override_linear_precision;
-  return !ovr.dgrad && !ovr.wgrad;
-}
-
-void Fp8Linear::set_pending_grad(const at::Tensor& carrier, Fp8Tensor dy_fp8, at::Tensor dbias) {
-  pending_grad_.carrier = carrier;
-  pending_grad_.dy_fp8 = std::move(dy_fp8);
-  pending_grad_.dbias = std::move(dbias);
 }
 
 const Fp8Tensor& Fp8Linear::weight_fp8(bool record, bool rowwise, bool columnwise) {

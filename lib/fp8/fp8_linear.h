@@ -23,6 +23,28 @@
 namespace fp8t {
 namespace fp8 {
 
+// The part of an Fp8Linear that its backward reads: the scaling state, the grad_output slot, and
+// the output gradient handed over (already cast) by the following fused activation. Every
+// autograd node of the layer's forward passes (and of that activation) holds a reference, so a
+// backward that runs after the layer was destroyed or replaced still finds it; the reference is
+// one pointer copy per forward.
+struct Fp8LinearGradState : torch::CustomClassHolder {
+  std::shared_ptr<DelayedScaling> scaling;
+  int slot_grad = -1;
+  bool has_bias = false;
+  // Set by the following activation's backward: the output gradient cast with grad_slot() (and
+  // its dbias when has_bias), for the backward call that receives `carrier`.
+  struct PendingGrad {
+    at::Tensor carrier;
+    Fp8Tensor dy_fp8;
+    at::Tensor dbias;
+  } pending;
+
+  SlotRef grad_slot() const { return scaling->slot(slot_grad, /*record=*/true); }
+  // Whether the backward reads only the FP8 copies of the output gradient (dgrad and wgrad in FP8).
+  bool takes_fp8_grad_only() const;
+};
+
 class Fp8Linear : public model::UnaryModule {
  public:
   // Shares src's weight and bias (same tensors, same parameter names). Registers the slots
@@ -42,11 +64,11 @@ class Fp8Linear : public model::UnaryModule {
   bool takes_fp8_input_only(bool training) const;
   // Whether the backward reads only the FP8 copies of the output gradient (dgrad and wgrad in
   // FP8). Only then may the following fused activation hand over the gradient already cast.
-  bool takes_fp8_grad_only() const;
-  // Handed over by the following activation's backward: the output gradient cast with
-  // grad_slot() (and its dbias when has_bias()), for the backward call that receives `carrier`.
-  void set_pending_grad(const at::Tensor& carrier, Fp8Tensor dy_fp8, at::Tensor dbias);
-  SlotRef grad_slot() const { return scaling_->slot(slot_grad_, /*record=*/true); }
+  bool takes_fp8_grad_only() const { return grad_->takes_fp8_grad_only(); }
+  // What the backward needs (see Fp8LinearGradState); the following activation's backward hands
+  // the output gradient over through it.
+  const c10::intrusive_ptr<Fp8LinearGradState>& grad_state() const { return grad_; }
+  SlotRef grad_slot() const { return grad_->grad_slot(); }
   bool has_bias() const { return bias.defined(); }
 
   // The weight in FP8, cast at most once per (weight version, scaling update).
@@ -73,11 +95,7 @@ class Fp8Linear : public model::UnaryModule {
     Fp8Tensor y_fp8;
   } pending_;
 
-  struct PendingGrad {
-    at::Tensor carrier;
-    Fp8Tensor dy_fp8;
-    at::Tensor dbias;
-  } pending_grad_;
+  c10::intrusive_ptr<Fp8LinearGradState> grad_;
 
   struct WeightCache {
     Fp8Tensor fp8;
@@ -85,8 +103,6 @@ class Fp8Linear : public model::UnaryModule {
     int64_t update_count = -1;
     bool recorded = false;
   } weight_cache_;
-
-  friend class Fp8LinearFunction;
 };
 
 }  // namespace fp8

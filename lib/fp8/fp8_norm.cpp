@@ -1,9 +1,9 @@
 #include "lib/fp8/fp8_norm.h"
 
-#include <ATen/autocast_mode.h>  // at::autocast
-#include <torch/torch.h>          // torch::autograd::Function
+#include <torch/torch.h>  // torch::autograd::Function
 
 #include "lib/fp8/fp8_activation.h"  // nan_carrier
+#include "lib/util/torch_compat.h"   // compat::autocast_dtype_or
 
 namespace fp8t {
 namespace fp8 {
@@ -59,9 +59,7 @@ at::Tensor Fp8Norm::forward(const at::Tensor& x) {
   // consumer computes in stands for it, so its gradient arrives without a conversion.
   int64_t carrier_dtype = -1;
   if (consumer_->takes_fp8_input_only(training) && !stats) {
-    const auto dev = x.device().type();
-    carrier_dtype = static_cast<int64_t>(at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev)
-                                                                                 : x.scalar_type());
+    carrier_dtype = static_cast<int64_t>(compat::autocast_dtype_or(x.device().type(), x.scalar_type()));
   }
   Fp8Tensor y_fp8;
   const at::Tensor y = Fp8NormFunction::apply(x.reshape({-1, dim}), weight, optional_tensor(bias), eps, rms, &slot,

@@ -1,6 +1,7 @@
 #include "lib/model/layers.h"
 
-#include "lib/util/error.h"  // FP8T_CHECK
+#include "lib/model/rms_norm.h"  // rms_norm
+#include "lib/util/error.h"       // FP8T_CHECK
 
 namespace fp8t {
 namespace model {
@@ -26,10 +27,7 @@ Norm::Norm(Kind k, int64_t d, double e, bool with_bias) : kind(k), dim(d), eps(e
 
 at::Tensor Norm::forward(const at::Tensor& x) {
   if (kind == Kind::kLayerNorm) return at::layer_norm(x, {dim}, weight, bias, eps);
-  // RMSNorm with FP32 statistics, output in the input dtype.
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor rstd = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (xf * rstd).to(x.scalar_type()) * weight.to(x.scalar_type());
+  return rms_norm(x, weight, eps).y;
 }
 
 at::Tensor Activation::forward(const at::Tensor& x) {

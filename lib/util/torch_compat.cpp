@@ -18,6 +18,10 @@ std::string cuda_runtime_version() {
 #endif
 }
 
+c10::ScalarType autocast_dtype_or(c10::DeviceType device_type, c10::ScalarType own) {
+  return at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type) : own;
+}
+
 AutocastGuard::AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype) : device_type_(device_type) {
   if (dtype == c10::ScalarType::Float) return;
   active_ = true;
