@@ -270,6 +270,16 @@ at::Tensor storage_of(const at::Tensor& t, bool* trans) {
   return t.contiguous();
 }
 
+// out[M,N] of a product with nothing to multiply: untouched when M or N is 0, the bias (or zero) in
+// every row when K is 0. Returns false when cuBLASLt has work to do.
+bool empty_product(const GemmProblem& p, const at::Tensor& bias, at::Tensor& out) {
+  if (p.m == 0 || p.n == 0) return true;
+  if (p.k != 0) return false;
+  out.zero_();
+  if (bias.defined()) out.add_(bias.view({1, -1}));
+  return true;
+}
+
 }  // namespace
 
 at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::Tensor& a_scale_inv,
@@ -300,12 +310,7 @@ at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::T
 
   const c10::cuda::CUDAGuard guard(a.device());
   at::Tensor out = at::empty({p.m, p.n}, at::TensorOptions().dtype(out_dtype).device(a.device()));
-  if (p.m == 0 || p.n == 0) return out;
-  if (p.k == 0) {
-    out.zero_();
-    if (bias.defined()) out.add_(bias.view({1, -1}));
-    return out;
-  }
+  if (empty_product(p, bias, out)) return out;
   at::Tensor bias_t;
   GemmOperands ops;
   ops.a = a.data_ptr();
@@ -341,12 +346,7 @@ at::Tensor bf16_gemm(const at::Tensor& a_in, const at::Tensor& b_in, const at::T
 
   const c10::cuda::CUDAGuard guard(a_in.device());
   at::Tensor out = at::empty({p.m, p.n}, at::TensorOptions().dtype(out_dtype).device(a_in.device()));
-  if (p.m == 0 || p.n == 0) return out;
-  if (p.k == 0) {
-    out.zero_();
-    if (bias.defined()) out.add_(bias.view({1, -1}));
-    return out;
-  }
+  if (empty_product(p, bias, out)) return out;
   const at::Tensor a = storage_of(a_in.to(at::kBFloat16), &p.trans_a);
   const at::Tensor b = storage_of(b_in.to(at::kBFloat16), &p.trans_b);
   at::Tensor bias_t;
