@@ -5,9 +5,9 @@
 #include <sstream>  // std::ostringstream
 
 #include "lib/fp8/fp8_activation.h"  // Fp8Gelu
-#include "lib/fp8/fp8_linear.h"  // Fp8Linear
-#include "lib/fp8/fp8_norm.h"    // Fp8Norm
-#include "lib/model/layers.h"    // SlotModule, Linear, Norm
+#include "lib/fp8/fp8_linear.h"      // Fp8Linear
+#include "lib/fp8/fp8_norm.h"        // Fp8Norm
+#include "lib/model/layers.h"        // SlotModule, Linear, Norm
 
 namespace fp8t {
 namespace fp8 {
@@ -43,15 +43,12 @@ std::string skip_reason(const model::Linear& l, const std::string& name, const R
   return "";
 }
 
-}  // namespace
+using Containers = std::vector<std::pair<std::string, std::shared_ptr<model::SlotModule>>>;
+using Fp8Linears = std::map<std::string, std::shared_ptr<Fp8Linear>>;
 
-RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, const at::Device& device) {
-  RewriteResult result;
-  result.scaling = std::make_shared<DelayedScaling>(recipe);
-  RewriteReport& report = result.report;
-
-  // Containers in registration order (deterministic slot order), by full name.
-  std::vector<std::pair<std::string, std::shared_ptr<model::SlotModule>>> containers;
+// The SlotModules of the tree in registration order (deterministic slot order), by full name.
+Containers slot_containers(torch::nn::Module& root) {
+  Containers containers;
   if (auto* self = dynamic_cast<model::SlotModule*>(&root)) {
     // The root is not owned by a shared_ptr we can reach; alias it without ownership.
     containers.emplace_back("", std::shared_ptr<model::SlotModule>(std::shared_ptr<model::SlotModule>{}, self));
@@ -59,11 +56,15 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
   for (const auto& item : root.named_modules("", /*include_self=*/false)) {
     if (auto c = std::dynamic_pointer_cast<model::SlotModule>(item.value())) containers.emplace_back(item.key(), c);
   }
+  return containers;
+}
 
-  // Pass 1: Linear layers.
-  std::map<std::string, std::shared_ptr<Fp8Linear>> fp8_linears;
+// Pass 1: Linear layers. Returns the converted ones by full name.
+Fp8Linears convert_linears(const Containers& containers, const Recipe& recipe,
+                           const std::shared_ptr<DelayedScaling>& scaling, RewriteReport& report) {
+  Fp8Linears fp8_linears;
   double total_macs = 0.0, fp8_macs = 0.0;
-  for (auto& [prefix, container] : containers) {
+  for (const auto& [prefix, container] : containers) {
     for (const auto& slot : container->slots()) {
       auto linear = std::dynamic_pointer_cast<model::Linear>(*slot.member);
       if (!linear) continue;
@@ -73,7 +74,7 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
                       static_cast<double>(linear->in_features * linear->out_features)};
       total_macs += d.gemm_macs_per_token;
       if (d.reason.empty()) {
-        auto fp8 = std::make_shared<Fp8Linear>(*linear, name, result.scaling);
+        auto fp8 = std::make_shared<Fp8Linear>(*linear, name, scaling);
         container->replace_slot(slot.name, fp8);
         fp8_linears[name] = fp8;
         d.converted = true;
@@ -83,9 +84,13 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
       report.layers.push_back(d);
     }
   }
+  report.fp8_gemm_share = total_macs > 0 ? fp8_macs / total_macs : 0.0;
+  return fp8_linears;
+}
 
-  // Pass 2: norms whose single consumer is now an Fp8Linear.
-  for (auto& [prefix, container] : containers) {
+// Pass 2: norms whose single consumer is now an Fp8Linear.
+void convert_norms(const Containers& containers, const Fp8Linears& fp8_linears, RewriteReport& report) {
+  for (const auto& [prefix, container] : containers) {
     for (const auto& slot : container->slots()) {
       auto norm = std::dynamic_pointer_cast<model::Norm>(*slot.member);
       if (!norm) continue;
@@ -106,8 +111,11 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
       report.layers.push_back(d);
     }
   }
-  // Pass 3: GELU activations next to an Fp8Linear: fused into that Linear's casts.
-  for (auto& [prefix, container] : containers) {
+}
+
+// Pass 3: GELU activations next to an Fp8Linear: fused into that Linear's casts.
+void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linears, RewriteReport& report) {
+  for (const auto& [prefix, container] : containers) {
     for (const auto& slot : container->slots()) {
       auto act = std::dynamic_pointer_cast<model::Activation>(*slot.member);
       if (!act) continue;
@@ -135,7 +143,17 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
       report.layers.push_back(d);
     }
   }
-  report.fp8_gemm_share = total_macs > 0 ? fp8_macs / total_macs : 0.0;
+}
+
+}  // namespace
+
+RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, const at::Device& device) {
+  RewriteResult result;
+  result.scaling = std::make_shared<DelayedScaling>(recipe);
+  const Containers containers = slot_containers(root);
+  const Fp8Linears fp8_linears = convert_linears(containers, recipe, result.scaling, result.report);
+  convert_norms(containers, fp8_linears, result.report);
+  fuse_activations(containers, fp8_linears, result.report);
   result.scaling->finalize(device);
   return result;
 }
