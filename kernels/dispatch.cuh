@@ -20,24 +20,26 @@ namespace kern {
 template <int kValue>
 using IntTag = std::integral_constant<int, kValue>;
 
+// f(IntTag<kMatch>{}) when code == kMatch, else f(IntTag<kOther>{}).
+template <int kMatch, int kOther, typename F>
+void dispatch_two(int code, F&& f) {
+  if (code == kMatch) {
+    f(IntTag<kMatch>{});
+  } else {
+    f(IntTag<kOther>{});
+  }
+}
+
 // fp32 (FP8T_DTYPE_F32) or bf16 (anything else).
 template <typename F>
 void dispatch_dtype(int dtype, F&& f) {
-  if (dtype == FP8T_DTYPE_F32) {
-    f(IntTag<FP8T_DTYPE_F32>{});
-  } else {
-    f(IntTag<FP8T_DTYPE_BF16>{});
-  }
+  dispatch_two<FP8T_DTYPE_F32, FP8T_DTYPE_BF16>(dtype, f);
 }
 
 // E5M2 (FP8T_FORMAT_E5M2) or E4M3 (anything else).
 template <typename F>
 void dispatch_format(int format, F&& f) {
-  if (format == FP8T_FORMAT_E5M2) {
-    f(IntTag<FP8T_FORMAT_E5M2>{});
-  } else {
-    f(IntTag<FP8T_FORMAT_E4M3>{});
-  }
+  dispatch_two<FP8T_FORMAT_E5M2, FP8T_FORMAT_E4M3>(format, f);
 }
 
 template <typename F>
