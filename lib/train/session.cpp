@@ -8,6 +8,7 @@
 #include "lib/fp8/rewrite.h"        // fp8::rewrite_to_fp8
 #include "lib/model/gpt.h"          // model::Gpt
 #include "lib/train/grad_clip.h"    // global_grad_norm, clip_divisor
+#include "lib/train/loss_scaler.h"  // LossScaler
 #include "lib/train/optimizer.h"    // AdamW
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
@@ -21,6 +22,7 @@ c10::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const c10::Devic
   // FP8 runs keep everything outside the FP8 GEMMs in BF16 on the GPU (as TE does under
   // autocast); on the CPU emulation it is FP32 so that only the FP8 casts differ from fp32.
   if (cfg.precision == Precision::kBf16) return at::kBFloat16;
+  if (cfg.precision == Precision::kFp16) return at::kHalf;  // FP16 AMP, on the CPU too
   if (cfg.precision == Precision::kFp8 && device.is_cuda()) return at::kBFloat16;
   return at::kFloat;
 }
@@ -36,6 +38,10 @@ Session::Session(const ExperimentConfig& cfg, const c10::Device& device)
     auto rewritten = fp8::rewrite_to_fp8(*gpt_, cfg_.fp8, device_);
     scaling_ = rewritten.scaling;
     rewrite_report_ = rewritten.report.to_string();
+    rewrite_ = std::make_shared<const fp8::RewriteReport>(std::move(rewritten.report));
+  }
+  if (cfg_.precision == Precision::kFp16) {
+    loss_scaler_ = std::make_unique<LossScaler>(LossScalerOptions::from(cfg_.train), device_);
   }
   for (const auto& np : gpt_->unique_named_parameters()) params_.push_back(np.second);
 }

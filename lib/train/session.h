@@ -21,6 +21,7 @@ class GradientSync;
 }  // namespace dist
 namespace fp8 {
 class DelayedScaling;
+struct RewriteReport;
 }  // namespace fp8
 namespace model {
 class Gpt;
@@ -29,6 +30,7 @@ class Gpt;
 namespace train {
 
 class AdamW;
+class LossScaler;
 
 class Session {
  public:
@@ -68,8 +70,14 @@ class Session {
   dist::Communicator* communicator() const { return comm_.get(); }
   dist::GradientSync* gradient_sync() const { return grad_sync_.get(); }
   const std::string& rewrite_report() const { return rewrite_report_; }
+  // The rewrite decisions, layer by layer (fp8 only; null otherwise).
+  const fp8::RewriteReport* rewrite() const { return rewrite_.get(); }
+  // The dynamic loss scaler (precision fp16 only; null otherwise).
+  LossScaler* loss_scaler() const { return loss_scaler_.get(); }
+  // Whether prepare_training has run (the optimizer exists).
+  bool training_prepared() const { return opt_ != nullptr; }
   // The autocast dtype of forward passes: bf16 for bf16, and for fp8 on the GPU (everything
-  // outside the FP8 GEMMs), else float32.
+  // outside the FP8 GEMMs), fp16 for fp16, else float32.
   c10::ScalarType autocast_dtype() const { return autocast_dtype_; }
   const std::vector<at::Tensor>& parameters() const { return params_; }
 
@@ -79,6 +87,8 @@ class Session {
   std::shared_ptr<model::Gpt> gpt_;
   std::shared_ptr<fp8::DelayedScaling> scaling_;
   std::string rewrite_report_;
+  std::shared_ptr<const fp8::RewriteReport> rewrite_;
+  std::unique_ptr<LossScaler> loss_scaler_;
   c10::ScalarType autocast_dtype_;
   std::vector<at::Tensor> params_;
   std::unique_ptr<AdamW> opt_;
