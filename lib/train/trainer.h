@@ -1,9 +1,17 @@
 // The training run: config -> data -> model -> FP8 rewrite -> (process group) -> loop -> run folder.
 //
 // Nothing is written before the config, the data and the model have been checked, so bad input
-// leaves the disk untouched. The loop reads top to bottom: micro-batches (forward, backward),
-// FP8 scale update, clip, optimizer step, one status line per log interval. The device is read
-// on the host only on log, eval and checkpoint steps.
+// leaves the disk untouched. run_training (trainer.cpp) is a short sequence of phases, each in its
+// own file with the state it owns:
+//   setup        run_setup.h         device, run-folder check, data, model + FP8 rewrite, plan; the job
+//   resume       train_checkpoint.h  Checkpointer::resume
+//   step, log,   training_loop.h     TrainingLoop (train_step, check_step, evaluate_if_due, stop_early),
+//   eval                             StepLogger (the metrics row and the status line)
+//   checkpoint   train_checkpoint.h  Checkpointer::due / save
+//   finish       progress.h          Progress (totals across resumes) -> summary.json
+// The loop reads top to bottom: micro-batches (forward, backward), FP8 scale update, clip,
+// optimizer step, one status line per log interval. The device is read on the host only on log,
+// eval and checkpoint steps.
 #pragma once
 
 #include <nlohmann/json.hpp>  // nlohmann::json

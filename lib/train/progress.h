@@ -1,0 +1,50 @@
+// What a training run accumulates for summary.json and carries across resumes: steps, tokens,
+// time, the validation losses, the final status and the FP8 statistics (worst saturation and
+// underflow per slot, the largest scale difference between ranks).
+#pragma once
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include <cstdint>   // int64_t
+#include <limits>    // std::numeric_limits
+#include <optional>  // std::optional
+#include <string>    // std::string
+
+#include "lib/util/timer.h"  // Stopwatch
+
+namespace fp8t::train {
+
+struct Run;
+
+struct Progress {
+  int64_t start_step = 0;  // where this invocation started (0, or the resumed checkpoint's step)
+  int64_t step = 0;        // steps done so far (the loop's counter)
+  int64_t tokens = 0;      // over all invocations
+  double elapsed_before = 0.0;  // seconds spent by earlier invocations (resume)
+  Stopwatch wall;               // this invocation's training time (reset when the loop starts)
+  std::optional<double> best_val;
+  std::optional<double> last_val;
+  double last_loss = std::numeric_limits<double>::quiet_NaN();
+  // "completed", "stopped" (--stop-after), "interrupted" (a signal), "diverged", "failed".
+  std::string status = "completed";
+  nlohmann::json worst_fp8 = nlohmann::json::object();  // slot -> {saturated, underflow}
+  double max_scale_spread = 0.0;
+
+  double elapsed_s() const { return elapsed_before + wall.seconds(); }
+
+  // The fields a checkpoint stores to continue the totals: best_val_loss, tokens, elapsed_s.
+  nlohmann::json checkpoint_meta() const;
+  // The inverse, for a checkpoint written at `step` (missing fields keep their defaults).
+  void restore(const nlohmann::json& meta, int64_t step);
+
+  void record_eval(double val_loss);
+  // Keeps the largest saturation/underflow fraction per slot of a metrics row's "fp8" array.
+  void record_fp8_stats(const nlohmann::json& rows);
+  // Warns the first time the ranks' FP8 scales differ (the amax reduction is broken).
+  void record_scale_spread(double spread, int64_t step);
+
+  // summary.json of a run that ended (completed, stopped or interrupted).
+  nlohmann::json summary(const Run& run) const;
+};
+
+}  // namespace fp8t::train

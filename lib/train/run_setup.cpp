@@ -1,0 +1,99 @@
+#include "lib/train/run_setup.h"
+
+#include <fmt/format.h>     // fmt::format
+#include <spdlog/spdlog.h>  // spdlog::info
+
+#include <chrono>   // std::chrono::seconds
+#include <cmath>    // std::log
+#include <utility>  // std::move
+
+#include "lib/config/fields.h"        // config::to_string
+#include "lib/dist/communicator.h"    // dist::Communicator
+#include "lib/dist/grad_sync.h"       // dist::GradientSync
+#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/model/gpt.h"            // model::Gpt
+#include "lib/util/error.h"           // FP8T_INPUT_CHECK
+
+namespace fp8t::train {
+
+namespace {
+
+RunDir::Mode run_dir_mode(const ExperimentConfig& cfg, const TrainOptions& options) {
+  if (options.resume) return RunDir::Mode::kResume;
+  return cfg.run.overwrite ? RunDir::Mode::kOverwrite : RunDir::Mode::kCreate;
+}
+
+// The first lines of every run: what trains where, on which data, with which FP8 recipe.
+void log_plan(const Run& run) {
+  const ExperimentConfig& cfg = run.cfg;
+  const TrainSection& t = cfg.train;
+  const model::Gpt& gpt = run.session->model();
+  spdlog::info("fp8train: {} on {} | model {:.2f}M params, {} layers, d_model {} | precision {}{}",
+               cfg.run.name, run.device.str(), gpt.parameter_count() / 1e6, cfg.model.n_layer, cfg.model.d_model,
+               config::to_string(cfg.precision),
+               cfg.precision == Precision::kFp8 && run.device.is_cpu() ? " (emulated on CPU: exact FP8 casts, FP32 GEMMs)"
+               : cfg.precision == Precision::kBf16 && run.device.is_cpu() ? " (CPU autocast to bf16)" : "");
+  spdlog::info("data: {}", run.data.describe());
+  if (auto floor = run.data.entropy_floor_nats()) {
+    spdlog::info("data: entropy floor {:.4f} nats/token (the best achievable loss); ln(vocab) = {:.4f}", *floor,
+                 std::log(static_cast<double>(cfg.model.vocab_size)));
+  }
+  if (const fp8::DelayedScaling* scaling = run.scaling()) {
+    spdlog::info("{}", run.session->rewrite_report());
+    spdlog::info("fp8 recipe: format {}, margin {}, interval {}, amax history {} ({}), override fprop/dgrad/wgrad "
+                 "{}/{}/{}, {} FP8 tensor slots", fp8::to_string(cfg.fp8.fp8_format), cfg.fp8.margin,
+                 cfg.fp8.interval, cfg.fp8.amax_history_len, fp8::to_string(cfg.fp8.amax_compute_algo),
+                 cfg.fp8.override_linear_precision.fprop, cfg.fp8.override_linear_precision.dgrad,
+                 cfg.fp8.override_linear_precision.wgrad, scaling->num_slots());
+  }
+  spdlog::info("plan: {} steps x {} tokens ({} micro-batches of {}x{}{}), {:.3g} model FLOPs/token", t.steps,
+               run.tokens_per_step, t.grad_accum_steps, t.micro_batch_size, cfg.model.seq_len,
+               run.world_size > 1 ? fmt::format(" on each of {} ranks", run.world_size) : "",
+               gpt.flops_per_token());
+}
+
+}  // namespace
+
+Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options) {
+  const ExperimentConfig& cfg = loaded.config;
+  const dist::LaunchInfo& launch = options.launch;
+  const c10::Device device = resolve_device(cfg.run.device, launch.local_rank);
+  const RunDir::Mode mode = run_dir_mode(cfg, options);
+  // Every rank checks (read-only) before the rendezvous, so a bad run folder stops all of them.
+  if (!options.dry_run) RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
+
+  data::Dataset dataset = data::Dataset::open(cfg.data, cfg.model, cfg.run.seed, launch.rank, launch.world_size);
+  FP8T_INPUT_CHECK(dataset.vocab_size_needed() <= cfg.model.vocab_size, "the data uses token ids up to ",
+                   dataset.vocab_size_needed() - 1, " but model.vocab_size is ", cfg.model.vocab_size);
+
+  Run run{cfg, options, device, mode, std::move(dataset), std::make_unique<Session>(cfg, device)};
+  run.world_size = launch.world_size;
+  run.main_rank = launch.is_main();
+  run.tokens_per_step =
+      cfg.train.micro_batch_size * cfg.model.seq_len * cfg.train.grad_accum_steps * launch.world_size;
+  log_plan(run);
+  return run;
+}
+
+nlohmann::json dry_run_plan(const Run& run) {
+  nlohmann::json plan = {{"status", "dry-run"}, {"parameters", run.session->model().parameter_count()},
+                         {"device", run.device.str()}, {"precision", config::to_string(run.cfg.precision)}};
+  if (!run.session->rewrite_report().empty()) plan["fp8_rewrite"] = run.session->rewrite_report();
+  return plan;
+}
+
+void join_job(Run& run) {
+  const dist::LaunchInfo& launch = run.options.launch;
+  if (launch.launched) {
+    spdlog::info("data-parallel: joining as {} (timeout {} s)", launch.describe(), run.cfg.dist.timeout_s);
+    run.comm = dist::Communicator::connect(launch, run.device, std::chrono::seconds(run.cfg.dist.timeout_s));
+  }
+  run.session->prepare_training(run.comm);
+  if (run.comm) {
+    spdlog::info("data-parallel: {} ranks over {}, {} gradient buckets of up to {} MiB; global batch {} tokens",
+                 run.comm->world_size(), run.comm->backend_name(), run.session->gradient_sync()->num_buckets(),
+                 run.cfg.dist.bucket_mb, run.tokens_per_step);
+  }
+}
+
+}  // namespace fp8t::train

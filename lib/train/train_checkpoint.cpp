@@ -1,0 +1,93 @@
+#include "lib/train/train_checkpoint.h"
+
+#include <spdlog/spdlog.h>  // spdlog::info
+#include <torch/torch.h>    // torch::NoGradGuard, at::detail::getDefaultCPUGenerator
+
+#include <map>     // std::map
+#include <string>  // std::string
+
+#include "lib/config/fields.h"        // config::to_string
+#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/model/gpt.h"            // model::Gpt
+#include "lib/train/checkpoint.h"     // Checkpoint, save_checkpoint, load_checkpoint
+#include "lib/train/metrics.h"        // truncate_metrics_after
+#include "lib/train/optimizer.h"      // AdamW
+#include "lib/util/error.h"           // FP8T_INPUT_CHECK
+
+namespace fp8t::train {
+
+namespace {
+
+Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progress) {
+  Checkpoint ck;
+  const Session& session = *run.session;
+  for (const auto& [name, p] : session.model().unique_named_parameters()) ck.tensors["model." + name] = p.detach();
+  for (const auto& [k, v] : session.optimizer().state_dict()) ck.tensors["optim." + k] = v;
+  if (const auto* scaling = session.scaling()) {
+    for (const auto& [k, v] : scaling->state_dict()) ck.tensors[k] = v;
+  }
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  ck.tensors["rng.cpu"] = gen.get_state();
+  ck.meta = progress.checkpoint_meta();
+  ck.meta["step"] = step;
+  ck.meta["data_position"] = run.data.train_position();
+  ck.meta["precision"] = config::to_string(run.cfg.precision);
+  ck.meta["world_size"] = run.world_size;
+  return ck;
+}
+
+void restore_checkpoint(Run& run, const Checkpoint& ck) {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : run.session->model().unique_named_parameters()) {
+    const auto it = ck.tensors.find("model." + name);
+    FP8T_INPUT_CHECK(it != ck.tensors.end(), "checkpoint has no parameter '", name,
+                     "': it was written for a different model config");
+    FP8T_INPUT_CHECK(it->second.sizes() == p.sizes(), "checkpoint parameter '", name, "' has shape ",
+                     it->second.sizes(), " but the model has ", p.sizes());
+    p.copy_(it->second);
+  }
+  std::map<std::string, at::Tensor> optim, fp8_state;
+  for (const auto& [k, v] : ck.tensors) {
+    if (k.rfind("optim.", 0) == 0) optim[k.substr(6)] = v;
+    if (k.rfind("fp8.", 0) == 0) fp8_state[k] = v;
+  }
+  run.session->optimizer().load_state_dict(optim);
+  if (auto* scaling = run.session->scaling()) scaling->load_state_dict(fp8_state);
+  const auto rng = ck.tensors.find("rng.cpu");
+  FP8T_INPUT_CHECK(rng != ck.tensors.end(), "checkpoint has no RNG state");
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(rng->second);
+  run.data.set_train_position(ck.meta.at("data_position").get<int64_t>());
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(Run& run, const RunDir& dir) : run_(run), dir_(dir), path_(dir.checkpoint_path()) {}
+
+void Checkpointer::resume(Progress& progress) {
+  // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
+  const Checkpoint ck = load_checkpoint(path_);
+  const int saved_world = ck.meta.value("world_size", 1);
+  FP8T_INPUT_CHECK(saved_world == run_.world_size, "the checkpoint ", path_.string(), " was written by a job of ",
+                   saved_world, " rank(s); resume it with the same number (now ", run_.world_size, ")");
+  restore_checkpoint(run_, ck);
+  const int64_t start_step = ck.meta.at("step").get<int64_t>();
+  progress.restore(ck.meta, start_step);
+  if (run_.main_rank) truncate_metrics_after(dir_.metrics_path(), start_step);
+  spdlog::info("resumed {} at step {}", path_.string(), start_step);
+  const int64_t steps = run_.cfg.train.steps;
+  FP8T_INPUT_CHECK(start_step < steps, "the checkpoint is at step ", start_step, " and train.steps is ", steps,
+                   ": nothing to do (raise --steps to train further)");
+}
+
+bool Checkpointer::due(int64_t step) const {
+  const TrainSection& t = run_.cfg.train;
+  return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps;
+}
+
+void Checkpointer::save(int64_t step, const Progress& progress) {
+  if (!run_.main_rank) return;
+  save_checkpoint(path_, make_checkpoint(run_, step, progress));
+}
+
+}  // namespace fp8t::train

@@ -1,0 +1,215 @@
+#include "lib/train/training_loop.h"
+
+#include <ATen/ATen.h>    // at::zeros, at::stack, at::cat, at::full
+#include <fmt/format.h>  // fmt::format
+
+#include <algorithm>  // std::max
+#include <atomic>     // std::atomic
+#include <cmath>      // std::isfinite
+#include <csignal>    // std::signal
+
+#include "lib/dist/communicator.h"    // dist::Communicator
+#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/train/lr_schedule.h"    // learning_rate
+#include "lib/util/error.h"           // FP8T_THROW
+#include "lib/util/memory.h"          // reset_peak_memory
+
+namespace fp8t::train {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+// Largest difference of any FP8 scale between two ranks (0: every rank uses identical scales):
+// one MAX all-reduce of [scale, -scale] gives the maximum and minus the minimum per slot.
+double scale_spread_across_ranks(dist::Communicator& comm, const fp8::DelayedScaling& scaling) {
+  const at::Tensor both = at::cat({scaling.scale(), -scaling.scale()});
+  comm.all_reduce(both, dist::ReduceOp::kMax);
+  const int64_t slots = scaling.scale().numel();
+  return (both.narrow(0, 0, slots) + both.narrow(0, slots, slots)).abs().max().item<double>();
+}
+
+nlohmann::json fp8_stats_json(fp8::DelayedScaling& scaling) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& s : scaling.read_stats()) {
+    rows.push_back({{"slot", s.name}, {"format", s.format}, {"amax", s.amax}, {"scale", s.scale},
+                    {"saturated", s.saturated}, {"underflow", s.underflow}});
+  }
+  return rows;
+}
+
+// Mean validation loss over all ranks (each evaluates its rows of every global batch).
+double evaluate(Run& run) {
+  const TrainSection& t = run.cfg.train;
+  at::Tensor total = run.session->eval_loss_sum(
+      [&](int64_t i) { return run.data.val_batch(i, t.micro_batch_size); }, t.eval_batches);
+  if (run.comm) run.comm->all_reduce(total, dist::ReduceOp::kSum);
+  return total.item<double>() / static_cast<double>(t.eval_batches * run.world_size);
+}
+
+}  // namespace
+
+// ---- signals ------------------------------------------------------------------------------
+
+SignalGuard::SignalGuard() {
+  g_signal.store(0);
+  prev_int_ = std::signal(SIGINT, on_signal);
+  prev_term_ = std::signal(SIGTERM, on_signal);
+}
+
+SignalGuard::~SignalGuard() {
+  std::signal(SIGINT, prev_int_);
+  std::signal(SIGTERM, prev_term_);
+}
+
+bool SignalGuard::received() { return g_signal.load() != 0; }
+
+// ---- log phase ----------------------------------------------------------------------------
+
+StepLogger::StepLogger(Run& run, const RunDir& dir, Progress& progress)
+    : run_(run), progress_(progress), status_(run.cfg.run.quiet || !run.main_rank) {
+  if (run.main_rank) metrics_.emplace(dir.metrics_path());
+  loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.device));
+}
+
+bool StepLogger::is_log_step(int64_t step) const {
+  const TrainSection& t = run_.cfg.train;
+  return (step + 1) % t.log_interval == 0 || step + 1 == t.steps || step == progress_.start_step;
+}
+
+void StepLogger::count_step() {
+  loss_count_ += run_.cfg.train.grad_accum_steps;
+  progress_.tokens += run_.tokens_per_step;
+  window_tokens_ += run_.tokens_per_step;
+}
+
+// The loss summed since the previous log step over all ranks. In a job the same collective
+// tells whether any rank received a signal, so that all of them stop after the same step.
+double StepLogger::read_loss(bool signal_pending, bool& stop_signal) {
+  if (!run_.comm) return loss_sum_.item<double>();  // the one host read
+  const at::Tensor flag = at::full({}, signal_pending ? 1.0f : 0.0f, loss_sum_.options());
+  at::Tensor packed = at::stack({loss_sum_, flag});
+  run_.comm->all_reduce(packed, dist::ReduceOp::kSum);
+  const at::Tensor host = packed.cpu();
+  stop_signal = host[1].item<float>() > 0.0f;
+  return host[0].item<double>();
+}
+
+LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
+  const TrainSection& t = run_.cfg.train;
+  const int64_t step = result.step;
+  LoggedStep out;
+  const double loss_total = read_loss(signal_pending, out.stop_signal);
+  out.loss = loss_total / static_cast<double>(loss_count_ * run_.world_size);
+  const double gnorm = result.grad_norm.item<double>();
+  loss_sum_.zero_();
+  loss_count_ = 0;
+  progress_.last_loss = out.loss;
+  const double tok_s = window_tokens_ / std::max(1e-9, window_.seconds());
+  window_.reset();
+  window_tokens_ = 0;
+  nlohmann::json row = {{"step", step + 1}, {"loss", out.loss}, {"lr", result.lr}, {"grad_norm", gnorm},
+                        {"tokens_per_s", tok_s}, {"elapsed_s", progress_.elapsed_s()}};
+  add_fp8_fields(row, step);
+  write(row);
+  const double per_step = progress_.wall.seconds() / static_cast<double>(step + 1 - progress_.start_step);
+  const double remaining = (t.steps - step - 1) * per_step;
+  status_.update(StatusFields{step + 1, t.steps, out.loss, result.lr, gnorm, tok_s, remaining});
+  return out;
+}
+
+// The scale spread between ranks (in a job) and the per-slot statistics (fp8.stats).
+void StepLogger::add_fp8_fields(nlohmann::json& row, int64_t step) {
+  fp8::DelayedScaling* scaling = run_.scaling();
+  if (scaling && run_.comm) {
+    const double spread = scale_spread_across_ranks(*run_.comm, *scaling);
+    row["fp8_scale_spread_across_ranks"] = spread;
+    progress_.record_scale_spread(spread, step + 1);
+  }
+  if (scaling && run_.cfg.fp8.stats) {
+    row["fp8"] = fp8_stats_json(*scaling);
+    progress_.record_fp8_stats(row["fp8"]);
+  }
+}
+
+void StepLogger::log_eval(int64_t step, double val_loss) {
+  write({{"step", step}, {"val_loss", val_loss}, {"elapsed_s", progress_.elapsed_s()}});
+  status_.print(fmt::format("step {}/{} | val_loss {:.4f}", step, run_.cfg.train.steps, val_loss));
+}
+
+void StepLogger::write(const nlohmann::json& row) {
+  if (metrics_) metrics_->write(row);
+}
+
+// ---- the loop -----------------------------------------------------------------------------
+
+TrainingLoop::TrainingLoop(Run& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer)
+    : run_(run), progress_(progress), logger_(logger), checkpointer_(checkpointer) {}
+
+void TrainingLoop::run() {
+  reset_peak_memory(run_.device);
+  progress_.wall.reset();
+  const int64_t steps = run_.cfg.train.steps;
+  for (; progress_.step < steps; ++progress_.step) {
+    const int64_t step = progress_.step;
+    const StepResult result = train_step(step);
+    // A signal stops a single process after this step; the ranks of a job agree on it at the
+    // next log step (one collective there), so that all of them stop after the same step.
+    bool stop_signal = !run_.comm && SignalGuard::received();
+    if (result.log_step) {
+      const LoggedStep logged = logger_.log(result, SignalGuard::received());
+      if (run_.comm) stop_signal = logged.stop_signal;
+      check_step(result, logged);
+    }
+    evaluate_if_due(step);
+    if (checkpointer_.due(step + 1)) checkpointer_.save(step + 1, progress_);
+    if (stop_early(step, stop_signal)) {
+      ++progress_.step;
+      break;
+    }
+  }
+}
+
+StepResult TrainingLoop::train_step(int64_t step) {
+  const TrainSection& t = run_.cfg.train;
+  StepResult result;
+  result.step = step;
+  result.log_step = logger_.is_log_step(step);
+  if (fp8::DelayedScaling* scaling = run_.scaling()) scaling->set_collect_stats(run_.cfg.fp8.stats && result.log_step);
+  result.lr = learning_rate(t, step);
+  result.grad_norm = run_.session->step([&] { return run_.data.next_train(t.micro_batch_size); }, result.lr,
+                                        logger_.loss_sum());
+  logger_.count_step();
+  return result;
+}
+
+void TrainingLoop::check_step(const StepResult& result, const LoggedStep& logged) {
+  if (std::isfinite(logged.loss)) return;
+  progress_.status = "diverged";
+  FP8T_THROW(ExitCode::kTrainingFailed, "the loss became ", logged.loss, " at step ", result.step + 1,
+             (run_.cfg.precision == Precision::kFp8 ? " (try fp8.margin, fp8.override_linear_precision or "
+                                                      "precision bf16 to locate it; fp8.stats shows saturation)"
+                                                    : " (try a lower train.lr or train.grad_clip)"));
+}
+
+void TrainingLoop::evaluate_if_due(int64_t step) {
+  const TrainSection& t = run_.cfg.train;
+  if (!((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || step + 1 == t.steps)) return;
+  progress_.record_eval(evaluate(run_));
+  logger_.log_eval(step + 1, *progress_.last_val);
+}
+
+bool TrainingLoop::stop_early(int64_t step, bool stop_signal) {
+  if (step + 1 == run_.cfg.train.steps) return false;
+  const int64_t stop_after = run_.options.stop_after;
+  const char* status = stop_after > 0 && step + 1 - progress_.start_step >= stop_after ? "stopped"
+                       : stop_signal                                                  ? "interrupted"
+                                                                                      : nullptr;
+  if (!status) return false;
+  checkpointer_.save(step + 1, progress_);
+  progress_.status = status;
+  return true;
+}
+
+}  // namespace fp8t::train

@@ -1,0 +1,117 @@
+// The step, log and eval phases of a training run, and the loop that strings them together with
+// the checkpoint phase (lib/train/train_checkpoint.h). One iteration reads top to bottom:
+//   train_step   micro-batches (forward, backward), FP8 scale update, clip, optimizer step
+//   log          on log steps: read the loss on the host, build the metrics row, write it,
+//                update the status line, check_step (a non-finite loss fails the run)
+//   eval         on eval steps and after the last step
+//   checkpoint   Checkpointer::due, then the stop conditions (--stop-after, a signal)
+// The device is read on the host only on log, eval and checkpoint steps.
+#pragma once
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+#include <nlohmann/json.hpp>   // nlohmann::json
+
+#include <cstdint>   // int64_t
+#include <optional>  // std::optional
+
+#include "lib/train/console.h"           // StatusLine
+#include "lib/train/metrics.h"           // MetricsWriter
+#include "lib/train/progress.h"          // Progress
+#include "lib/train/run_dir.h"           // RunDir
+#include "lib/train/run_setup.h"         // Run
+#include "lib/train/train_checkpoint.h"  // Checkpointer
+#include "lib/util/timer.h"              // Stopwatch
+
+namespace fp8t::train {
+
+// What one optimizer step left for the log phase.
+struct StepResult {
+  int64_t step = 0;      // 0-based index of the step just trained
+  double lr = 0.0;
+  at::Tensor grad_norm;  // before clipping, 0-d on the device
+  bool log_step = false;
+};
+
+// What the log phase read on the host.
+struct LoggedStep {
+  double loss = 0.0;         // mean training loss since the previous log step, over all ranks
+  bool stop_signal = false;  // some rank received SIGINT/SIGTERM (data-parallel jobs only)
+};
+
+// The log phase: accumulates the loss on the device between log steps, and on log steps builds
+// the metrics row, writes it (metrics.jsonl on rank 0) and updates the status line.
+class StepLogger {
+ public:
+  // Opens metrics.jsonl for appending (rank 0), after a resume has truncated it.
+  StepLogger(Run& run, const RunDir& dir, Progress& progress);
+
+  // The first step of this invocation, every train.log_interval steps, and the last step.
+  bool is_log_step(int64_t step) const;
+  // The device-side sum the step adds its micro-batch losses to.
+  at::Tensor& loss_sum() { return loss_sum_; }
+  // Counts a trained step's micro-batches and tokens.
+  void count_step();
+
+  // Reads the loss (and, in a job, whether any rank has `signal_pending`), builds the row,
+  // writes it and updates the status line.
+  LoggedStep log(const StepResult& result, bool signal_pending);
+  // The metrics row and the status line of an evaluation after `step` steps.
+  void log_eval(int64_t step, double val_loss);
+  // The one place rows are written.
+  void write(const nlohmann::json& row);
+  // Ends the status line (idempotent).
+  void finish() { status_.finish(); }
+
+ private:
+  double read_loss(bool signal_pending, bool& stop_signal);
+  void add_fp8_fields(nlohmann::json& row, int64_t step);
+
+  Run& run_;
+  Progress& progress_;
+  std::optional<MetricsWriter> metrics_;
+  StatusLine status_;
+  at::Tensor loss_sum_;  // summed on the device between log steps
+  int64_t loss_count_ = 0;
+  Stopwatch window_;     // throughput since the previous log step
+  int64_t window_tokens_ = 0;
+};
+
+// Installs SIGINT/SIGTERM handlers that only record the signal, and restores the previous ones.
+class SignalGuard {
+ public:
+  SignalGuard();
+  ~SignalGuard();
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+  static bool received();
+
+ private:
+  void (*prev_int_)(int);
+  void (*prev_term_)(int);
+};
+
+class TrainingLoop {
+ public:
+  TrainingLoop(Run& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer);
+
+  // Trains from progress.step to train.steps, or until --stop-after or a signal (status
+  // "stopped"/"interrupted", after a checkpoint). Leaves progress.step at the steps done.
+  // Throws fp8t::Error (kTrainingFailed) when the loss is not finite (status "diverged").
+  void run();
+
+ private:
+  StepResult train_step(int64_t step);
+  // The one place a step's result is checked.
+  void check_step(const StepResult& result, const LoggedStep& logged);
+  void evaluate_if_due(int64_t step);
+  // Saves and returns true when the run stops after `step` before its last step.
+  bool stop_early(int64_t step, bool stop_signal);
+
+  Run& run_;
+  Progress& progress_;
+  StepLogger& logger_;
+  Checkpointer& checkpointer_;
+  SignalGuard signals_;
+};
+
+}  // namespace fp8t::train
