@@ -3,8 +3,9 @@
 
 #include <torch/torch.h>  // torch::randn
 
-#include "lib/fp8/cpu_backend.h"  // decode_codes
-#include "lib/fp8/format.h"       // encode
+#include "lib/fp8/cpu_backend.h"     // decode_codes
+#include "lib/fp8/format.h"          // encode
+#include "lib/fp8/fp8_activation.h"  // Fp8Gelu
 #include "tests/catch.h"
 
 using namespace fp8t::fp8;
@@ -145,4 +146,42 @@ TEST_CASE("fp8 linear: evaluation does not record amax", "[fp8]") {
   const at::Tensor y = f.layer->forward(torch::randn({4, 64}));
   REQUIRE(y.sizes() == at::IntArrayRef({4, 48}));
   REQUIRE(f.scaling->amax_history().abs().sum().item<float>() == 0.0f);
+}
+
+TEST_CASE("fp8 linear: a backward after the layers are destroyed still works (the graph holds their state)",
+          "[fp8]") {
+  // fc -> GELU fused into the casts -> proj, built twice from one seed; one copy is destroyed
+  // between its forward and its backward. Its autograd nodes hold the layers' gradient state
+  // (scaling, slots, the GELU's gradient hand-over), never the layers themselves.
+  struct Mlp {
+    std::shared_ptr<DelayedScaling> scaling = std::make_shared<DelayedScaling>(Recipe{});
+    std::shared_ptr<Fp8Linear> fc, proj;
+    std::shared_ptr<Fp8Gelu> act;
+    Mlp() {
+      torch::manual_seed(9);
+      fp8t::model::Linear fc_src(64, 128, true), proj_src(128, 48, true);
+      fc = std::make_shared<Fp8Linear>(fc_src, "fc", scaling);
+      proj = std::make_shared<Fp8Linear>(proj_src, "proj", scaling);
+      act = std::make_shared<Fp8Gelu>(fc, proj);
+      scaling->finalize(at::kCPU);
+    }
+    at::Tensor forward(const at::Tensor& x) { return proj->forward(act->forward(fc->forward(x))); }
+  };
+  torch::manual_seed(10);
+  const at::Tensor x_alive = torch::randn({16, 64}).requires_grad_();
+  const at::Tensor x_gone = x_alive.detach().clone().requires_grad_();
+  const at::Tensor dy = torch::randn({16, 48});
+
+  Mlp alive;
+  alive.forward(x_alive).backward(dy);
+
+  auto gone = std::make_unique<Mlp>();
+  const at::Tensor fc_weight = gone->fc->weight, proj_bias = gone->proj->bias;
+  const at::Tensor y = gone->forward(x_gone);
+  gone.reset();  // the layers, the GELU and the model's reference to the scaling state are gone
+  y.backward(dy);
+
+  REQUIRE(at::equal(x_gone.grad(), x_alive.grad()));
+  REQUIRE(at::equal(fc_weight.grad(), alive.fc->weight.grad()));
+  REQUIRE(at::equal(proj_bias.grad(), alive.proj->bias.grad()));
 }
