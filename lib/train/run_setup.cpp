@@ -12,6 +12,7 @@
 #include "lib/dist/grad_sync.h"       // dist::GradientSync
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/model/gpt.h"            // model::Gpt
+#include "lib/train/tensorboard.h"    // check_tensorboard_available
 #include "lib/util/error.h"           // FP8T_INPUT_CHECK
 
 namespace fp8t::train {
@@ -59,6 +60,7 @@ Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options) {
   const dist::LaunchInfo& launch = options.launch;
   const c10::Device device = resolve_device(cfg.run.device, launch.local_rank);
   const RunDir::Mode mode = run_dir_mode(cfg, options);
+  check_tensorboard_available(cfg.run.tensorboard);  // a build without protobuf: exit 2, nothing written
   // Every rank checks (read-only) before the rendezvous, so a bad run folder stops all of them.
   if (!options.dry_run) RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
 

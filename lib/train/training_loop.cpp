@@ -12,7 +12,7 @@
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/train/lr_schedule.h"    // learning_rate
 #include "lib/util/error.h"           // FP8T_THROW
-#include "lib/util/memory.h"          // reset_peak_memory
+#include "lib/util/memory.h"          // reset_peak_memory, peak_memory_bytes
 
 namespace fp8t::train {
 
@@ -70,6 +70,7 @@ bool SignalGuard::received() { return g_signal.load() != 0; }
 StepLogger::StepLogger(Run& run, const RunDir& dir, Progress& progress)
     : run_(run), progress_(progress), status_(run.cfg.run.quiet || !run.main_rank) {
   if (run.main_rank) metrics_.emplace(dir.metrics_path());
+  if (run.main_rank && run.cfg.run.tensorboard) tensorboard_.emplace(dir.path(), progress.start_step);
   loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.device));
 }
 
@@ -140,6 +141,10 @@ void StepLogger::log_eval(int64_t step, double val_loss) {
 
 void StepLogger::write(const nlohmann::json& row) {
   if (metrics_) metrics_->write(row);
+  if (tensorboard_) {
+    const double peak = static_cast<double>(peak_memory_bytes(run_.device));
+    tensorboard_->write_scalars(row.at("step").get<int64_t>(), tensorboard_scalars(row, peak));
+  }
 }
 
 // ---- the loop -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #include "lib/train/progress.h"          // Progress
 #include "lib/train/run_dir.h"           // RunDir
 #include "lib/train/run_setup.h"         // Run
+#include "lib/train/tensorboard.h"       // TensorBoardWriter
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/util/timer.h"              // Stopwatch
 
@@ -57,7 +58,7 @@ class StepLogger {
   LoggedStep log(const StepResult& result, bool signal_pending);
   // The metrics row and the status line of an evaluation after `step` steps.
   void log_eval(int64_t step, double val_loss);
-  // The one place rows are written.
+  // The one place rows are written (metrics.jsonl; TensorBoard events with run.tensorboard).
   void write(const nlohmann::json& row);
   // Ends the status line (idempotent).
   void finish() { status_.finish(); }
@@ -69,6 +70,7 @@ class StepLogger {
   Run& run_;
   Progress& progress_;
   std::optional<MetricsWriter> metrics_;
+  std::optional<TensorBoardWriter> tensorboard_;  // rank 0 with run.tensorboard
   StatusLine status_;
   at::Tensor loss_sum_;  // summed on the device between log steps
   int64_t loss_count_ = 0;
