@@ -1,5 +1,5 @@
 // Device helpers shared by the cast, cast+transpose, norm and statistics kernels:
-// element loads (fp32 / bf16), the float -> FP8 conversion, and the NaN-propagating amax.
+// element loads (fp32 / bf16), the float -> FP8 conversion, and the NaN-dropping amax.
 //
 // Only included by kernels/*.cu (nvcc); no LibTorch.
 #pragma once
@@ -92,11 +92,13 @@ __device__ __forceinline__ uint8_t to_fp8(float a) {
 
 // ---- amax ---------------------------------------------------------------------------------
 //
-// |x| as an int: for non-negative floats the int order is the float order, and every positive
-// NaN pattern is above +inf, so an integer max is exactly fp8::amax_combine (NaN wins and
-// sticks). Blocks reduce in registers/shared memory and issue ONE atomicMax each.
+// |x| as an int: for non-negative floats the int order is the float order, so an integer max
+// over abs_bits is fp8::amax_combine (lib/fp8/scaling_math.h). A NaN element counts as 0: it
+// never reaches the amax, as in TransformerEngine's fmaxf-based cast amax; +-inf counts (its
+// bits are the largest non-NaN ones). Blocks reduce in registers/shared memory and issue ONE
+// atomicMax each.
 
-__device__ __forceinline__ int abs_bits(float v) { return __float_as_int(fabsf(v)); }
+__device__ __forceinline__ int abs_bits(float v) { return v != v ? 0 : __float_as_int(fabsf(v)); }
 
 __device__ __forceinline__ int warp_max_int(int v) {
 #pragma unroll

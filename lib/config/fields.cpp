@@ -14,6 +14,8 @@
 #include <type_traits>   // std::remove_cvref_t
 #include <utility>       // std::pair
 
+#include "lib/fp8/scaling_math.h"  // fp8::kMaxMargin
+
 namespace fp8t {
 namespace config {
 namespace {
@@ -462,8 +464,9 @@ std::vector<Field> build_table() {
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
   // fp8
-  t.push_back(int_field("fp8.margin", "scale = fp8_max / amax / 2^margin",
-                        [](auto& c) -> auto& { return c.fp8.margin; }, at_least(0)));
+  t.push_back(int_field("fp8.margin", "scale = (fp8_max * 2^-margin) / amax; negative margins allowed",
+                        [](auto& c) -> auto& { return c.fp8.margin; },
+                        Range{-1.0 * fp8::kMaxMargin, 1.0 * fp8::kMaxMargin}));
   t.push_back(int_field("fp8.interval", "recompute scales every `interval` updates (history rolls every update)",
                         [](auto& c) -> auto& { return c.fp8.interval; }, at_least(1)));
   t.push_back(enum_field("fp8.fp8_format", "HYBRID: E4M3 forward, E5M2 gradients; E4M3: every tensor E4M3",

@@ -31,7 +31,8 @@ const std::array<float, 256>& lut_for(Format f) {
   return f == Format::kE4M3 ? e4m3 : e5m2;
 }
 
-// max-accumulate the NaN-propagating amax of x into the slot.
+// max-accumulate max|x| into the slot: NaN elements are ignored, inf counts (amax_combine,
+// TE's fmaxf-based cast amax; the CUDA casts do the same through abs_bits).
 void record_amax(const at::Tensor& xf, const SlotRef& slot) {
   const float* p = xf.data_ptr<float>();
   const int64_t n = xf.numel();

@@ -2,7 +2,8 @@
 
 #include <cmath>  // std::ldexp
 
-#include "lib/util/error.h"  // FP8T_CHECK
+#include "lib/fp8/scaling_math.h"  // kMaxMargin
+#include "lib/util/error.h"         // FP8T_CHECK
 
 namespace fp8t {
 namespace fp8 {
@@ -10,6 +11,8 @@ namespace fp8 {
 DelayedScaling::DelayedScaling(const Recipe& recipe) : recipe_(recipe) {
   FP8T_CHECK(recipe.amax_history_len >= 1, "fp8.amax_history_len must be >= 1");
   FP8T_CHECK(recipe.interval >= 1, "fp8.interval must be >= 1");
+  FP8T_CHECK(recipe.margin >= -kMaxMargin && recipe.margin <= kMaxMargin, "fp8.margin must be in [-", kMaxMargin,
+             ", ", kMaxMargin, "]");
 }
 
 int DelayedScaling::add_slot(const std::string& name, Format format) {
@@ -44,18 +47,54 @@ SlotRef DelayedScaling::slot(int index, bool record) const {
   return ref;
 }
 
-void DelayedScaling::update() {
+void DelayedScaling::update(const at::Tensor& skip) {
   FP8T_CHECK(finalized(), "DelayedScaling used before finalize()");
   if (num_slots() == 0) return;
   at::Tensor row0 = history_[0];
   if (reducer_) reducer_(row0);
-  last_amax_.copy_(row0);
+  at::Tensor kept_history, kept_scale, kept_scale_inv, kept_last_amax;  // what a skipped step restores
+  if (skip.defined()) {
+    kept_history = history_.clone();
+    kept_history[0].zero_();
+    kept_scale = scale_.clone();
+    kept_scale_inv = scale_inv_.clone();
+    kept_last_amax = last_amax_.clone();
+  }
+  if (step_amax_started_) {
+    at::fmax_out(last_amax_, last_amax_, row0);
+  } else {
+    last_amax_.copy_(row0);
+  }
+  step_amax_started_ = recipe_.amax_update == AmaxUpdate::kMicrobatch;
   ++update_count_;
   const bool recompute = update_count_ % recipe_.interval == 0;
   const float two_pow_margin = std::ldexp(1.0f, recipe_.margin);
   backend_for(history_.device())
       .update_scaling(history_, scale_, scale_inv_, fp8_max_, two_pow_margin,
                       recipe_.amax_compute_algo == AmaxComputeAlgo::kMax, recompute);
+  if (skip.defined()) {
+    const at::Tensor skipped = skip.to(history_.device()) != 0;
+    history_.copy_(at::where(skipped, kept_history, history_));
+    scale_.copy_(at::where(skipped, kept_scale, scale_));
+    scale_inv_.copy_(at::where(skipped, kept_scale_inv, scale_inv_));
+    last_amax_.copy_(at::where(skipped, kept_last_amax, last_amax_));
+  }
+}
+
+void DelayedScaling::end_micro_batch(bool last_of_step, const at::Tensor& skip) {
+  if (recipe_.amax_update == AmaxUpdate::kMicrobatch) {
+    update();
+  } else if (last_of_step) {
+    update(skip);
+  }
+  if (last_of_step) {
+    ++steps_ended_;
+    step_amax_started_ = false;
+  }
+}
+
+int64_t DelayedScaling::weight_epoch() const {
+  return recipe_.amax_update == AmaxUpdate::kMicrobatch ? steps_ended_ : update_count_;
 }
 
 void DelayedScaling::add_stats(int index, const at::Tensor& fractions) {

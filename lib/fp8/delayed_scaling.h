@@ -1,27 +1,29 @@
-// The ONE delayed-scaling state machine of fp8train (TransformerEngine semantics,
-// fp8-reference.md section 2).
+// The ONE delayed-scaling state machine of fp8train (TransformerEngine semantics; docs/fp8.md
+// lists the differences from TE).
 //
 // Every FP8 tensor of the model has a slot: an amax history column, a scale and a scale_inv.
 // State lives in three tensors on the model's device so the GPU path never reads it on the host:
-//   amax_history [L, S]  row 0 is the current step's amax, filled by the casts (max-accumulated
-//                        over every cast of the slot in the step: all micro-batches);
+//   amax_history [L, S]  row 0 is the current amax, filled by the casts (max-accumulated over
+//                        every cast of the slot since the last update; NaN elements ignored);
 //   scale        [S]     the factor the casts multiply by: q = fp8(x * scale);
 //   scale_inv    [S]     1 / scale.
 //
-// Timeline of one optimizer step t (the trainer calls update() once, after the backward of the
-// last micro-batch and before the optimizer step):
-//   - every forward cast (input, weight) and backward cast (grad_output) of step t uses the
-//     scale computed at update t-1 (scale 1 before the first update), and records its amax into
-//     row 0;
-//   - update(): (multi-GPU: all-reduce row 0 with MAX first) then for each slot:
-//     amax = max over the history (or row 0 for most_recent), taken before the roll; on every
-//     `interval`-th update the scale is recomputed as fp8_max / amax / 2^margin (old scale kept
-//     when amax is 0 or not finite, FLT_MAX when the result overflows); then the history rolls
-//     by one and row 0 is zeroed. The history rolls on every update, whatever the interval.
-// TE updates forward slots when the autocast region exits and backward slots after the first
-// module's backward; with one forward and backward per step that is the same sequence of scales.
-// Doing both at one point per optimizer step also makes gradient accumulation exact: the amax of
-// a step is the max over all its micro-batches, as the reference specifies.
+// When (the trainer calls end_micro_batch() after each micro-batch's backward):
+//   - fp8.amax_update = step (default): one update per optimizer step, after the last
+//     micro-batch, so the amax of a step is the max over its micro-batches and the history
+//     counts steps;
+//   - fp8.amax_update = microbatch: one update after every micro-batch, as TE does (its forward
+//     slots update when the autocast region exits, its backward slots after the backward; with
+//     no cast in between, updating both after the backward gives the same scales). Micro-batch
+//     k+1 casts with the scales of update k; the weight, cast once per optimizer step, records
+//     nothing in micro-batches 2..M, so its slot skips those updates.
+// Every cast uses the scale of the previous update (1 before the first one).
+//
+// What (scaling_math.h update_slot, per slot): multi-GPU: all-reduce row 0 with MAX first;
+// a slot whose row 0 is 0 is skipped (no roll, no new scale); else the history rolls by one
+// (row 0 zeroed) and, on every `interval`-th update, scale = (fp8_max * 2^-margin) / amax with
+// amax = max over the window (or the current amax for most_recent), the old scale kept when
+// amax is 0 or not finite, FLT_MAX when the result overflows.
 #pragma once
 
 #include <ATen/ATen.h>  // at::Tensor
@@ -51,9 +53,22 @@ class DelayedScaling {
   // evaluation, so that validation does not change the recipe state).
   SlotRef slot(int index, bool record = true) const;
 
-  // One update of every slot (see the timeline above). Runs the amax reducer first if set.
-  void update();
+  // One update of every slot (see above). Runs the amax reducer first if set.
+  // skip (optional 0-d float32 or bool on the device, non-zero = skip; the optimizer's found_inf,
+  // lib/train/step_health.h): a skipped step leaves history, scales and last amax as they were
+  // and drops its row 0 (the amaxes of a step with inf/NaN gradients), decided on the device.
+  // The update count still advances (it lives on the host).
+  void update(const at::Tensor& skip = at::Tensor());
   int64_t update_count() const { return update_count_; }
+
+  // Called after the backward of every micro-batch; updates as fp8.amax_update says. `skip`
+  // is passed to the step's update in `step` mode; `microbatch` mode updates after every
+  // micro-batch as TE does, before the step's skip decision exists, and ignores it.
+  void end_micro_batch(bool last_of_step, const at::Tensor& skip = at::Tensor());
+  // Changes whenever a weight must be cast (and recorded) again with the current scale: every
+  // update in `step` mode; every optimizer step in `microbatch` mode, where TE reuses the FP8
+  // weight of the first micro-batch for the others.
+  int64_t weight_epoch() const;
 
   // Multi-process: called with amax_history row 0 ([S], on device) before each update; must
   // replace it in place by the MAX over all ranks (one collective).
@@ -67,7 +82,7 @@ class DelayedScaling {
   struct SlotStats {
     std::string name;
     std::string format;
-    float amax;           // amax of the last completed step
+    float amax;           // amax of the last completed step (max over its updates)
     float scale;
     float saturated;      // fraction of elements at or beyond fp8_max after scaling
     float underflow;      // fraction of non-zero elements that became zero
@@ -92,10 +107,12 @@ class DelayedScaling {
   std::vector<std::string> names_;
   std::vector<Format> formats_;
   at::Tensor history_, scale_, scale_inv_, fp8_max_;
-  at::Tensor last_amax_;     // [S] row 0 as of the last update (the history may be length 1)
+  at::Tensor last_amax_;     // [S] max of row 0 over the last step's updates (for the stats)
   at::Tensor scratch_amax_;  // [S] sink for casts that must not record
   at::Tensor stats_sum_;     // [S, 3] saturated, underflow, count
   int64_t update_count_ = 0;
+  int64_t steps_ended_ = 0;         // end_micro_batch(true) calls
+  bool step_amax_started_ = false;  // microbatch mode: last_amax_ holds this step's earlier updates
   bool collect_stats_ = false;
   std::function<void(at::Tensor&)> reducer_;
 };

@@ -184,7 +184,9 @@ const Fp8Tensor& Fp8Linear::weight_fp8(bool record, bool rowwise, bool columnwis
   WeightCache& c = weight_cache_;
   const int64_t version = static_cast<int64_t>(weight._version());
   const bool layouts_ok = (!rowwise || c.fp8.rowwise.defined()) && (!columnwise || c.fp8.columnwise.defined());
-  const bool fresh = c.weight_version == version && c.update_count == scaling_->update_count();
+  // weight_epoch: a new scale in `step` mode; the next optimizer step in `microbatch` mode,
+  // where micro-batches 2..M reuse the first one's FP8 weight as TE does (is_first_microbatch).
+  const bool fresh = c.weight_version == version && c.update_count == scaling_->weight_epoch();
   if (fresh && layouts_ok && (c.recorded || !record)) return c.fp8;
   if (!rowwise && !columnwise) {
     c.fp8 = Fp8Tensor{};
@@ -196,7 +198,7 @@ const Fp8Tensor& Fp8Linear::weight_fp8(bool record, bool rowwise, bool columnwis
     scaling_->add_stats(slot.index, backend_for(weight.device()).saturation_stats(weight.detach(), slot));
   }
   c.weight_version = version;
-  c.update_count = scaling_->update_count();
+  c.update_count = scaling_->weight_epoch();
   c.recorded = record;
   return c.fp8;
 }

@@ -21,7 +21,7 @@ printf 'model:\n  n_layer: 2\n  n_heads: 4\n' > typo.yaml
 expect_bad "model.n_heads" --config typo.yaml
 printf 'model:\n  d_model: 100\n  n_head: 3\n' > indivisible.yaml
 expect_bad "n_head" --config indivisible.yaml
-expect_bad "fp8.margin" --config "$CONFIG" --fp8-margin -1
+expect_bad "fp8.margin" --config "$CONFIG" --fp8-margin 200
 expect_bad "train.lr" --config "$CONFIG" --set train.lr=abc
 expect_bad "fp8_format" --config "$CONFIG" --fp8-format E5M2
 expect_bad "data.train_path" --config "$CONFIG" --set data.source=text --set model.vocab_size=256 \

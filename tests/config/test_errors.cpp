@@ -131,7 +131,7 @@ TEST_CASE("out-of-range values name key, line and the allowed range", "[config]"
                           Case{"train", "lr", "-1e-3", "> 0"}, Case{"train", "beta1", "1", "in [0, 1)"},
                           Case{"train", "beta2", "1.5", "in [0, 1)"}, Case{"train", "eps", "0", "> 0"},
                           Case{"data", "val_fraction", "0", "in (0, 1)"}, Case{"data", "val_fraction", "1", "in (0, 1)"},
-                          Case{"fp8", "margin", "-1", ">= 0"}, Case{"fp8", "interval", "0", ">= 1"},
+                          Case{"fp8", "margin", "18", "in [-17, 17]"}, Case{"fp8", "interval", "0", ">= 1"},
                           Case{"fp8", "amax_history_len", "0", ">= 1"}, Case{"train", "grad_accum_steps", "0", ">= 1"},
                           Case{"train", "micro_batch_size", "0", ">= 1"}, Case{"train", "log_interval", "0", ">= 1"},
                           Case{"train", "steps", "0", ">= 1"}, Case{"train", "grad_clip", "-1", ">= 0"},

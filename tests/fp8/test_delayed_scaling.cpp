@@ -14,29 +14,30 @@ using namespace fp8t::fp8;
 
 namespace {
 
-// Independent reference of the update (written from fp8-reference.md, not from scaling_math.h).
+// Independent reference of the update (written from TE's fused kernel as docs/fp8.md states it,
+// not from scaling_math.h).
 struct RefSlot {
   std::vector<float> h;
   float scale = 1.0f, scale_inv = 1.0f;
 };
 
 void ref_update(RefSlot& s, float fmax, int margin, bool use_max, bool recompute) {
-  float amax = s.h[0];
+  const float current = s.h[0];
+  if (current == 0.0f) return;  // no new amax: no roll, no new scale
+  std::rotate(s.h.begin(), s.h.begin() + 1, s.h.end());  // the window: h[1..L-1], current
+  float amax = current;
   if (use_max) {
-    for (float v : s.h) {
-      if (std::isnan(v) || std::isnan(amax)) amax = std::numeric_limits<float>::quiet_NaN();
-      else amax = std::max(amax, v);
-    }
+    amax = 0.0f;
+    for (float v : s.h) amax = std::fmax(amax, v);  // fmax ignores NaN entries
   }
+  s.h[0] = 0.0f;
   if (recompute) {
     if (amax > 0.0f && std::isfinite(amax)) {
-      float sn = (fmax / amax) / std::ldexp(1.0f, margin);
-      s.scale = std::isfinite(sn) ? sn : FLT_MAX;
+      const float sn = (fmax * std::ldexp(1.0f, -margin)) / amax;
+      s.scale = std::isinf(sn) ? FLT_MAX : sn;
     }
     s.scale_inv = 1.0f / s.scale;
   }
-  std::rotate(s.h.begin(), s.h.begin() + 1, s.h.end());
-  s.h[0] = 0.0f;
 }
 
 Recipe recipe_with(int history, AmaxComputeAlgo algo, int margin = 0, int interval = 1) {
@@ -78,8 +79,22 @@ TEST_CASE("delayed scaling: most_recent uses only the current step", "[fp8]") {
 
 TEST_CASE("delayed scaling: margin divides by 2^margin; E5M2 uses 57344", "[fp8]") {
   REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax, 2), {2.0f}) == std::vector<float>{56.0f});
+  REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax, -2), {2.0f}) == std::vector<float>{896.0f});
   REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax, 0), {2.0f}, Format::kE5M2) ==
           std::vector<float>{28672.0f});
+}
+
+TEST_CASE("delayed scaling: the scale is (fp8_max * 2^-margin) / amax, one rounding as in TE", "[fp8]") {
+  // 448 / 2^-120 overflows, (448 / 4) / 2^-120 = 112 * 2^120 does not: the old order
+  // (fp8_max / amax) / 2^margin gave FLT_MAX here.
+  REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax, 2), {std::ldexp(1.0f, -120)}) ==
+          std::vector<float>{std::ldexp(112.0f, 120)});
+  // A subnormal scale, rounded once (dividing by 2^17 after rounding 448 / amax differs here).
+  const float amax = 7.926375814311875e37f;
+  REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax, 17), {amax}) ==
+          std::vector<float>{(448.0f * std::ldexp(1.0f, -17)) / amax});
+  REQUIRE((448.0f * std::ldexp(1.0f, -17)) / amax != (448.0f / amax) / std::ldexp(1.0f, 17));
+  REQUIRE_THROWS_AS(DelayedScaling(recipe_with(1, AmaxComputeAlgo::kMax, 18)), fp8t::Error);
 }
 
 TEST_CASE("delayed scaling: zero, inf and NaN amax keep the old scale; tiny amax gives FLT_MAX", "[fp8]") {
@@ -87,10 +102,26 @@ TEST_CASE("delayed scaling: zero, inf and NaN amax keep the old scale; tiny amax
   REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax), {0.0f}) == std::vector<float>{1.0f});
   REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax), {2.0f, 0.0f, inf, nan, 4.0f}) ==
           std::vector<float>{224.0f, 224.0f, 224.0f, 224.0f, 112.0f});
-  // With a history of 3 a NaN poisons the max for three updates (until it rolls out).
+  // TE's fused kernel takes the window max with fmaxf: a NaN entry (only a reduced or restored
+  // amax can be NaN: casts ignore NaN elements) is ignored, it does not freeze the scale.
+  // (fp8train before TE parity propagated it: 224 until the NaN rolled out.)
   REQUIRE(run_sequence(recipe_with(3, AmaxComputeAlgo::kMax), {2.0f, nan, 4.0f, 4.0f, 4.0f}) ==
-          std::vector<float>{224.0f, 224.0f, 224.0f, 224.0f, 112.0f});
+          std::vector<float>{224.0f, 224.0f, 112.0f, 112.0f, 112.0f});
   REQUIRE(run_sequence(recipe_with(1, AmaxComputeAlgo::kMax), {1e-40f}) == std::vector<float>{FLT_MAX});
+}
+
+TEST_CASE("delayed scaling: a zero amax neither rolls the history nor changes the scale", "[fp8]") {
+  // TE's fused update skips a slot whose current amax is 0. fp8train used to roll, so the 4
+  // left the window after two zero steps and the scale rose to 448 at the last update.
+  DelayedScaling ds(recipe_with(3, AmaxComputeAlgo::kMax));
+  ds.add_slot("x", Format::kE4M3);
+  ds.finalize(at::kCPU);
+  for (float a : {4.0f, 0.0f, 0.0f, 0.0f, 1.0f}) {
+    ds.slot(0).amax.fill_(a);
+    ds.update();
+    REQUIRE(ds.scale()[0].item<float>() == 112.0f);
+  }
+  REQUIRE(at::equal(ds.amax_history().view({-1}), at::tensor({0.0f, 4.0f, 1.0f})));
 }
 
 TEST_CASE("delayed scaling: interval recomputes every n-th update while the history rolls", "[fp8]") {
@@ -101,7 +132,7 @@ TEST_CASE("delayed scaling: interval recomputes every n-th update while the hist
 TEST_CASE("delayed scaling: many slots match the reference on random sequences", "[fp8]") {
   for (int history : {1, 2, 16}) {
     for (auto algo : {AmaxComputeAlgo::kMax, AmaxComputeAlgo::kMostRecent}) {
-      for (int margin : {0, 3}) {
+      for (int margin : {0, 3, -3}) {
         const Recipe r = recipe_with(history, algo, margin, history == 2 ? 3 : 1);
         DelayedScaling ds(r);
         std::vector<RefSlot> ref(5);
@@ -113,7 +144,7 @@ TEST_CASE("delayed scaling: many slots match the reference on random sequences",
           fmax.push_back(format_max(f));
         }
         ds.finalize(at::kCPU);
-        std::mt19937 rng(history * 10 + margin);
+        std::mt19937 rng(history * 10 + margin + 3);
         std::uniform_real_distribution<float> mag(-20.0f, 20.0f);
         for (int step = 1; step <= 40; ++step) {
           for (int i = 0; i < 5; ++i) {

@@ -40,7 +40,7 @@ inline at::Tensor host_encode(const at::Tensor& x, float scale, fp8::Format f) {
   return out;
 }
 
-// NaN-propagating max|x|, max-accumulated onto `init` (what the cast kernels do to *amax).
+// max|x| ignoring NaN elements, max-accumulated onto `init` (what the cast kernels do to *amax).
 inline float host_amax(const at::Tensor& x, float init) {
   const at::Tensor xf = x.to(at::kFloat).cpu().contiguous();
   const float* p = xf.data_ptr<float>();

@@ -3,6 +3,7 @@
 #if defined(FP8T_WITH_CUDA)
 
 #include <cfloat>  // FLT_MAX
+#include <cmath>   // std::ldexp
 #include <limits>  // std::numeric_limits
 #include <vector>  // std::vector
 
@@ -18,8 +19,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // amax written into h[0] of each slot before each update; slots alternate E4M3 / E5M2 maxima.
-// Covers: zero (keep scale), inf and NaN (keep scale; NaN must also survive in the history for
-// `max`), a subnormal amax (scale overflows -> FLT_MAX), huge and ordinary values.
+// Covers: zero (the slot is skipped: no roll, no new scale), inf (keep scale), NaN (ignored by
+// the window max, kept by most_recent), a subnormal amax (scale overflows -> FLT_MAX), 2^-120
+// (overflows only in the old (fp8_max / amax) / 2^margin order), huge and ordinary values.
 const std::vector<std::vector<float>> kScript = {
     {1.0f, 0.0f, 3.5f, 1e-3f, kInf},
     {0.0f, 2.0f, kNaN, 448.0f, 7.0f},
@@ -28,6 +30,7 @@ const std::vector<std::vector<float>> kScript = {
     {2.0f, 1e-40f, 4.0f, 100.0f, 0.0f},
     {0.0f, 0.0f, 0.0f, 0.0f, 0.0f},
     {9.0f, 3.0f, 1.0f, 2.0f, 6.0f},
+    {7.52316384526264e-37f, 1.17549435e-38f, 0.0f, 7.926375814311875e37f, 1.5e-45f},
 };
 
 }  // namespace
@@ -38,9 +41,9 @@ TEST_CASE("update_scaling: bit-exact vs update_slot over a scripted amax sequenc
   const int slots = static_cast<int>(kScript[0].size());
   for (int history_len : {1, 4}) {
     for (bool use_max : {true, false}) {
-      for (int margin : {0, 2}) {
+      for (int margin : {0, 2, -3, 17}) {
         CAPTURE(history_len, use_max, margin);
-        const float two_pow_margin = static_cast<float>(1 << margin);
+        const float two_pow_margin = std::ldexp(1.0f, margin);
         // Host state and device state start equal: scale 1, history zeros.
         std::vector<float> h(static_cast<size_t>(history_len) * slots, 0.0f), s(slots, 1.0f), si(slots, 1.0f),
             fmax(slots);
