@@ -12,6 +12,7 @@
 #include "lib/dist/grad_sync.h"       // dist::GradientSync
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/model/gpt.h"            // model::Gpt
+#include "lib/train/precision_chart.h"  // precision_chart
 #include "lib/train/tensorboard.h"    // check_tensorboard_available
 #include "lib/util/error.h"           // FP8T_INPUT_CHECK
 
@@ -33,7 +34,8 @@ void log_plan(const Run& run) {
                cfg.run.name, run.device.str(), gpt.parameter_count() / 1e6, cfg.model.n_layer, cfg.model.d_model,
                config::to_string(cfg.precision),
                cfg.precision == Precision::kFp8 && run.device.is_cpu() ? " (emulated on CPU: exact FP8 casts, FP32 GEMMs)"
-               : cfg.precision == Precision::kBf16 && run.device.is_cpu() ? " (CPU autocast to bf16)" : "");
+               : cfg.precision == Precision::kBf16 && run.device.is_cpu() ? " (CPU autocast to bf16)"
+               : cfg.precision == Precision::kFp16 && run.device.is_cpu() ? " (CPU autocast to fp16)" : "");
   spdlog::info("data: {}", run.data.describe());
   if (auto floor = run.data.entropy_floor_nats()) {
     spdlog::info("data: entropy floor {:.4f} nats/token (the best achievable loss); ln(vocab) = {:.4f}", *floor,
@@ -81,6 +83,10 @@ nlohmann::json dry_run_plan(const Run& run) {
   nlohmann::json plan = {{"status", "dry-run"}, {"parameters", run.session->model().parameter_count()},
                          {"device", run.device.str()}, {"precision", config::to_string(run.cfg.precision)}};
   if (!run.session->rewrite_report().empty()) plan["fp8_rewrite"] = run.session->rewrite_report();
+  // The optimizer and the process group do not exist yet: the chart applies their rules.
+  const PrecisionChart chart = precision_chart(*run.session, run.world_size);
+  spdlog::info("{}", chart.to_string());
+  plan["precision_chart"] = chart.to_json();
   return plan;
 }
 
@@ -96,6 +102,8 @@ void join_job(Run& run) {
                  run.comm->world_size(), run.comm->backend_name(), run.session->gradient_sync()->num_buckets(),
                  run.cfg.dist.bucket_mb, run.tokens_per_step);
   }
+  // From the live optimizer, gradient sync and communicator (kept at the start of train.log).
+  if (run.main_rank) spdlog::info("{}", precision_chart(*run.session, run.world_size).to_string());
 }
 
 }  // namespace fp8t::train

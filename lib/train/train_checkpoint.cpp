@@ -11,6 +11,7 @@
 #include "lib/model/gpt.h"            // model::Gpt
 #include "lib/train/checkpoint.h"     // Checkpoint, save_checkpoint, load_checkpoint
 #include "lib/train/metrics.h"        // truncate_metrics_after
+#include "lib/train/loss_scaler.h"    // LossScaler
 #include "lib/train/optimizer.h"      // AdamW
 #include "lib/util/error.h"           // FP8T_INPUT_CHECK
 
@@ -25,6 +26,9 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   for (const auto& [k, v] : session.optimizer().state_dict()) ck.tensors["optim." + k] = v;
   if (const auto* scaling = session.scaling()) {
     for (const auto& [k, v] : scaling->state_dict()) ck.tensors[k] = v;
+  }
+  if (const LossScaler* scaler = session.loss_scaler()) {  // fp16: the scale and its growth tracker
+    for (const auto& [k, v] : scaler->state_dict()) ck.tensors[k] = v;
   }
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   ck.tensors["rng.cpu"] = gen.get_state();
@@ -53,6 +57,7 @@ void restore_checkpoint(Run& run, const Checkpoint& ck) {
   }
   run.session->optimizer().load_state_dict(optim);
   if (auto* scaling = run.session->scaling()) scaling->load_state_dict(fp8_state);
+  if (LossScaler* scaler = run.session->loss_scaler()) scaler->load_state_dict(ck.tensors);
   const auto rng = ck.tensors.find("rng.cpu");
   FP8T_INPUT_CHECK(rng != ck.tensors.end(), "checkpoint has no RNG state");
   at::Generator gen = at::detail::getDefaultCPUGenerator();

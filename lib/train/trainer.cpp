@@ -7,6 +7,7 @@
 
 #include "lib/config/print.h"            // config::to_yaml
 #include "lib/train/metrics.h"           // write_summary
+#include "lib/train/precision_chart.h"   // precision_chart
 #include "lib/train/progress.h"          // Progress
 #include "lib/train/run_dir.h"           // RunDir
 #include "lib/train/run_setup.h"         // Run, setup_run, join_job
@@ -39,7 +40,8 @@ void write_failure_summary(const Run& run, const RunDir& dir, Progress& progress
 
 // summary.json and the last log line; an interrupted run then exits with kInterrupted.
 nlohmann::json finish(const Run& run, const RunDir& dir, const Progress& progress) {
-  const nlohmann::json summary = progress.summary(run);
+  nlohmann::json summary = progress.summary(run);
+  summary["precision_chart"] = precision_chart(*run.session, run.world_size).to_json();
   if (run.main_rank) {
     write_summary(dir.summary_path(), summary);
     spdlog::info("{}: {} steps, final loss {:.4f}, val {:.4f}, {:.0f} tokens/s, {:.1f}s -> {}", progress.status,

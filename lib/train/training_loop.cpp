@@ -10,6 +10,7 @@
 
 #include "lib/dist/communicator.h"    // dist::Communicator
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/train/loss_scaler.h"    // LossScaler
 #include "lib/train/lr_schedule.h"    // learning_rate
 #include "lib/util/error.h"           // FP8T_THROW
 #include "lib/util/memory.h"          // reset_peak_memory, peak_memory_bytes
@@ -113,6 +114,7 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   nlohmann::json row = {{"step", step + 1}, {"loss", out.loss}, {"lr", result.lr}, {"grad_norm", gnorm},
                         {"tokens_per_s", tok_s}, {"elapsed_s", progress_.elapsed_s()}};
   add_fp8_fields(row, step);
+  if (const LossScaler* scaler = run_.session->loss_scaler()) row["loss_scale"] = scaler->read_scale();
   write(row);
   const double per_step = progress_.wall.seconds() / static_cast<double>(step + 1 - progress_.start_step);
   const double remaining = (t.steps - step - 1) * per_step;
