@@ -103,8 +103,8 @@ std::string to_html(const std::vector<RunFolder>& runs, const Table& table, cons
   page += "<h2>Runs</h2>\n<div class=\"scroll\">\n" + table_html(table) + "</div>\n";
   page += "<h2>Curves</h2>\n<div class=\"grid\" id=\"curves\"></div>\n";
   page += "<h2>FP8 statistics per slot</h2>\n<p class=\"note\">Runs trained with --fp8-stats: each FP8 tensor "
-          "slot's scale, amax and fraction of saturated and underflowing elements on the log steps. A bad "
-          "layer shows as a row that stands out.</p>\n<div id=\"fp8\"></div>\n";
+          "slot's scale, amax and fraction of saturated and underflowing elements on the log steps, one color "
+          "scale per statistic for all runs. A bad layer shows as a row that stands out.</p>\n<div id=\"fp8\"></div>\n";
   page += "<script>\n" + std::string(assets::chart_js()) + "\n</script>\n";
   page += "<script type=\"application/json\" id=\"report-data\">" + chart_data_json(table.runs) + "</script>\n";
   page += "<script>\n" + std::string(assets::report_js()) + "</script>\n";

@@ -66,6 +66,7 @@ Cell worst_slot_cell(const RunFolder& run, const char* summary_list, const std::
     }
   }
   if (!frac) return Cell{};
+  if (*frac == 0.0) return Cell{"none (0%)", 0.0};  // no slot to single out
   return Cell{slot + " " + printf_text("%.3g%%", *frac * 100.0), *frac, slot};
 }
 

@@ -24,17 +24,24 @@
     return out;
   }
 
-  // The finite range of `key` over all runs (for two charts that share a y axis).
-  function range(keys) {
+  // The finite range of `keys` over all runs from step `from` on (for charts that share a y axis).
+  function range(keys, from) {
     let lo = Infinity, hi = -Infinity;
     for (const run of data.runs) {
       for (const k of keys) {
-        for (const v of run[k].value) {
-          if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-        }
+        run[k].value.forEach((v, i) => {
+          if (v !== null && isFinite(v) && run[k].step[i] >= (from || -Infinity)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+        });
       }
     }
-    return lo <= hi ? {min: lo - 0.02 * (hi - lo), max: hi + 0.02 * (hi - lo)} : {};
+    const pad = Math.max(0.02 * (hi - lo), 1e-6 * Math.abs(hi));
+    return lo <= hi ? {min: lo - pad, max: hi + pad} : {};
+  }
+
+  function lastStep(key) {
+    let last = 0;
+    for (const run of data.runs) last = Math.max(last, ...run[key].step);
+    return last;
   }
 
   // One line chart: a curve per run (same color in every chart), step on x.
@@ -48,6 +55,8 @@
     })).filter((d) => d.data.length > 0);
     const y = {type: spec.log ? 'logarithmic' : 'linear', title: {display: true, text: spec.yTitle}};
     if (spec.range) Object.assign(y, spec.range);
+    const x = {type: 'linear', title: {display: true, text: 'step'}};
+    if (spec.from !== undefined) x.min = spec.from;
     if (spec.tick) y.ticks = {callback: spec.tick};
     new Chart(canvas, {
       type: 'line',
@@ -55,7 +64,7 @@
       options: {
         parsing: false, normalized: true,
         interaction: {mode: 'nearest', intersect: false},
-        scales: {x: {type: 'linear', title: {display: true, text: 'step'}}, y},
+        scales: {x, y},
         plugins: {title: {display: true, text: spec.title}, legend: {position: 'top'}},
       },
     });
@@ -74,6 +83,10 @@
     const loss = range(['loss', 'val_loss']);
     lineChart(grid, {key: 'loss', title: 'Training loss', yTitle: 'loss (nats/token)', range: loss});
     lineChart(grid, {key: 'val_loss', title: 'Validation loss (same y axis)', yTitle: 'loss (nats/token)', range: loss});
+    // Recipes often differ by little: the second half of the run on its own y range.
+    const half = Math.floor(lastStep('loss') / 2);
+    lineChart(grid, {key: 'loss', title: 'Training loss from step ' + half + ' (zoomed y axis)', yTitle: 'loss (nats/token)',
+                     from: half, range: range(['loss'], half)});
     lineChart(grid, {key: 'lr', title: 'Learning rate', yTitle: 'learning rate', tick: (v) => Number(v).toExponential(1)});
     lineChart(grid, {key: 'grad_norm', title: 'Gradient norm (before clipping)', yTitle: 'global L2 norm', log: true,
                      tick: (v) => si(v)});
@@ -104,16 +117,30 @@
 
   // A heatmap slot x step of one FP8 statistic: a scatter chart (the library's axes, ticks and
   // tooltips) whose points are invisible, with a plugin that fills one rectangle per cell.
-  function heatmap(parent, fp8, m) {
-    const cells = [];
+  // The color range of a statistic over every run, so that the same color means the same value
+  // in every run's heatmap.
+  function colorRange(runs, m) {
     let lo = Infinity, hi = -Infinity;
+    for (const run of runs) {
+      for (const s of run.fp8.slots) {
+        for (const raw of s[m.key]) {
+          const v = raw === null ? null : m.tf(raw);
+          if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+        }
+      }
+    }
+    if (m.zeroBased || !(lo <= hi)) lo = 0;
+    if (!(hi > lo)) hi = lo + 1;
+    return {lo, hi};
+  }
+
+  function heatmap(parent, fp8, m, range) {
+    const cells = [];
+    const {lo, hi} = range;
     fp8.slots.forEach((s, j) => s[m.key].forEach((raw, i) => {
       const v = raw === null ? null : m.tf(raw);
-      if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
       cells.push({x: fp8.steps[i], y: j, v: v !== null && isFinite(v) ? v : null, raw, i});
     }));
-    if (m.zeroBased) lo = 0;
-    if (!(hi > lo)) hi = lo + 1;
     const box = el('div', 'heat', parent);
     const nSlots = fp8.slots.length, nSteps = fp8.steps.length;
     box.style.height = (110 + 15 * nSlots) + 'px';
@@ -180,10 +207,11 @@
       el('p', 'note', section, 'No run was trained with --fp8-stats: no per-slot FP8 statistics.');
       return;
     }
+    const ranges = FP8_METRICS.map((m) => colorRange(runs, m));
     for (const run of runs) {
       el('h3', null, section, run.name + ' (' + run.fp8.slots.length + ' slots, ' + run.fp8.steps.length + ' log steps)');
       const grid = el('div', 'grid', section);
-      for (const m of FP8_METRICS) heatmap(grid, run.fp8, m);
+      FP8_METRICS.forEach((m, k) => heatmap(grid, run.fp8, m, ranges[k]));
     }
   }
 
