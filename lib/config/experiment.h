@@ -18,6 +18,7 @@ enum class DeviceKind { kAuto, kCpu, kCuda };
 enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 enum class NormKind { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiGLU };
+enum class PositionKind { kLearned, kRope };
 enum class DataSource { kSynthetic, kText, kTokens };
 enum class LrSchedule { kCosine, kLinear, kConstant };
 
@@ -44,8 +45,14 @@ struct ModelSection {
   bool bias = true;
   double dropout = 0.0;
   bool tie_embeddings = false;
+  PositionKind position = PositionKind::kLearned;  // learned: a position table; rope: rotary q/k
+  double rope_theta = 10000.0;    // RoPE base (Llama 3: 500000)
+  int64_t n_kv_head = 0;          // K/V heads (grouped-query attention); 0 means n_head
+  bool fused_qkv = true;          // q, k, v from one GEMM (c_attn); false: q_proj, k_proj, v_proj
+  std::string init_from;          // safetensors file with the starting weights; empty: random init
 
   int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
 };
 
 struct DataSection {
