@@ -140,15 +140,15 @@ ChartRow weights_row(const Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("weights", "weights");
   const std::string cast = s.autocast_dtype() == at::kFloat
                                ? "the GEMMs read them as stored"
-                               : "autocast gives the GEMMs a " + dtype_name(s.autocast_dtype()) + " copy per forward";
+                               : "autocast gives the GEMMs " + dtype_name(s.autocast_dtype()) + " copies, cast per forward";
   for (const OwnedParam& p : params) {
     const std::string dtype = dtype_name(p.tensor.scalar_type());
     const bool is_weight = p.name.size() >= 6 && p.name.compare(p.name.size() - 6, 6, "weight") == 0;
     std::string detail = "biases and norm gains";
     if (const auto* f = dynamic_cast<const fp8::Fp8Linear*>(p.owner); f && is_weight) {
-      detail = "FP8 Linear weights; the GEMMs read a " +
+      detail = "FP8 Linear weights; the GEMMs read " +
                std::string(fp8::format_name(f->scaling().slot_format(f->slot_weight()))) +
-               " copy cast once per optimizer step";
+               " copies, cast once per optimizer step";
     } else if (dynamic_cast<const model::Linear*>(p.owner) != nullptr && is_weight) {
       detail = "Linear weights; " + cast;
     } else if (dynamic_cast<const torch::nn::EmbeddingImpl*>(p.owner) != nullptr) {

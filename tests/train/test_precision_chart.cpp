@@ -76,7 +76,7 @@ TEST_CASE("precision chart: fp32, bf16 and fp16 run every GEMM in the autocast d
   REQUIRE(group(compute, dtype, "attention").names == std::vector<std::string>{"h0.attn", "h1.attn"});
   check_fp32_state(chart, session.parameters().size());
   // Lower precisions: the weights reach the GEMMs as autocast copies.
-  if (precision != Precision::kFp32) group(chart.row("weights"), "FP32", std::string("a ") + dtype + " copy");
+  if (precision != Precision::kFp32) group(chart.row("weights"), "FP32", std::string("GEMMs ") + dtype + " copies");
   const ChartRow& ls = chart.row("loss_scaling");
   if (precision == Precision::kFp16) {
     REQUIRE(ls.summary() == "dynamic");
@@ -105,7 +105,7 @@ TEST_CASE("precision chart: fp8 names the FP8 layers, the skipped layers and the
   REQUIRE(group(compute, "FP32", "attention").names.size() == 2);
 
   check_fp32_state(chart, session.parameters().size());
-  REQUIRE(group(chart.row("weights"), "FP32", "E4M3 copy cast once per optimizer step").names.size() == 7);
+  REQUIRE(group(chart.row("weights"), "FP32", "E4M3 copies, cast once per optimizer step").names.size() == 7);
   REQUIRE(chart.row("loss_scaling").summary() == "none");
 
   // After prepare_training the optimizer rows come from the live AdamW state: unchanged.
