@@ -1,316 +1,19 @@
-// The field table (one entry per key of the experiment file) and the typed value parsers and
-// printers it uses. See fields.h.
+// The field table (one entry per key of the experiment file), the enum spellings and lookups
+// over the table. See fields.h. Elsewhere: the entry builders (field_builders.h), the value
+// parsers and printers (parse.cpp), the text helpers (text.cpp).
 #include "lib/config/fields.h"
 
-#include <yaml-cpp/yaml.h>  // YAML::Node, YAML::Load
+#include <algorithm>  // std::find, std::max
+#include <limits>     // std::numeric_limits
 
-#include <algorithm>     // std::min, std::transform
-#include <cctype>        // std::isalnum, std::tolower
-#include <charconv>      // std::from_chars, std::to_chars
-#include <cmath>         // std::isfinite
-#include <limits>        // std::numeric_limits
-#include <set>           // std::set
-#include <sstream>       // std::ostringstream
-#include <type_traits>   // std::remove_cvref_t
-#include <utility>       // std::pair
-
-#include "lib/fp8/scaling_math.h"  // fp8::kMaxMargin
+#include "lib/config/field_builders.h"  // bool_field, int_field, ..., enum_field, EnumNames
+#include "lib/config/text.h"            // join, shortest, edit_distance
+#include "lib/fp8/recipe.h"             // fp8::kRecipeFormatNames, ...
+#include "lib/fp8/scaling_math.h"       // fp8::kMaxMargin
 
 namespace fp8t {
 namespace config {
 namespace {
-
-// ---- small text helpers ------------------------------------------------------------------
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::string::size_type start = 0;
-  while (true) {
-    const auto comma = s.find(',', start);
-    out.push_back(trim(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-std::string join(const std::vector<std::string>& parts, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
-  return out;
-}
-
-// Shortest text that reads back as the same double ("0.003", "1e-08", "1").
-std::string shortest(double v) {
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, res.ptr);
-}
-
-
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-
-// ---- scalar parsers (throw ValueError) ----------------------------------------------------
-
-bool parse_bool(const Field& f, const std::string& text) {
-  const std::string t = lower(text);
-  if (t == "true" || t == "yes" || t == "1") return true;
-  if (t == "false" || t == "no" || t == "0") return false;
-  throw ValueError("expected " + f.expected() + ", got " + quoted(text));
-}
-
-// Start of the digits of a number: skips one leading '+'; nullptr when what follows cannot
-// start a number of the wanted signedness ("", "++1", "+-1", "-1" for unsigned).
-const char* number_start(const std::string& text, bool allow_minus) {
-  const char* b = text.data();
-  const char* e = b + text.size();
-  const bool plus = b != e && *b == '+';
-  if (plus) ++b;
-  if (b == e || *b == '+' || (*b == '-' && (plus || !allow_minus))) return nullptr;
-  return b;
-}
-
-bool looks_like_float(const std::string& text) {
-  double d = 0;
-  const char* b = number_start(text, true);
-  const char* e = text.data() + text.size();
-  if (b == nullptr) return false;
-  const auto res = std::from_chars(b, e, d);
-  return res.ec == std::errc() && res.ptr == e;
-}
-
-int64_t parse_int(const Field& f, const std::string& text) {
-  const char* b = number_start(text, true);
-  const char* e = text.data() + text.size();
-  int64_t v = 0;
-  const auto res = b != nullptr ? std::from_chars(b, e, v) : std::from_chars_result{e, std::errc::invalid_argument};
-  if (res.ec == std::errc::result_out_of_range || (res.ec == std::errc() && res.ptr == e &&
-                                                   (v < f.int_min || v > f.int_max))) {
-    throw ValueError("got " + text + ", which is out of range (expected an integer between " +
-                     std::to_string(f.int_min) + " and " + std::to_string(f.int_max) + ")");
-  }
-  if (res.ec != std::errc() || res.ptr != e) {
-    throw ValueError("expected " + f.expected() + ", got " + quoted(text) +
-                     (looks_like_float(text) ? " (write a whole number, without fraction or exponent)" : ""));
-  }
-  return v;
-}
-
-uint64_t parse_uint(const Field& f, const std::string& text) {
-  const char* b = number_start(text, false);
-  const char* e = text.data() + text.size();
-  uint64_t v = 0;
-  const auto res = b != nullptr ? std::from_chars(b, e, v) : std::from_chars_result{e, std::errc::invalid_argument};
-  if (res.ec == std::errc::result_out_of_range) {
-    throw ValueError("got " + text + ", which is out of range (expected " + f.expected() + " below 2^64)");
-  }
-  if (res.ec != std::errc() || res.ptr != e) {
-    const bool negative = !text.empty() && text[0] == '-';
-    throw ValueError("expected " + f.expected() + ", got " + quoted(text) +
-                     (negative                 ? " (must not be negative)"
-                      : looks_like_float(text) ? " (write a whole number, without fraction or exponent)"
-                                               : ""));
-  }
-  return v;
-}
-
-double parse_double(const Field& f, const std::string& text) {
-  const char* b = number_start(text, true);
-  const char* e = text.data() + text.size();
-  double v = 0;
-  const auto res = b != nullptr ? std::from_chars(b, e, v) : std::from_chars_result{e, std::errc::invalid_argument};
-  if (res.ec != std::errc() || res.ptr != e || !std::isfinite(v)) {
-    throw ValueError("expected " + f.expected() + ", got " + quoted(text));
-  }
-  return v;
-}
-
-std::string parse_enum(const Field& f, const std::string& text) {
-  const std::string t = lower(text);
-  for (const auto& c : f.choices) {
-    if (lower(c) == t) return c;
-  }
-  for (const auto& r : f.rejected) {
-    if (lower(r.value) == t) {
-      throw ValueError(quoted(text) + " is not supported: " + r.reason + "; expected " + f.expected());
-    }
-  }
-  throw ValueError("expected " + f.expected() + ", got " + quoted(text));
-}
-
-GemmFlags parse_gemm_flags_text(const Field& f, const std::string& text) {
-  const auto parts = split_commas(text);
-  if (parts.size() != kGemmNames.size()) {
-    throw ValueError("expected " + f.expected() + ", got " + quoted(text));
-  }
-  GemmFlags out{};
-  for (size_t i = 0; i < parts.size(); ++i) {
-    try {
-      out[i] = parse_bool(f, parts[i]);
-    } catch (const ValueError&) {
-      throw ValueError(std::string(kGemmNames[i]) + ": expected a boolean (true/false, yes/no, 1/0), got " +
-                       quoted(parts[i]) + " in " + quoted(text));
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> parse_list_text(const Field& f, const std::string& text) {
-  if (trim(text).empty()) return {};
-  auto parts = split_commas(text);
-  for (const auto& p : parts) {
-    if (p.empty()) throw ValueError("empty entry in " + quoted(text) + "; expected " + f.expected());
-  }
-  return parts;
-}
-
-int node_line(const YAML::Node& n) { return n.Mark().is_null() ? -1 : n.Mark().line; }
-
-// ---- field builders -----------------------------------------------------------------------
-// Each takes an accessor: a generic lambda `[](auto& c) -> auto& { return c.model.n_layer; }`
-// that yields the member for both const and mutable configs.
-
-template <class Acc>
-using MemberOf = std::remove_cvref_t<decltype(std::declval<Acc>()(std::declval<ExperimentConfig&>()))>;
-
-template <class Acc>
-Field bool_field(std::string key, std::string help, Acc acc) {
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kBool;
-  f.help = std::move(help);
-  f.get = [acc](const ExperimentConfig& c) -> Value { return static_cast<bool>(acc(c)); };
-  f.set = [acc](ExperimentConfig& c, const Value& v) { acc(c) = std::get<bool>(v); };
-  return f;
-}
-
-template <class Acc>
-Field int_field(std::string key, std::string help, Acc acc, std::optional<Range> range = std::nullopt) {
-  using T = MemberOf<Acc>;
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kInt;
-  f.help = std::move(help);
-  f.range = range;
-  f.int_min = static_cast<int64_t>(std::numeric_limits<T>::min());
-  f.int_max = static_cast<int64_t>(std::numeric_limits<T>::max());
-  f.get = [acc](const ExperimentConfig& c) -> Value { return static_cast<int64_t>(acc(c)); };
-  f.set = [acc](ExperimentConfig& c, const Value& v) { acc(c) = static_cast<T>(std::get<int64_t>(v)); };
-  return f;
-}
-
-template <class Acc>
-Field uint_field(std::string key, std::string help, Acc acc) {
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kUInt;
-  f.help = std::move(help);
-  f.get = [acc](const ExperimentConfig& c) -> Value { return static_cast<uint64_t>(acc(c)); };
-  f.set = [acc](ExperimentConfig& c, const Value& v) { acc(c) = std::get<uint64_t>(v); };
-  return f;
-}
-
-template <class Acc>
-Field float_field(std::string key, std::string help, Acc acc, std::optional<Range> range = std::nullopt) {
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kFloat;
-  f.help = std::move(help);
-  f.range = range;
-  f.get = [acc](const ExperimentConfig& c) -> Value { return static_cast<double>(acc(c)); };
-  f.set = [acc](ExperimentConfig& c, const Value& v) { acc(c) = std::get<double>(v); };
-  return f;
-}
-
-template <class Acc>
-Field string_field(std::string key, std::string help, Acc acc) {
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kString;
-  f.help = std::move(help);
-  f.get = [acc](const ExperimentConfig& c) -> Value { return std::string(acc(c)); };
-  f.set = [acc](ExperimentConfig& c, const Value& v) { acc(c) = std::get<std::string>(v); };
-  return f;
-}
-
-template <class Acc>
-Field string_list_field(std::string key, std::string help, Acc acc) {
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kStringList;
-  f.help = std::move(help);
-  f.get = [acc](const ExperimentConfig& c) -> Value { return std::vector<std::string>(acc(c)); };
-  f.set = [acc](ExperimentConfig& c, const Value& v) { acc(c) = std::get<std::vector<std::string>>(v); };
-  return f;
-}
-
-// For structs with bool members fprop, dgrad, wgrad.
-template <class Acc>
-Field gemm_flags_field(std::string key, std::string help, Acc acc) {
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kGemmFlags;
-  f.help = std::move(help);
-  f.get = [acc](const ExperimentConfig& c) -> Value {
-    const auto& g = acc(c);
-    return GemmFlags{g.fprop, g.dgrad, g.wgrad};
-  };
-  f.set = [acc](ExperimentConfig& c, const Value& v) {
-    const auto& flags = std::get<GemmFlags>(v);
-    auto& g = acc(c);
-    g.fprop = flags[0];
-    g.dgrad = flags[1];
-    g.wgrad = flags[2];
-  };
-  return f;
-}
-
-template <class E>
-using EnumNames = std::vector<std::pair<E, const char*>>;
-
-template <class E>
-const char* enum_name(const EnumNames<E>& names, E v) {
-  for (const auto& [value, name] : names) {
-    if (value == v) return name;
-  }
-  return "?";
-}
-
-template <class Acc, class E>
-Field enum_field(std::string key, std::string help, const EnumNames<E>& names, Acc acc,
-                 std::vector<Rejected> rejected = {}) {
-  Field f;
-  f.key = std::move(key);
-  f.type = FieldType::kEnum;
-  f.help = std::move(help);
-  for (const auto& [value, name] : names) f.choices.push_back(name);
-  f.rejected = std::move(rejected);
-  f.get = [acc, names](const ExperimentConfig& c) -> Value { return std::string(enum_name(names, acc(c))); };
-  f.set = [acc, names](ExperimentConfig& c, const Value& v) {
-    const auto& s = std::get<std::string>(v);
-    for (const auto& [value, name] : names) {
-      if (s == name) {
-        acc(c) = value;
-        return;
-      }
-    }
-    throw ValueError("unknown value " + quoted(s));  // parse_enum only yields canonical names
-  };
-  return f;
-}
 
 // ---- the enum spellings -------------------------------------------------------------------
 
@@ -339,20 +42,22 @@ const EnumNames<LrSchedule>& schedule_names() {
   return n;
 }
 const EnumNames<fp8::RecipeFormat>& format_names() {
-  static const EnumNames<fp8::RecipeFormat> n = {{fp8::RecipeFormat::kHybrid, "HYBRID"}, {fp8::RecipeFormat::kE4M3, "E4M3"}};
+  static const EnumNames<fp8::RecipeFormat> n(fp8::kRecipeFormatNames.begin(), fp8::kRecipeFormatNames.end());
   return n;
 }
 const EnumNames<fp8::AmaxUpdate>& amax_update_names() {
-  static const EnumNames<fp8::AmaxUpdate> n = {{fp8::AmaxUpdate::kStep, "step"}, {fp8::AmaxUpdate::kMicrobatch, "microbatch"}};
+  static const EnumNames<fp8::AmaxUpdate> n(fp8::kAmaxUpdateNames.begin(), fp8::kAmaxUpdateNames.end());
   return n;
 }
 const EnumNames<fp8::AmaxComputeAlgo>& algo_names() {
-  static const EnumNames<fp8::AmaxComputeAlgo> n = {{fp8::AmaxComputeAlgo::kMax, "max"}, {fp8::AmaxComputeAlgo::kMostRecent, "most_recent"}};
+  static const EnumNames<fp8::AmaxComputeAlgo> n(fp8::kAmaxComputeAlgoNames.begin(), fp8::kAmaxComputeAlgoNames.end());
   return n;
 }
 
 // ---- the table ----------------------------------------------------------------------------
 
+// Long on purpose: it is data, one entry per key in print order, kept in one piece so the whole
+// schema reads top to bottom (each entry is a builder call from field_builders.h).
 std::vector<Field> build_table() {
   std::vector<Field> t;
   // run
@@ -495,20 +200,6 @@ std::vector<Field> build_table() {
   return t;
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 }  // namespace
 
 // ---- Range --------------------------------------------------------------------------------
@@ -627,155 +318,6 @@ std::string closest_key(std::string_view key) {
 std::string did_you_mean(std::string_view key) {
   const std::string best = closest_key(key);
   return best.empty() ? "" : " (did you mean " + best + "?)";
-}
-
-// ---- parsing ------------------------------------------------------------------------------
-
-Value parse_text(const Field& f, const std::string& text, const Value& current) {
-  switch (f.type) {
-    case FieldType::kBool: return parse_bool(f, text);
-    case FieldType::kInt: return parse_int(f, text);
-    case FieldType::kUInt: return parse_uint(f, text);
-    case FieldType::kFloat: return parse_double(f, text);
-    case FieldType::kString: return text;
-    case FieldType::kEnum: return parse_enum(f, text);
-    case FieldType::kGemmFlags:
-    case FieldType::kStringList: {
-      const std::string t = trim(text);
-      if (!t.empty() && (t[0] == '{' || t[0] == '[')) {
-        YAML::Node node;
-        try {
-          node = YAML::Load(t);
-        } catch (const YAML::Exception& e) {
-          throw ValueError("cannot read " + quoted(text) + " (" + e.msg + "); expected " + f.expected());
-        }
-        return parse_node(f, node, current);
-      }
-      if (f.type == FieldType::kGemmFlags) return parse_gemm_flags_text(f, text);
-      return parse_list_text(f, text);
-    }
-  }
-  throw ValueError("unsupported field type");
-}
-
-Value parse_node(const Field& f, const YAML::Node& n, const Value& current) {
-  if (!n.IsDefined() || n.IsNull()) {
-    if (f.type == FieldType::kString) return std::string();
-    if (f.type == FieldType::kStringList) return std::vector<std::string>();
-    throw ValueError("missing value; expected " + f.expected());
-  }
-  if (f.type == FieldType::kGemmFlags && n.IsMap()) {
-    GemmFlags out = std::get<GemmFlags>(current);
-    std::set<std::string> seen;
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      const std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
-      const auto pos = std::find_if(kGemmNames.begin(), kGemmNames.end(), [&](const char* g) { return k == g; });
-      if (pos == kGemmNames.end()) {
-        throw ValueError("unknown entry " + quoted(k) + "; expected fprop, dgrad, wgrad", node_line(it->first));
-      }
-      if (!seen.insert(k).second) throw ValueError("duplicate entry " + quoted(k), node_line(it->first));
-      if (!it->second.IsScalar()) {
-        throw ValueError(k + ": expected a boolean (true/false, yes/no, 1/0)", node_line(it->second));
-      }
-      try {
-        out[pos - kGemmNames.begin()] = parse_bool(f, it->second.Scalar());
-      } catch (const ValueError&) {
-        throw ValueError(k + ": expected a boolean (true/false, yes/no, 1/0), got " + quoted(it->second.Scalar()),
-                         node_line(it->second));
-      }
-    }
-    return out;
-  }
-  if (f.type == FieldType::kGemmFlags && n.IsSequence()) {
-    if (n.size() != kGemmNames.size()) {
-      throw ValueError("expected three booleans (fprop, dgrad, wgrad), got a list of " + std::to_string(n.size()));
-    }
-    GemmFlags out{};
-    for (size_t i = 0; i < n.size(); ++i) {
-      const YAML::Node e = n[i];
-      if (!e.IsScalar()) throw ValueError(std::string(kGemmNames[i]) + ": expected a boolean", node_line(e));
-      try {
-        out[i] = parse_bool(f, e.Scalar());
-      } catch (const ValueError&) {
-        throw ValueError(std::string(kGemmNames[i]) + ": expected a boolean (true/false, yes/no, 1/0), got " +
-                         quoted(e.Scalar()), node_line(e));
-      }
-    }
-    return out;
-  }
-  if (f.type == FieldType::kStringList && n.IsSequence()) {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < n.size(); ++i) {
-      const YAML::Node e = n[i];
-      if (!e.IsScalar()) throw ValueError("entry " + std::to_string(i) + ": expected a string", node_line(e));
-      out.push_back(e.Scalar());
-    }
-    return out;
-  }
-  if (!n.IsScalar()) {
-    throw ValueError("expected " + f.expected() + ", got a " + (n.IsSequence() ? "list" : "mapping"));
-  }
-  return parse_text(f, n.Scalar(), current);
-}
-
-// ---- printing -----------------------------------------------------------------------------
-
-std::string yaml_quote(const std::string& s) {
-  static const std::set<std::string> ambiguous = {"null", "~", "true", "false", "yes", "no", "on", "off", "y", "n"};
-  bool plain = !s.empty() && s[0] != '-' && !ambiguous.count(lower(s)) && !looks_like_float(s);
-  for (const char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '/' || c == '-')) plain = false;
-  }
-  if (plain) return s;
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-std::string format_float(double v) {
-  std::string s = shortest(v);
-  if (s.find_first_of(".eEin") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string format_value(const Field& f, const Value& v) {
-  switch (f.type) {
-    case FieldType::kBool: return std::get<bool>(v) ? "true" : "false";
-    case FieldType::kInt: return std::to_string(std::get<int64_t>(v));
-    case FieldType::kUInt: return std::to_string(std::get<uint64_t>(v));
-    case FieldType::kFloat: return format_float(std::get<double>(v));
-    case FieldType::kString: return yaml_quote(std::get<std::string>(v));
-    case FieldType::kEnum: return std::get<std::string>(v);
-    case FieldType::kGemmFlags: {
-      const auto& g = std::get<GemmFlags>(v);
-      std::vector<std::string> parts;
-      for (size_t i = 0; i < g.size(); ++i) parts.push_back(std::string(kGemmNames[i]) + ": " + (g[i] ? "true" : "false"));
-      return "{" + join(parts, ", ") + "}";
-    }
-    case FieldType::kStringList: {
-      std::vector<std::string> parts;
-      for (const auto& s : std::get<std::vector<std::string>>(v)) parts.push_back(yaml_quote(s));
-      return "[" + join(parts, ", ") + "]";
-    }
-  }
-  return "?";
 }
 
 std::vector<std::string> differing_keys(const ExperimentConfig& a, const ExperimentConfig& b) {

@@ -5,6 +5,11 @@
 // dedicated flags (cli_flags.h), printing and the key listing (print.h), the range checks of
 // validate.h, and config equality. Adding a key to experiment.h means adding one entry to the
 // table in fields.cpp; nothing else needs per-key code.
+//
+// Sections (ExperimentConfig members): run (name, folder, seed, device, output), model, data,
+// train (steps, optimizer, schedule, eval, checkpoints), dist (data-parallel jobs under
+// torchrun: rendezvous/collective timeout, gradient bucket size), precision (a top-level
+// scalar), fp8 (the recipe, lib/fp8/recipe.h).
 #pragma once
 
 #include <array>        // std::array
@@ -18,6 +23,7 @@
 #include <vector>       // std::vector
 
 #include "lib/config/experiment.h"  // ExperimentConfig
+#include "lib/config/text.h"        // format_float, yaml_quote (part of this API)
 
 namespace YAML {
 class Node;
@@ -91,11 +97,11 @@ struct Field {
   std::string expected() const;
 };
 
-// Every key, in the order they are printed (run, model, data, train, precision, fp8).
+// Every key, in the order they are printed (run, model, data, train, dist, precision, fp8).
 const std::vector<Field>& fields();
 // The field with this exact key path, or nullptr.
 const Field* find_field(std::string_view key);
-// Top-level names in print order: "run", "model", "data", "train", "precision", "fp8".
+// Top-level names in print order: "run", "model", "data", "train", "dist", "precision", "fp8".
 const std::vector<std::string>& top_level_names();
 // The known key closest to a misspelt one (compares full paths and leaf names), or "" when
 // nothing is close enough to be a useful suggestion.
@@ -124,10 +130,7 @@ Value parse_text(const Field& field, const std::string& text, const Value& curre
 Value parse_node(const Field& field, const YAML::Node& node, const Value& current);
 // The value as YAML flow text, as printed by to_yaml ("0.003", "HYBRID", "[lm_head]", ...).
 std::string format_value(const Field& field, const Value& value);
-// A double as the shortest text that reads back exactly, always with '.' or 'e' ("1.0", "0.003").
-std::string format_float(double v);
-// A string as a YAML scalar: plain when unambiguous, else double-quoted.
-std::string yaml_quote(const std::string& s);
+// format_float and yaml_quote (the printers of floats and strings): lib/config/text.h.
 
 // Keys whose values differ between two configs (by the table), in table order.
 std::vector<std::string> differing_keys(const ExperimentConfig& a, const ExperimentConfig& b);

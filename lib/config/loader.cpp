@@ -10,16 +10,13 @@
 #include <sstream>     // std::ostringstream
 
 #include "lib/config/fields.h"    // fields(), find_field, parse_node, parse_text
+#include "lib/config/parse.h"     // fail
+#include "lib/config/text.h"      // join, quoted
 #include "lib/config/validate.h"  // validate
-#include "lib/util/error.h"       // FP8T_THROW, ExitCode
 
 namespace fp8t {
 namespace config {
 namespace {
-
-[[noreturn]] void fail(const std::string& message) { FP8T_THROW(ExitCode::kBadInput, message); }
-
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // "file:12" for a node (1-based line), or just "file" when the node has no position.
 std::string at(const std::string& source, const YAML::Node& node) {
@@ -40,12 +37,6 @@ std::vector<std::string> section_names() {
     const Field* f = find_field(top);
     if (f == nullptr) out.push_back(top);
   }
-  return out;
-}
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
   return out;
 }
 
@@ -89,7 +80,7 @@ void apply_yaml(const std::string& yaml_text, const std::string& source_name, Lo
   if (!root.IsDefined() || root.IsNull()) return;  // empty document: nothing to change
   const std::vector<std::string> sections = section_names();
   if (!root.IsMap()) {
-    fail(at(source_name, root) + ": the top level must be a mapping with the sections " + joined(sections) +
+    fail(at(source_name, root) + ": the top level must be a mapping with the sections " + join(sections) +
          " and the key precision, got " + kind_of(root));
   }
   std::set<std::string> seen_top;
@@ -102,7 +93,7 @@ void apply_yaml(const std::string& yaml_text, const std::string& source_name, Lo
     }
     if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
       fail(at(source_name, it->first) + ": unknown section " + quoted(name) + did_you_mean(name) +
-           "; expected one of " + joined(top_level_names()));
+           "; expected one of " + join(top_level_names()));
     }
     const YAML::Node& body = it->second;
     if (body.IsNull()) continue;  // `model:` with nothing under it

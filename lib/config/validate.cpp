@@ -5,14 +5,13 @@
 #include <type_traits>  // std::is_arithmetic_v, std::decay_t
 #include <variant>      // std::visit
 
-#include "lib/config/fields.h"  // fields(), format_value, format_float, to_string
-#include "lib/util/error.h"     // FP8T_THROW, ExitCode
+#include "lib/config/fields.h"  // fields(), format_value, to_string
+#include "lib/config/parse.h"   // fail
+#include "lib/config/text.h"    // format_float
 
 namespace fp8t {
 namespace config {
 namespace {
-
-[[noreturn]] void fail(const std::string& message) { FP8T_THROW(ExitCode::kBadInput, message); }
 
 // "model.n_head (configs/x.yaml:7)": a key and where its value came from.
 std::string named(const ConfigSources& s, const std::string& key) { return key + " (" + s.origin(key) + ")"; }

@@ -1,9 +1,12 @@
 // The FP8 recipe: plain settings, no YAML and no LibTorch. config/ fills it in,
-// fp8/ reads it. Field meanings follow fp8-reference.md section 2.
+// fp8/ reads it. Field meanings: docs/fp8.md (what runs) and docs/fp8-formats.md (delayed scaling).
 #pragma once
 
+#include <array>    // std::array
+#include <cstddef>  // size_t
 #include <cstdint>  // int64_t
 #include <string>   // std::string
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
 #include "lib/fp8/format.h"  // Format
@@ -54,9 +57,28 @@ struct Recipe {
   Format backward_format() const { return fp8_format == RecipeFormat::kHybrid ? Format::kE5M2 : Format::kE4M3; }
 };
 
-inline const char* to_string(RecipeFormat f) { return f == RecipeFormat::kHybrid ? "HYBRID" : "E4M3"; }
-inline const char* to_string(AmaxComputeAlgo a) { return a == AmaxComputeAlgo::kMax ? "max" : "most_recent"; }
-inline const char* to_string(AmaxUpdate u) { return u == AmaxUpdate::kStep ? "step" : "microbatch"; }
+// The spellings of the recipe enums, declared once: the experiment file's values (the config
+// field table, lib/config/fields.cpp, accepts exactly these) and the names in logs.
+template <class E, size_t N>
+using EnumSpellings = std::array<std::pair<E, const char*>, N>;
+inline constexpr EnumSpellings<RecipeFormat, 2> kRecipeFormatNames = {
+    {{RecipeFormat::kHybrid, "HYBRID"}, {RecipeFormat::kE4M3, "E4M3"}}};
+inline constexpr EnumSpellings<AmaxComputeAlgo, 2> kAmaxComputeAlgoNames = {
+    {{AmaxComputeAlgo::kMax, "max"}, {AmaxComputeAlgo::kMostRecent, "most_recent"}}};
+inline constexpr EnumSpellings<AmaxUpdate, 2> kAmaxUpdateNames = {
+    {{AmaxUpdate::kStep, "step"}, {AmaxUpdate::kMicrobatch, "microbatch"}}};
+
+template <class E, size_t N>
+constexpr const char* spelling(const EnumSpellings<E, N>& names, E v) {
+  for (const auto& [value, name] : names) {
+    if (value == v) return name;
+  }
+  return "?";
+}
+
+inline const char* to_string(RecipeFormat f) { return spelling(kRecipeFormatNames, f); }
+inline const char* to_string(AmaxComputeAlgo a) { return spelling(kAmaxComputeAlgoNames, a); }
+inline const char* to_string(AmaxUpdate u) { return spelling(kAmaxUpdateNames, u); }
 
 }  // namespace fp8
 }  // namespace fp8t
