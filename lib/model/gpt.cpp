@@ -3,6 +3,7 @@
 #include <cmath>          // std::sqrt
 #include <unordered_set>  // std::unordered_set
 
+#include "lib/model/hf_layout.h"    // load_weights
 #include "lib/ops/cross_entropy.h"  // ops::cross_entropy
 
 namespace fp8t {
@@ -17,22 +18,47 @@ std::shared_ptr<UnaryModule> make_norm(const ModelSection& cfg) {
 
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(const ModelSection& cfg)
-    : n_head_(cfg.n_head), dropout_(cfg.dropout) {
-  add_slot("c_attn", std::make_shared<Linear>(cfg.d_model, 3 * cfg.d_model, cfg.bias), &c_attn);
-  add_slot("c_proj", std::make_shared<Linear>(cfg.d_model, cfg.d_model, cfg.bias), &c_proj);
+CausalSelfAttention::CausalSelfAttention(const ModelSection& cfg, std::shared_ptr<Rotary> rotary)
+    : n_head_(cfg.n_head),
+      n_kv_head_(cfg.kv_heads()),
+      head_dim_(cfg.d_model / cfg.n_head),
+      rotary_(std::move(rotary)),
+      dropout_(cfg.dropout) {
+  const int64_t d = cfg.d_model, kv = n_kv_head_ * head_dim_;
+  if (cfg.fused_qkv) {
+    add_slot("c_attn", std::make_shared<Linear>(d, d + 2 * kv, cfg.bias), &c_attn);
+  } else {
+    add_slot("q_proj", std::make_shared<Linear>(d, d, cfg.bias), &q_proj);
+    add_slot("k_proj", std::make_shared<Linear>(d, kv, cfg.bias), &k_proj);
+    add_slot("v_proj", std::make_shared<Linear>(d, kv, cfg.bias), &v_proj);
+  }
+  add_slot("c_proj", std::make_shared<Linear>(d, d, cfg.bias), &c_proj);
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(cfg.dropout));
 }
 
 at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  // [B, T, 3, H, D] -> three [B, T, H, D] views -> [B, H, T, D]. unbind (not indexing) so that the
-  // backward is one stack into the [B, T, 3, H, D] layout c_attn produced: indexing would build
-  // three zero-filled copies of the whole qkv gradient, sum them and copy once more.
-  const std::vector<at::Tensor> qkv = c_attn->forward(x).view({B, T, 3, n_head_, C / n_head_}).unbind(2);
-  const at::Tensor y = at::scaled_dot_product_attention(qkv[0].transpose(1, 2), qkv[1].transpose(1, 2),
-                                                        qkv[2].transpose(1, 2), /*attn_mask=*/{},
-                                                        is_training() ? dropout_ : 0.0, /*is_causal=*/true);
+  at::Tensor q, k, v;
+  if (c_attn) {
+    // One GEMM, rows [q | k | v]; split's backward is one cat into that layout.
+    const std::vector<at::Tensor> qkv =
+        c_attn->forward(x).split_with_sizes({C, n_kv_head_ * head_dim_, n_kv_head_ * head_dim_}, -1);
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+  }
+  // [B, T, H*D] -> [B, H, T, D]
+  q = q.view({B, T, n_head_, head_dim_}).transpose(1, 2);
+  k = k.view({B, T, n_kv_head_, head_dim_}).transpose(1, 2);
+  v = v.view({B, T, n_kv_head_, head_dim_}).transpose(1, 2);
+  if (rotary_) {
+    q = rotary_->apply(q);
+    k = rotary_->apply(k);
+  }
+  // enable_gqa: query head h reads K/V head h / (n_head / n_kv_head), without materialising copies.
+  const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
+                                                        /*is_causal=*/true, /*scale=*/std::nullopt,
+                                                        /*enable_gqa=*/n_kv_head_ != n_head_);
   return resid_drop_->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 
@@ -52,10 +78,11 @@ Mlp::Mlp(const ModelSection& cfg) {
 
 at::Tensor Mlp::forward(const at::Tensor& x) { return drop_->forward(c_proj->forward(act->forward(c_fc->forward(x)))); }
 
-Block::Block(const ModelSection& cfg) {
-  add_slot("ln_1", make_norm(cfg), &ln_1, /*feeds=*/"attn.c_attn");
+Block::Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary) {
+  // With separate q/k/v projections ln_1 has three consumers (no single one to fuse a cast into).
+  add_slot("ln_1", make_norm(cfg), &ln_1, /*feeds=*/cfg.fused_qkv ? "attn.c_attn" : "");
   add_slot("ln_2", make_norm(cfg), &ln_2, /*feeds=*/"mlp.c_fc");
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, std::move(rotary)));
   mlp = register_module("mlp", std::make_shared<Mlp>(cfg));
 }
 
@@ -66,10 +93,15 @@ at::Tensor Block::forward(const at::Tensor& x) {
 
 Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
   wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.d_model));
-  wpe = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.d_model));
+  if (cfg.position == PositionKind::kLearned) {
+    wpe = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.d_model));
+  } else {
+    rotary = register_module("rotary", std::make_shared<Rotary>(cfg.seq_len, cfg.d_model / cfg.n_head, cfg.rope_theta));
+  }
   drop_ = register_module("drop", torch::nn::Dropout(cfg.dropout));
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>(cfg)));
+    const std::string name = std::string("h").append(std::to_string(i));  // (no GCC 12 stringop false positive)
+    blocks.push_back(register_module(name, std::make_shared<Block>(cfg, rotary)));
   }
   add_slot("ln_f", make_norm(cfg), &ln_f, /*feeds=*/"lm_head");
 
@@ -77,7 +109,7 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
   // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
   torch::NoGradGuard no_grad;
   wte->weight.normal_(0.0, 0.02);
-  wpe->weight.normal_(0.0, 0.02);
+  if (wpe) wpe->weight.normal_(0.0, 0.02);
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
   for (auto& b : blocks) {
     std::static_pointer_cast<Linear>(b->attn->c_proj)->weight.normal_(0.0, proj_std);
@@ -88,12 +120,15 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
            cfg.tie_embeddings ? std::make_shared<Linear>(wte->weight)
                               : std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, /*bias=*/false),
            &lm_head);
+  // Published or exported weights replace the random ones (before any FP8 rewrite or optimizer).
+  if (!cfg.init_from.empty()) load_weights(cfg, unique_named_parameters(), cfg.init_from);
 }
 
 at::Tensor Gpt::forward(const at::Tensor& idx) {
   const int64_t T = idx.size(1);
-  const at::Tensor pos = torch::arange(T, idx.options());
-  at::Tensor x = drop_->forward(wte->forward(idx) + wpe->forward(pos));
+  at::Tensor x = wte->forward(idx);
+  if (wpe) x = x + wpe->forward(torch::arange(T, idx.options()));
+  x = drop_->forward(x);
   for (auto& b : blocks) x = b->forward(x);
   return lm_head->forward(ln_f->forward(x));
 }
@@ -118,7 +153,7 @@ int64_t Gpt::parameter_count() const {
 }
 
 double Gpt::flops_per_token() const {
-  const double n_embd_params = static_cast<double>(wpe->weight.numel()) +
+  const double n_embd_params = (wpe ? static_cast<double>(wpe->weight.numel()) : 0.0) +
                                (cfg_.tie_embeddings ? 0.0 : static_cast<double>(wte->weight.numel()));
   const double dense = static_cast<double>(parameter_count()) - n_embd_params;
   const double attn = 6.0 * 2.0 * static_cast<double>(cfg_.n_layer * cfg_.seq_len * cfg_.d_model);

@@ -1,6 +1,12 @@
 // A GPT decoder as ordinary LibTorch modules: token (+ learned position) embedding, pre-norm
-// blocks with causal multi-head attention and an MLP, a final norm and the LM head
-// (optionally tied to the token embedding). It knows nothing about FP8.
+// blocks with causal attention and an MLP, a final norm and the LM head (optionally tied to the
+// token embedding). It knows nothing about FP8.
+//
+// The same class builds GPT-2 and LLaMA shapes: model.position rope rotates q and k
+// (lib/model/rope.h) instead of adding a learned position table; model.n_kv_head < n_head is
+// grouped-query attention (each K/V head serves n_head / n_kv_head query heads); q, k, v come from
+// one fused GEMM (c_attn, rows [q | k | v]) or three (q_proj, k_proj, v_proj, model.fused_qkv false).
+// model.init_from loads the starting weights from a safetensors file (lib/model/hf_layout.h).
 #pragma once
 
 #include <torch/torch.h>  // torch::nn
@@ -10,18 +16,26 @@
 
 #include "lib/config/experiment.h"  // ModelSection
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
+#include "lib/model/rope.h"         // Rotary
 
 namespace fp8t {
 namespace model {
 
 class CausalSelfAttention : public SlotModule {
  public:
-  explicit CausalSelfAttention(const ModelSection& cfg);
+  // rotary: the model's shared RoPE tables, or null for learned positions.
+  CausalSelfAttention(const ModelSection& cfg, std::shared_ptr<Rotary> rotary);
   at::Tensor forward(const at::Tensor& x);
-  std::shared_ptr<UnaryModule> c_attn;  // d -> 3d (q, k, v)
+  // Fused: c_attn d -> (n_head + 2 n_kv_head) * head_dim, rows [q | k | v]. Separate: q_proj,
+  // k_proj, v_proj (the others null).
+  std::shared_ptr<UnaryModule> c_attn;
+  std::shared_ptr<UnaryModule> q_proj, k_proj, v_proj;
   std::shared_ptr<UnaryModule> c_proj;  // d -> d
  private:
   int64_t n_head_;
+  int64_t n_kv_head_;
+  int64_t head_dim_;
+  std::shared_ptr<Rotary> rotary_;
   double dropout_;
   torch::nn::Dropout resid_drop_{nullptr};
 };
@@ -39,7 +53,7 @@ class Mlp : public SlotModule {
 
 class Block : public SlotModule {
  public:
-  explicit Block(const ModelSection& cfg);
+  Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary);
   at::Tensor forward(const at::Tensor& x);
   std::shared_ptr<UnaryModule> ln_1;
   std::shared_ptr<UnaryModule> ln_2;
@@ -64,7 +78,8 @@ class Gpt : public SlotModule {
 
   const ModelSection& config() const { return cfg_; }
   torch::nn::Embedding wte{nullptr};
-  torch::nn::Embedding wpe{nullptr};
+  torch::nn::Embedding wpe{nullptr};  // learned positions only
+  std::shared_ptr<Rotary> rotary;     // RoPE only
   std::vector<std::shared_ptr<Block>> blocks;
   std::shared_ptr<UnaryModule> ln_f;
   std::shared_ptr<UnaryModule> lm_head;
