@@ -39,6 +39,7 @@ const std::vector<ConfigFlag>& config_flags() {
       {"--fp8-format", "fp8.fp8_format", false},
       {"--fp8-amax-history-len", "fp8.amax_history_len", false},
       {"--fp8-amax-compute-algo", "fp8.amax_compute_algo", false},
+      {"--fp8-amax-update", "fp8.amax_update", false},
       {"--fp8-override-linear-precision", "fp8.override_linear_precision", false},
       {"--fp8-stats", "fp8.stats", true},
       {"--quiet", "run.quiet", true},

@@ -68,7 +68,7 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
     }
     const auto bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * 1024.0 * 1024.0);
     grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1));
-    if (scaling_) {
+    if (scaling_ && cfg_.fp8.reduce_amax) {  // fp8.reduce_amax false: every rank keeps its own scales
       dist::Communicator* c = comm_.get();
       scaling_->set_amax_reducer([c](at::Tensor& row0) { c->all_reduce(row0, dist::ReduceOp::kMax); });
     }
@@ -95,11 +95,14 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
       (loss / static_cast<double>(micro_batches)).backward();
       loss_sum += loss.detach();
       phase("backward");
+      // fp8.amax_update microbatch: a scale update after every micro-batch (a no-op for `step`).
+      if (scaling_ && micro + 1 < micro_batches) scaling_->end_micro_batch(/*last_of_step=*/false);
     }
   }
   if (grad_sync_) grad_sync_->finish();  // gradients now averaged over the ranks
   phase("grad_sync");
-  if (scaling_) scaling_->update();      // new scales for the next step (amax MAX over ranks first)
+  // Scales for the next step (amax MAX over ranks first).
+  if (scaling_) scaling_->end_micro_batch(/*last_of_step=*/true);
   phase("fp8_update");
   // Clipping is folded into the optimizer: AdamW divides the gradients by the clip divisor
   // as it reads them (one pass over the gradients fewer than scaling them first).

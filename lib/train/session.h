@@ -43,12 +43,14 @@ class Session {
 
   // Allocates the optimizer state. With a communicator (a data-parallel job): copies rank 0's
   // parameters to every rank, makes gradients bucket views that are averaged during the
-  // backward, and reduces the FP8 amaxes with MAX before each scale update.
+  // backward, and reduces the FP8 amaxes with MAX before each scale update (unless
+  // fp8.reduce_amax is false).
   void prepare_training(std::shared_ptr<dist::Communicator> comm);
 
   // One optimizer step: train.grad_accum_steps micro-batches drawn from `next_batch` (forward
-  // and backward under autocast), gradient averaging across ranks, the FP8 scale update, global
-  // norm clipping and AdamW with learning rate `lr`. The micro-batch losses are added to
+  // and backward under autocast), gradient averaging across ranks, the FP8 scale update (after every
+  // micro-batch's backward with fp8.amax_update microbatch), global norm clipping and AdamW with
+  // learning rate `lr`. The micro-batch losses are added to
   // `loss_sum` (a 0-d float32 on the device; nothing is read on the host). Returns the gradient
   // norm before clipping (0-d, on the device).
   // `mark`, when given, is called after each phase with its name ("forward", "loss",
