@@ -31,55 +31,69 @@ MarkovChain MarkovChain::random(int64_t vocab_size, uint64_t seed) {
   std::vector<int64_t> cycle_next(v);
   for (int64_t i = 0; i < v; ++i) cycle_next[order[i]] = order[(i + 1) % v];
 
-  for (int64_t t = 0; t < v; ++t) {
-    Transitions& row = chain.rows_[t];
-    const int count = static_cast<int>(std::min<int64_t>(
-        v, kMinSuccessors + static_cast<int64_t>(rng.below(kMaxSuccessors - kMinSuccessors + 1))));
-    int32_t* succ = row.next;
-    succ[0] = static_cast<int32_t>(cycle_next[t]);
-    for (int k = 1; k < count; ++k) {
-      int32_t candidate = 0;
-      bool fresh = false;
-      while (!fresh) {  // distinct successors; terminates because count <= v
-        candidate = static_cast<int32_t>(rng.below(v));
-        fresh = std::find(succ, succ + k, candidate) == succ + k;
-      }
-      succ[k] = candidate;
-    }
-    // Shuffle so that the cycle neighbour is not always the likeliest successor.
-    for (int k = count - 1; k > 0; --k) std::swap(succ[k], succ[rng.below(k + 1)]);
-    for (int k = count; k < kMaxSuccessors; ++k) succ[k] = succ[count - 1];
+  for (int64_t t = 0; t < v; ++t) random_row(chain.rows_[t], v, cycle_next[t], rng);
 
-    // Geometric weights ratio^k with ratio in [0.25, 0.6): skewed but never negligible (the
-    // smallest probability is above 0.01). Quantized to 32-bit thresholds, strictly increasing.
-    const double ratio = 0.25 + 0.35 * rng.uniform();
-    double total = 0.0;
-    for (int k = 0; k < count; ++k) total += std::pow(ratio, k);
-    double cumulative = 0.0;
-    int64_t previous = 0;
-    for (int k = 0; k < kMaxSuccessors - 1; ++k) {
-      if (k < count - 1) {
-        cumulative += std::pow(ratio, k) / total;
-        const int64_t threshold = std::max<int64_t>(previous + 1, std::llround(cumulative * kTwoPow32));
-        FP8T_CHECK(threshold < static_cast<int64_t>(kNoThreshold), "synthetic chain threshold overflow");
-        row.threshold[k] = static_cast<uint32_t>(threshold);
-        previous = threshold;
-      } else {
-        row.threshold[k] = kNoThreshold;
-      }
+  const std::vector<double> pi = chain.power_iteration_stationary();
+  chain.stationary_ = pi;
+  chain.stationary_cumulative_.resize(v);
+  double acc = 0.0;
+  for (int64_t i = 0; i < v; ++i) chain.stationary_cumulative_[i] = (acc += pi[i]);
+  chain.stationary_cumulative_[v - 1] = 1.0;
+
+  chain.entropy_rate_ = chain.entropy_rate_under(pi);
+  return chain;
+}
+
+void MarkovChain::random_row(Transitions& row, int64_t v, int64_t cycle_next, SplitMix64& rng) {
+  const int count = static_cast<int>(std::min<int64_t>(
+      v, kMinSuccessors + static_cast<int64_t>(rng.below(kMaxSuccessors - kMinSuccessors + 1))));
+  int32_t* succ = row.next;
+  succ[0] = static_cast<int32_t>(cycle_next);
+  for (int k = 1; k < count; ++k) {
+    int32_t candidate = 0;
+    bool fresh = false;
+    while (!fresh) {  // distinct successors; terminates because count <= v
+      candidate = static_cast<int32_t>(rng.below(v));
+      fresh = std::find(succ, succ + k, candidate) == succ + k;
     }
-    row.count = static_cast<uint32_t>(count);
+    succ[k] = candidate;
   }
+  // Shuffle so that the cycle neighbour is not always the likeliest successor.
+  for (int k = count - 1; k > 0; --k) std::swap(succ[k], succ[rng.below(k + 1)]);
+  for (int k = count; k < kMaxSuccessors; ++k) succ[k] = succ[count - 1];
 
+  // Geometric weights ratio^k with ratio in [0.25, 0.6): skewed but never negligible (the
+  // smallest probability is above 0.01). Quantized to 32-bit thresholds, strictly increasing.
+  const double ratio = 0.25 + 0.35 * rng.uniform();
+  double total = 0.0;
+  for (int k = 0; k < count; ++k) total += std::pow(ratio, k);
+  double cumulative = 0.0;
+  int64_t previous = 0;
+  for (int k = 0; k < kMaxSuccessors - 1; ++k) {
+    if (k < count - 1) {
+      cumulative += std::pow(ratio, k) / total;
+      const int64_t threshold = std::max<int64_t>(previous + 1, std::llround(cumulative * kTwoPow32));
+      FP8T_CHECK(threshold < static_cast<int64_t>(kNoThreshold), "synthetic chain threshold overflow");
+      row.threshold[k] = static_cast<uint32_t>(threshold);
+      previous = threshold;
+    } else {
+      row.threshold[k] = kNoThreshold;
+    }
+  }
+  row.count = static_cast<uint32_t>(count);
+}
+
+std::vector<double> MarkovChain::power_iteration_stationary() const {
+  const int64_t v = vocab_size_;
   // Stationary distribution: power iteration on the lazy chain from the uniform distribution,
   // over a flat edge list (the inner loop of a 50k-token vocabulary runs a few hundred times).
   std::vector<int32_t> edge_from, edge_to;
   std::vector<double> edge_p;
   for (int64_t i = 0; i < v; ++i) {
-    for (int k = 0; k < chain.successor_count(i); ++k) {
+    for (int k = 0; k < successor_count(i); ++k) {
       edge_from.push_back(static_cast<int32_t>(i));
-      edge_to.push_back(chain.rows_[i].next[k]);
-      edge_p.push_back(0.5 * chain.probability_slot(i, k));
+      edge_to.push_back(rows_[i].next[k]);
+      edge_p.push_back(0.5 * probability_slot(i, k));
     }
   }
   std::vector<double> pi(v, 1.0 / static_cast<double>(v)), next_pi(v);
@@ -99,21 +113,19 @@ MarkovChain MarkovChain::random(int64_t vocab_size, uint64_t seed) {
     converged = change < kTolerance;
   }
   FP8T_CHECK(converged, "stationary distribution of the synthetic chain did not converge (vocab ", v, ")");
-  chain.stationary_ = pi;
-  chain.stationary_cumulative_.resize(v);
-  double acc = 0.0;
-  for (int64_t i = 0; i < v; ++i) chain.stationary_cumulative_[i] = (acc += pi[i]);
-  chain.stationary_cumulative_[v - 1] = 1.0;
+  return pi;
+}
 
+double MarkovChain::entropy_rate_under(const std::vector<double>& pi) const {
+  const int64_t v = vocab_size_;
   double entropy = 0.0;
   for (int64_t i = 0; i < v; ++i) {
-    for (int k = 0; k < chain.successor_count(i); ++k) {
-      const double p = chain.probability_slot(i, k);
+    for (int k = 0; k < successor_count(i); ++k) {
+      const double p = probability_slot(i, k);
       entropy -= pi[i] * p * std::log(p);
     }
   }
-  chain.entropy_rate_ = entropy;
-  return chain;
+  return entropy;
 }
 
 double MarkovChain::probability_slot(int64_t from, int slot) const {

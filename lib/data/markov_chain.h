@@ -57,6 +57,13 @@ class MarkovChain {
   };
   static_assert(sizeof(Transitions) == 32, "two transition records per cache line");
 
+  // The steps of random(): one token's successors and thresholds (drawing from `rng` in a fixed
+  // order, so the chain stays a pure function of the seed); the stationary distribution by
+  // power iteration; the entropy rate under it.
+  static void random_row(Transitions& row, int64_t vocab_size, int64_t cycle_next, SplitMix64& rng);
+  std::vector<double> power_iteration_stationary() const;
+  double entropy_rate_under(const std::vector<double>& pi) const;
+
   double probability_slot(int64_t from, int slot) const;
   int64_t start_token(SplitMix64& rng) const;
   int64_t step(int64_t token, SplitMix64& rng) const {
