@@ -1,5 +1,5 @@
 // Cast + transpose: one read of x[rows, cols] writes the rowwise FP8 codes [rows, cols] and the
-// columnwise codes [cols, rows] (what dgrad/wgrad need on Hopper, fp8-reference.md section 3),
+// columnwise codes [cols, rows] (what dgrad/wgrad need on Hopper, docs/fp8-formats.md),
 // with the fused amax and, for gradients, dbias = column sums in FP32 (TE's bgrad_quantize).
 //
 // Tiling: a block of 256 threads owns a 64x64 tile. Load phase: thread (tr, tc) reads 8

@@ -1,5 +1,5 @@
 // LayerNorm and RMSNorm over the rows of x[rows, cols]: forward with an optional fused FP8 cast
-// of the output (TE's LayerNormLinear, fp8-reference.md section 3), and backward.
+// of the output (TE's LayerNormLinear, docs/fp8-formats.md), and backward.
 //
 // Statistics and accumulation are FP32. Forward: one block per row; each thread keeps its
 // columns (c = tid + k * blockDim) in registers when the row fits (kPer columns per thread),

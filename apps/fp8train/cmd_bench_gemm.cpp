@@ -55,7 +55,7 @@ void add_bench_gemm_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench-gemm", "FP8 vs BF16 GEMM throughput (TFLOP/s) on the GPU");
   cmd->add_option("--shape", args->shapes,
                   "GEMM shape MxKxN (out[M,N] = A[M,K]·B[N,K]ᵀ), repeatable; default: the shapes of "
-                  "fp8-reference.md section 6");
+                  "the PyTorch reference in docs/benchmarks.md");
   cmd->add_option("--repeats", args->repeats, "timed batches per variant; the median is reported")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

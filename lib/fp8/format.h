@@ -21,7 +21,7 @@ namespace fp8 {
 
 enum class Format : int { kE4M3 = 0, kE5M2 = 1 };
 
-// Largest finite magnitude of each format (fp8-reference.md section 1).
+// Largest finite magnitude of each format (docs/fp8-formats.md).
 constexpr float kE4M3Max = 448.0f;
 constexpr float kE5M2Max = 57344.0f;
 

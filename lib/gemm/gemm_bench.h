@@ -24,8 +24,8 @@ struct BenchShape {
 BenchShape parse_bench_shape(const std::string& text);
 std::string to_string(const BenchShape& s);
 
-// The shapes of fp8-reference.md section 6, with the numbers measured there (BF16 and
-// torch._scaled_mm TFLOP/s on one H200) for comparison.
+// The shapes of the PyTorch GEMM reference in docs/benchmarks.md, with the numbers measured
+// there (BF16 and torch._scaled_mm TFLOP/s on one H200) for comparison.
 struct ReferenceNumbers {
   BenchShape shape;
   double bf16_tflops;
@@ -49,7 +49,7 @@ struct BenchResult {
   double bf16 = 0;              // TFLOP/s: this project's cuBLASLt BF16 GEMM
   double torch_bf16 = 0;        // TFLOP/s: at::mm in BF16 (0 when not measured)
   double torch_fp8 = 0;         // TFLOP/s: at::_scaled_mm, fast accumulation (0 when not measured)
-  double ref_bf16 = 0;          // fp8-reference.md section 6 (0 for other shapes)
+  double ref_bf16 = 0;          // docs/benchmarks.md, PyTorch GEMM reference (0 for other shapes)
   double ref_fp8 = 0;
 };
 

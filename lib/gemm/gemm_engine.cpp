@@ -112,7 +112,7 @@ struct GemmEngine::Impl {
     auto plan = std::make_unique<Plan>();
     FP8T_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
     // Row-major out[M,N] = A[M,K]·B[N,K]ᵀ is column-major D[N,M] = op(B)·op(A): cuBLAS "A" is our
-    // B, cuBLAS "B" is our A (fp8-reference.md section 4).
+    // B, cuBLAS "B" is our A (docs/fp8-formats.md, "cuBLASLt").
     const cublasOperation_t op_a = p.trans_b ? CUBLAS_OP_N : CUBLAS_OP_T;
     const cublasOperation_t op_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), what);
@@ -149,7 +149,7 @@ struct GemmEngine::Impl {
     FP8T_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
     const uint64_t ws = kWorkspaceBytes;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    // Without these the heuristic assumes 256-byte aligned buffers (fp8-reference.md section 4).
+    // Without these the heuristic assumes 256-byte aligned buffers (docs/fp8-formats.md, "cuBLASLt").
     const uint32_t al_a = key.align_b, al_b = key.align_a, al_cd = key.align_out;  // cuBLAS naming
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));

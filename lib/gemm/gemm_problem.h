@@ -3,7 +3,7 @@
 // The convention of the whole project: out[M,N] = A[M,K] · B[N,K]ᵀ (+ bias[N]) with both
 // operands row-major and K contiguous (x·Wᵀ of a Linear). cuBLASLt is column-major, so the engine
 // passes B as cuBLAS "A" with TRANSA=T and A as cuBLAS "B" with TRANSB=N; D is then the row-major
-// [M,N] (fp8-reference.md section 4). Only the BF16 path also accepts transposed storage.
+// [M,N] (docs/fp8-formats.md, "cuBLASLt"). Only the BF16 path also accepts transposed storage.
 //
 // validate() runs on the host before anything touches the device, so its errors (which name the
 // GEMM, the shape and the fix) are testable without a GPU.
