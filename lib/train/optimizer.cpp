@@ -53,7 +53,7 @@ bool AdamW::needs_master_copy(const at::Tensor& param) {
   return param.scalar_type() != kStateDtype || !param.is_contiguous();
 }
 
-void AdamW::step(double lr, const at::Tensor& grad_scale) {
+void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
   at::NoGradGuard no_grad;
   // Groups keyed by (device, decay), in first-seen order.
   struct Group {
@@ -85,13 +85,22 @@ void AdamW::step(double lr, const at::Tensor& grad_scale) {
     group->slots.push_back(&s);
   }
   for (Group& group : groups) {
-    at::_foreach_add_(group.steps, 1);
+    std::optional<at::Tensor> skip;
+    if (found_inf.defined()) {
+      skip = found_inf.to(group.device, at::kFloat);
+      // The step count advances by 1 - found_inf: a skipped step leaves it as it was.
+      at::_foreach_add_(group.steps, 1.0 - *skip);
+    } else {
+      at::_foreach_add_(group.steps, 1);
+    }
+    // With found_inf == 1.0 the fused kernel returns before touching params and moments.
     at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs,
                       /*max_exp_avg_sqs=*/{}, group.steps, lr, options_.beta1, options_.beta2,
                       group.decay ? options_.weight_decay : 0.0, options_.eps,
                       /*amsgrad=*/false, /*maximize=*/false,
                       grad_scale.defined() ? std::optional<at::Tensor>(grad_scale.to(group.device, at::kFloat))
-                                           : std::nullopt);
+                                           : std::nullopt,
+                      skip);
     for (const Slot* s : group.slots) {
       if (s->separate_master) s->param.copy_(s->master);
     }

@@ -52,7 +52,10 @@ class AdamW {
   // step count does not advance). One fused launch per (device, weight-decay group).
   // grad_scale (optional 0-d tensor): every gradient is divided by it as the kernel reads it
   // (gradient clipping folded into the update, see clip_divisor in grad_clip.h).
-  void step(double lr, const at::Tensor& grad_scale = at::Tensor());
+  // found_inf (optional 0-d float32 on the device, lib/train/step_health.h): when it holds 1.0
+  // the step is skipped on the device — weights, moments and step counts stay as they were —
+  // without a host sync.
+  void step(double lr, const at::Tensor& grad_scale = at::Tensor(), const at::Tensor& found_inf = at::Tensor());
 
   // set_to_none: grads become undefined (the default, as torch.optim); else zeroed in place.
   void zero_grad(bool set_to_none = true);

@@ -38,13 +38,15 @@ nlohmann::json worst_offenders(const nlohmann::json& worst_by_slot) {
 }  // namespace
 
 nlohmann::json Progress::checkpoint_meta() const {
-  return {{"best_val_loss", optional_json(best_val)}, {"tokens", tokens}, {"elapsed_s", elapsed_s()}};
+  return {{"best_val_loss", optional_json(best_val)}, {"tokens", tokens}, {"elapsed_s", elapsed_s()},
+          {"skipped_steps", skipped_steps}};
 }
 
 void Progress::restore(const nlohmann::json& meta, int64_t at_step) {
   start_step = step = at_step;
   if (meta.contains("tokens")) tokens = meta["tokens"].get<int64_t>();
   if (meta.contains("elapsed_s")) elapsed_before = meta["elapsed_s"].get<double>();
+  if (meta.contains("skipped_steps")) skipped_steps = meta["skipped_steps"].get<int64_t>();
   if (meta.contains("best_val_loss") && !meta["best_val_loss"].is_null()) {
     best_val = meta["best_val_loss"].get<double>();
   }
@@ -89,10 +91,17 @@ nlohmann::json Progress::summary(const Run& run) const {
       {"tokens_per_s", (step - start_step) * run.tokens_per_step / std::max(1e-9, wall_s)},
       {"peak_memory_bytes", peak_memory_bytes(run.device)},
       {"parameters", run.session->model().parameter_count()},
+      {"skipped_steps", skipped_steps},
   };
   if (auto floor = run.data.entropy_floor_nats()) out["entropy_floor"] = *floor;
   if (run.scaling() && run.cfg.fp8.stats) out["fp8_worst"] = worst_offenders(worst_fp8);
   if (run.scaling() && run.comm) out["fp8_max_scale_spread_across_ranks"] = max_scale_spread;
+  return out;
+}
+
+nlohmann::json Progress::failure_summary(const std::string& error) const {
+  nlohmann::json out = {{"status", status}, {"steps", step + 1}, {"error", error}, {"skipped_steps", skipped_steps}};
+  if (diverged_at > 0) out["diverged_at_step"] = diverged_at;
   return out;
 }
 

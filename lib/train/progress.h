@@ -29,10 +29,13 @@ struct Progress {
   std::string status = "completed";
   nlohmann::json worst_fp8 = nlohmann::json::object();  // slot -> {saturated, underflow}
   double max_scale_spread = 0.0;
+  int64_t skipped_steps = 0;  // non-finite steps skipped, over all invocations (as of the last read)
+  int64_t diverged_at = 0;    // the step where the run of skips that stopped it began (0: none)
 
   double elapsed_s() const { return elapsed_before + wall.seconds(); }
 
-  // The fields a checkpoint stores to continue the totals: best_val_loss, tokens, elapsed_s.
+  // The fields a checkpoint stores to continue the totals: best_val_loss, tokens, elapsed_s,
+  // skipped_steps.
   nlohmann::json checkpoint_meta() const;
   // The inverse, for a checkpoint written at `step` (missing fields keep their defaults).
   void restore(const nlohmann::json& meta, int64_t step);
@@ -46,6 +49,8 @@ struct Progress {
 
   // summary.json of a run that ended (completed, stopped or interrupted).
   nlohmann::json summary(const Run& run) const;
+  // summary.json of a run that failed ("diverged" or "failed") with `error`.
+  nlohmann::json failure_summary(const std::string& error) const;
 };
 
 }  // namespace fp8t::train

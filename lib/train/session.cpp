@@ -10,6 +10,7 @@
 #include "lib/train/grad_clip.h"    // global_grad_norm, clip_divisor
 #include "lib/train/loss_scaler.h"  // LossScaler
 #include "lib/train/optimizer.h"    // AdamW
+#include "lib/train/step_health.h"  // StepHealth
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
 
@@ -53,6 +54,11 @@ AdamW& Session::optimizer() {
   return *opt_;
 }
 
+StepHealth& Session::health() {
+  FP8T_CHECK(health_, "Session::prepare_training was not called");
+  return *health_;
+}
+
 const AdamW& Session::optimizer() const {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");
   return *opt_;
@@ -74,15 +80,18 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
     }
   }
   opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
+  health_ = std::make_unique<StepHealth>(device_, std::max<int64_t>(cfg_.train.max_skipped_steps, 1));
 }
 
 at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
-                         const std::function<void(const char*)>& mark) {
+                         const std::function<void(const char*)>& mark, int64_t step_number) {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");
   auto phase = [&](const char* name) {
     if (mark) mark(name);
   };
   const int64_t micro_batches = cfg_.train.grad_accum_steps;
+  at::Tensor step_loss = at::zeros({}, loss_sum.options());
+  health_->begin_step();  // producers below (and e.g. a loss scaler) may set found_inf
   {
     compat::AutocastGuard autocast(device_.type(), autocast_dtype_);
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
@@ -92,8 +101,10 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
       phase("forward");
       const at::Tensor loss = model::Gpt::loss(logits, b.targets.to(device_, /*non_blocking=*/true));
       phase("loss");
-      (loss / static_cast<double>(micro_batches)).backward();
-      loss_sum += loss.detach();
+      const at::Tensor micro_loss = loss / static_cast<double>(micro_batches);
+      // fp16: the backward runs on loss * S, so that small FP16 activation gradients survive.
+      (loss_scaler_ ? loss_scaler_->scale_loss(micro_loss) : micro_loss).backward();
+      step_loss += loss.detach();
       phase("backward");
       // fp8.amax_update microbatch: a scale update after every micro-batch (a no-op for `step`).
       if (scaling_ && micro + 1 < micro_batches) scaling_->end_micro_batch(/*last_of_step=*/false);
@@ -101,14 +112,29 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
   }
   if (grad_sync_) grad_sync_->finish();  // gradients now averaged over the ranks
   phase("grad_sync");
-  // Scales for the next step (amax MAX over ranks first).
-  if (scaling_) scaling_->end_micro_batch(/*last_of_step=*/true);
+  at::Tensor grad_norm = global_grad_norm(params_);
+  if (loss_scaler_) {  // fp16: the norm of the unscaled gradients; inf/NaN gradients skip the step
+    grad_norm = loss_scaler_->unscale_norm(grad_norm);
+    health_->flag(loss_scaler_->found_inf());
+  }
+  // The skip decision, on the device. The gradient norm is identical on every rank (the grads
+  // are averaged); the loss is rank-local, so only a single process checks it directly.
+  health_->flag_non_finite(grad_norm);
+  if (!comm_) health_->flag_non_finite(step_loss);
+  phase("clip");
+  // Scales for the next step (amax MAX over ranks first). In `step` mode a skipped step's amaxes
+  // (possibly inf) do not enter the history; `microbatch` mode keeps them, as TE does.
+  if (scaling_) scaling_->end_micro_batch(/*last_of_step=*/true, health_->found_inf());
   phase("fp8_update");
   // Clipping is folded into the optimizer: AdamW divides the gradients by the clip divisor
   // as it reads them (one pass over the gradients fewer than scaling them first).
-  const at::Tensor grad_norm = global_grad_norm(params_);
-  phase("clip");
-  opt_->step(lr, cfg_.train.grad_clip > 0.0 ? clip_divisor(grad_norm, cfg_.train.grad_clip) : at::Tensor());
+  // fp16: the unscale is folded in too (AdamW divides by S times the clip divisor).
+  at::Tensor divisor = cfg_.train.grad_clip > 0.0 ? clip_divisor(grad_norm, cfg_.train.grad_clip) : at::Tensor();
+  if (loss_scaler_) divisor = loss_scaler_->grad_divisor(divisor);
+  opt_->step(lr, divisor, health_->found_inf());
+  if (loss_scaler_) loss_scaler_->update();  // backoff or growth of S, GradScaler's rules
+  loss_sum += health_->unless_skipped(step_loss);
+  health_->end_step(step_number);
   if (grad_sync_) {
     grad_sync_->zero_grad();  // the grads stay views into the all-reduce buckets
   } else {

@@ -31,6 +31,7 @@ namespace train {
 
 class AdamW;
 class LossScaler;
+class StepHealth;
 
 class Session {
  public:
@@ -48,15 +49,21 @@ class Session {
   void prepare_training(std::shared_ptr<dist::Communicator> comm);
 
   // One optimizer step: train.grad_accum_steps micro-batches drawn from `next_batch` (forward
-  // and backward under autocast), gradient averaging across ranks, the FP8 scale update (after every
-  // micro-batch's backward with fp8.amax_update microbatch), global norm clipping and AdamW with
-  // learning rate `lr`. The micro-batch losses are added to
-  // `loss_sum` (a 0-d float32 on the device; nothing is read on the host). Returns the gradient
-  // norm before clipping (0-d, on the device).
+  // and backward under autocast), gradient averaging across ranks, the global gradient norm,
+  // the non-finite check, the FP8 scale update (after every micro-batch's backward instead with
+  // fp8.amax_update microbatch), clipping and AdamW with learning rate `lr`.
+  // The micro-batch losses of an applied step are added to `loss_sum` (a 0-d float32 on the
+  // device; nothing is read on the host). Returns the gradient norm before clipping (0-d, on
+  // the device).
+  // Non-finite steps (health(), lib/train/step_health.h): a non-finite loss (single process;
+  // in a data-parallel job it makes the averaged gradients non-finite on every rank) or global
+  // gradient norm sets the step's found_inf flag on the device; the optimizer then skips the
+  // update and the FP8 scaling drops the step's amaxes. `step_number` (1-based) is recorded
+  // by the skip counters.
   // `mark`, when given, is called after each phase with its name ("forward", "loss",
-  // "backward", "grad_sync", "fp8_update", "clip", "optimizer"), e.g. to time the phases.
+  // "backward", "grad_sync", "clip", "fp8_update", "optimizer"), e.g. to time the phases.
   at::Tensor step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
-                  const std::function<void(const char*)>& mark = {});
+                  const std::function<void(const char*)>& mark = {}, int64_t step_number = 0);
 
   // Mean loss over `batches` without gradients and without touching the FP8 state, summed on
   // the device (rank-local; the caller averages across ranks).
@@ -71,6 +78,8 @@ class Session {
   const AdamW& optimizer() const;
   dist::Communicator* communicator() const { return comm_.get(); }
   dist::GradientSync* gradient_sync() const { return grad_sync_.get(); }
+  // The non-finite step flag and skip counters (valid after prepare_training).
+  StepHealth& health();
   const std::string& rewrite_report() const { return rewrite_report_; }
   // The rewrite decisions, layer by layer (fp8 only; null otherwise).
   const fp8::RewriteReport* rewrite() const { return rewrite_.get(); }
@@ -96,6 +105,7 @@ class Session {
   std::unique_ptr<AdamW> opt_;
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::GradientSync> grad_sync_;
+  std::unique_ptr<StepHealth> health_;
 };
 
 }  // namespace train

@@ -1,10 +1,12 @@
 #include "lib/train/train_checkpoint.h"
 
-#include <spdlog/spdlog.h>  // spdlog::info
+#include <fmt/format.h>      // fmt::format
+#include <spdlog/spdlog.h>  // spdlog::info, spdlog::warn
 #include <torch/torch.h>    // torch::NoGradGuard, at::detail::getDefaultCPUGenerator
 
 #include <map>     // std::map
 #include <string>  // std::string
+#include <vector>  // std::vector
 
 #include "lib/config/fields.h"        // config::to_string
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
@@ -13,6 +15,7 @@
 #include "lib/train/metrics.h"        // truncate_metrics_after
 #include "lib/train/loss_scaler.h"    // LossScaler
 #include "lib/train/optimizer.h"      // AdamW
+#include "lib/train/step_health.h"    // StepHealth
 #include "lib/util/error.h"           // FP8T_INPUT_CHECK
 
 namespace fp8t::train {
@@ -78,6 +81,7 @@ void Checkpointer::resume(Progress& progress) {
   restore_checkpoint(run_, ck);
   const int64_t start_step = ck.meta.at("step").get<int64_t>();
   progress.restore(ck.meta, start_step);
+  run_.session->health().restore_skipped(progress.skipped_steps);
   if (run_.main_rank) truncate_metrics_after(dir_.metrics_path(), start_step);
   spdlog::info("resumed {} at step {}", path_.string(), start_step);
   const int64_t steps = run_.cfg.train.steps;
@@ -87,12 +91,42 @@ void Checkpointer::resume(Progress& progress) {
 
 bool Checkpointer::due(int64_t step) const {
   const TrainSection& t = run_.cfg.train;
-  return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps;
+  const bool by_time = t.checkpoint_every_min > 0 && since_save_.seconds() >= 60.0 * t.checkpoint_every_min;
+  return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps ||
+         (by_time && run_.main_rank);
+}
+
+std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
+  if (health.diverged_at > 0) {
+    return fmt::format("the run diverged at step {} ({} non-finite steps in a row)", health.diverged_at,
+                       run_.cfg.train.max_skipped_steps);
+  }
+  // Skipped steps never change the weights, so this only fires for weights that a finite but
+  // huge update pushed out of range. One reduction over the parameters, one read.
+  std::vector<at::Tensor> finite;
+  for (const at::Tensor& p : run_.session->parameters()) finite.push_back(at::isfinite(p.detach()).all());
+  if (!finite.empty() && !at::stack(finite).all().item<bool>()) return "a weight is not finite";
+  return "";
 }
 
 void Checkpointer::save(int64_t step, const Progress& progress) {
   if (!run_.main_rank) return;
-  save_checkpoint(path_, make_checkpoint(run_, step, progress));
+  const StepHealth::Counts health = run_.session->health().read();  // the host's read before a write
+  if (const std::string why = unsafe_state(health); !why.empty()) {
+    spdlog::warn("not writing the checkpoint after step {}: {}; {} keeps the last good state", step, why,
+                 path_.string());
+    return;
+  }
+  Checkpoint ck = make_checkpoint(run_, step, progress);
+  ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
+  try {
+    save_checkpoint(path_, ck);
+  } catch (const Error& e) {
+    // Disk full or an I/O error: the training itself cannot go on safely without checkpoints.
+    FP8T_THROW(ExitCode::kTrainingFailed, e.what(), " (the previous checkpoint ", path_.string(),
+               " is intact; free space and continue with --resume)");
+  }
+  since_save_.reset();
 }
 
 }  // namespace fp8t::train

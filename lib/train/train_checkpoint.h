@@ -5,10 +5,13 @@
 
 #include <cstdint>     // int64_t
 #include <filesystem>  // std::filesystem::path
+#include <string>      // std::string
 
 #include "lib/train/progress.h"   // Progress
 #include "lib/train/run_dir.h"    // RunDir
 #include "lib/train/run_setup.h"  // Run
+#include "lib/train/step_health.h"  // StepHealth::Counts
+#include "lib/util/timer.h"       // Stopwatch
 
 namespace fp8t::train {
 
@@ -22,17 +25,25 @@ class Checkpointer {
   void resume(Progress& progress);
 
   // Whether the scheduled checkpoint falls after `step` (1-based: steps done): every
-  // train.checkpoint_interval steps and after the last step.
+  // train.checkpoint_interval steps, when train.checkpoint_every_min minutes have passed since
+  // the last one (rank 0's clock), and after the last step.
   bool due(int64_t step) const;
 
   // Writes checkpoint.pt after `step` steps done, with the totals of `progress` (rank 0 only; a
-  // no-op elsewhere).
+  // no-op elsewhere); the file it replaces becomes checkpoint.prev.pt. Never from non-finite
+  // state: when the run has diverged (StepHealth) or a weight is not finite, nothing is written
+  // (a warning says so). A write that fails (disk full, I/O error) throws kTrainingFailed: the
+  // previous checkpoint is intact.
   void save(int64_t step, const Progress& progress);
 
  private:
+  // Why the state must not be written ("" when it may).
+  std::string unsafe_state(const StepHealth::Counts& health) const;
+
   Run& run_;
   const RunDir& dir_;
   std::filesystem::path path_;
+  Stopwatch since_save_;  // for train.checkpoint_every_min
 };
 
 }  // namespace fp8t::train

@@ -9,6 +9,7 @@
 #include "lib/train/metrics.h"           // write_summary
 #include "lib/train/precision_chart.h"   // precision_chart
 #include "lib/train/progress.h"          // Progress
+#include "lib/train/resume_config.h"     // check_resume_config
 #include "lib/train/run_dir.h"           // RunDir
 #include "lib/train/run_setup.h"         // Run, setup_run, join_job
 #include "lib/train/train_checkpoint.h"  // Checkpointer
@@ -35,7 +36,11 @@ RunDir open_run_folder(const Run& run) {
 void write_failure_summary(const Run& run, const RunDir& dir, Progress& progress, const Error& e) {
   if (e.code() != ExitCode::kTrainingFailed || !run.main_rank) return;
   if (progress.status == "completed") progress.status = "failed";
-  write_summary(dir.summary_path(), {{"status", progress.status}, {"steps", progress.step + 1}, {"error", e.what()}});
+  try {
+    write_summary(dir.summary_path(), progress.failure_summary(e.what()));
+  } catch (const Error& write_error) {  // e.g. the disk is still full: the error itself matters more
+    spdlog::error("{}", write_error.what());
+  }
 }
 
 // summary.json and the last log line; an interrupted run then exits with kInterrupted.
@@ -78,10 +83,15 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   if (options.dry_run) return dry_run_plan(run);
   join_job(run);
 
+  SignalGuard signals;  // before anything is written: a signal from now on stops after a checkpoint
   const RunDir dir = open_run_folder(run);
   Progress progress;
   Checkpointer checkpointer(run, dir);
-  if (options.resume) checkpointer.resume(progress);
+  if (options.resume) {
+    const std::vector<ConfigChange> changes = check_resume_config(dir, run.cfg);  // every rank
+    checkpointer.resume(progress);
+    if (run.main_rank) record_resume_config(dir, changes, progress.start_step);  // before config.yaml is replaced
+  }
   if (run.main_rank) dir.write_text_atomic("config.yaml", config::to_yaml(run.cfg));
   StepLogger logger(run, dir, progress);
   TrainingLoop loop(run, progress, logger, checkpointer);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>    // at::zeros, at::stack, at::cat, at::full
 #include <fmt/format.h>  // fmt::format
+#include <spdlog/spdlog.h>  // spdlog::warn
 
 #include <algorithm>  // std::max
 #include <atomic>     // std::atomic
@@ -12,6 +13,7 @@
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/train/loss_scaler.h"    // LossScaler
 #include "lib/train/lr_schedule.h"    // learning_rate
+#include "lib/train/step_health.h"    // StepHealth
 #include "lib/util/error.h"           // FP8T_THROW
 #include "lib/util/memory.h"          // reset_peak_memory, peak_memory_bytes
 
@@ -55,13 +57,11 @@ double evaluate(Run& run) {
 
 SignalGuard::SignalGuard() {
   g_signal.store(0);
-  prev_int_ = std::signal(SIGINT, on_signal);
-  prev_term_ = std::signal(SIGTERM, on_signal);
+  for (size_t i = 0; i < kSignals.size(); ++i) prev_[i] = std::signal(kSignals[i], on_signal);
 }
 
 SignalGuard::~SignalGuard() {
-  std::signal(SIGINT, prev_int_);
-  std::signal(SIGTERM, prev_term_);
+  for (size_t i = 0; i < kSignals.size(); ++i) std::signal(kSignals[i], prev_[i]);
 }
 
 bool SignalGuard::received() { return g_signal.load() != 0; }
@@ -103,7 +103,13 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   const int64_t step = result.step;
   LoggedStep out;
   const double loss_total = read_loss(signal_pending, out.stop_signal);
-  out.loss = loss_total / static_cast<double>(loss_count_ * run_.world_size);
+  // The skip counters (one small read; identical on every rank, see Session::step).
+  out.health = run_.session->health().read();
+  const int64_t skipped_now = out.health.skipped - progress_.skipped_steps;
+  progress_.skipped_steps = out.health.skipped;
+  // The mean over the applied steps' micro-batches (skipped steps add nothing to the sum).
+  const int64_t applied = loss_count_ - skipped_now * t.grad_accum_steps;
+  out.loss = loss_total / static_cast<double>(std::max<int64_t>(applied, 0) * run_.world_size);
   const double gnorm = result.grad_norm.item<double>();
   loss_sum_.zero_();
   loss_count_ = 0;
@@ -112,7 +118,14 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   window_.reset();
   window_tokens_ = 0;
   nlohmann::json row = {{"step", step + 1}, {"loss", out.loss}, {"lr", result.lr}, {"grad_norm", gnorm},
-                        {"tokens_per_s", tok_s}, {"elapsed_s", progress_.elapsed_s()}};
+                        {"tokens_per_s", tok_s}, {"elapsed_s", progress_.elapsed_s()},
+                        {"skipped_steps", skipped_now}};
+  if (skipped_now > 0) {
+    spdlog::warn("step {}: {} step(s) with a non-finite loss or gradient norm skipped since the last log line "
+                 "({} in a row from step {}, {} in total; the run stops as diverged after {} in a row)",
+                 step + 1, skipped_now, out.health.consecutive, out.health.streak_start, out.health.skipped,
+                 t.max_skipped_steps);
+  }
   add_fp8_fields(row, step);
   if (const LossScaler* scaler = run_.session->loss_scaler()) row["loss_scale"] = scaler->read_scale();
   write(row);
@@ -142,7 +155,11 @@ void StepLogger::log_eval(int64_t step, double val_loss) {
 }
 
 void StepLogger::write(const nlohmann::json& row) {
-  if (metrics_) metrics_->write(row);
+  try {
+    if (metrics_) metrics_->write(row);
+  } catch (const Error& e) {  // disk full or an I/O error: the run fails (exit 3) with the reason
+    FP8T_THROW(ExitCode::kTrainingFailed, e.what());
+  }
   if (tensorboard_) {
     const double peak = static_cast<double>(peak_memory_bytes(run_.device));
     tensorboard_->write_scalars(row.at("step").get<int64_t>(), tensorboard_scalars(row, peak));
@@ -186,15 +203,22 @@ StepResult TrainingLoop::train_step(int64_t step) {
   if (fp8::DelayedScaling* scaling = run_.scaling()) scaling->set_collect_stats(run_.cfg.fp8.stats && result.log_step);
   result.lr = learning_rate(t, step);
   result.grad_norm = run_.session->step([&] { return run_.data.next_train(t.micro_batch_size); }, result.lr,
-                                        logger_.loss_sum());
+                                        logger_.loss_sum(), {}, step + 1);
   logger_.count_step();
   return result;
 }
 
+// Non-finite steps are skipped on the device (Session::step); the run stops as diverged once
+// train.max_skipped_steps of them came in a row. Its weights are those of the step before.
 void TrainingLoop::check_step(const StepResult& result, const LoggedStep& logged) {
-  if (std::isfinite(logged.loss)) return;
+  if (logged.health.diverged_at == 0) return;
   progress_.status = "diverged";
-  FP8T_THROW(ExitCode::kTrainingFailed, "the loss became ", logged.loss, " at step ", result.step + 1,
+  progress_.diverged_at = logged.health.diverged_at;
+  FP8T_THROW(ExitCode::kTrainingFailed, "diverged at step ", logged.health.diverged_at, ": ",
+             run_.cfg.train.max_skipped_steps, " steps in a row had a non-finite loss or gradient norm (skipped, ",
+             logged.health.skipped, " skipped in total; stopped after step ", result.step + 1,
+             "). The weights are those of step ", logged.health.diverged_at - 1,
+             "; the last checkpoint was written before the divergence",
              (run_.cfg.precision == Precision::kFp8 ? " (try fp8.margin, fp8.override_linear_precision or "
                                                       "precision bf16 to locate it; fp8.stats shows saturation)"
                                                     : " (try a lower train.lr or train.grad_clip)"));

@@ -2,7 +2,7 @@
 // the checkpoint phase (lib/train/train_checkpoint.h). One iteration reads top to bottom:
 //   train_step   micro-batches (forward, backward), FP8 scale update, clip, optimizer step
 //   log          on log steps: read the loss on the host, build the metrics row, write it,
-//                update the status line, check_step (a non-finite loss fails the run)
+//                update the status line, check_step (too many skipped steps in a row: diverged)
 //   eval         on eval steps and after the last step
 //   checkpoint   Checkpointer::due, then the stop conditions (--stop-after, a signal)
 // The device is read on the host only on log, eval and checkpoint steps.
@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <nlohmann/json.hpp>   // nlohmann::json
 
+#include <array>     // std::array
+#include <csignal>   // SIGINT, SIGTERM, SIGHUP, SIGQUIT
 #include <cstdint>   // int64_t
 #include <optional>  // std::optional
 
@@ -20,6 +22,7 @@
 #include "lib/train/run_dir.h"           // RunDir
 #include "lib/train/run_setup.h"         // Run
 #include "lib/train/tensorboard.h"       // TensorBoardWriter
+#include "lib/train/step_health.h"       // StepHealth::Counts
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/util/timer.h"              // Stopwatch
 
@@ -35,8 +38,9 @@ struct StepResult {
 
 // What the log phase read on the host.
 struct LoggedStep {
-  double loss = 0.0;         // mean training loss since the previous log step, over all ranks
-  bool stop_signal = false;  // some rank received SIGINT/SIGTERM (data-parallel jobs only)
+  double loss = 0.0;         // mean training loss of the applied steps since the previous log step, over all ranks
+  bool stop_signal = false;  // some rank received a stop signal (data-parallel jobs only)
+  StepHealth::Counts health;  // the non-finite step counters
 };
 
 // The log phase: accumulates the loss on the device between log steps, and on log steps builds
@@ -78,7 +82,9 @@ class StepLogger {
   int64_t window_tokens_ = 0;
 };
 
-// Installs SIGINT/SIGTERM handlers that only record the signal, and restores the previous ones.
+// Installs handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that only record the signal (the
+// loop then saves a checkpoint and stops), and restores the previous ones. run_training installs
+// it before the run folder is written.
 class SignalGuard {
  public:
   SignalGuard();
@@ -88,8 +94,8 @@ class SignalGuard {
   static bool received();
 
  private:
-  void (*prev_int_)(int);
-  void (*prev_term_)(int);
+  static constexpr std::array<int, 4> kSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  std::array<void (*)(int), 4> prev_{};
 };
 
 class TrainingLoop {
@@ -113,7 +119,6 @@ class TrainingLoop {
   Progress& progress_;
   StepLogger& logger_;
   Checkpointer& checkpointer_;
-  SignalGuard signals_;
 };
 
 }  // namespace fp8t::train

@@ -56,7 +56,7 @@ TEST_CASE("session: steps lower the loss; phases are reported in order", "[train
   // Two micro-batches: forward, loss, backward twice, then the once-per-step phases.
   REQUIRE(draws == 2);
   REQUIRE(phases == std::vector<std::string>{"forward", "loss", "backward", "forward", "loss", "backward",
-                                             "grad_sync", "fp8_update", "clip", "optimizer"});
+                                             "grad_sync", "clip", "fp8_update", "optimizer"});
   const double first = loss_sum.item<double>() / 2;
   for (int i = 0; i < 30; ++i) {
     loss_sum.zero_();
