@@ -121,7 +121,46 @@ TEST_CASE("a failed checkpoint write leaves the previous checkpoint intact", "[t
   second.tensors["model.w"] = second.tensors["model.w"] * 2;
   save_checkpoint(path, second);
   require_equal(second, load_checkpoint(path));
-  REQUIRE(TempDir::list(dir.path()) == std::vector<std::string>{"blocked.pt", "checkpoint.pt"});
+  // ... and keeps the one it replaced as checkpoint.prev.pt.
+  require_equal(first, load_checkpoint(dir / "checkpoint.prev.pt"));
+  REQUIRE(fp8t::train::previous_checkpoint_path(path) == dir / "checkpoint.prev.pt");
+  REQUIRE(TempDir::list(dir.path()) ==
+          std::vector<std::string>{"blocked.pt", "checkpoint.prev.pt", "checkpoint.pt"});
+}
+
+TEST_CASE("a checkpoint with any byte changed is a corrupt-checkpoint error", "[train]") {
+  TempDir dir("ckpt_crc");
+  const auto path = dir / "checkpoint.pt";
+  save_checkpoint(path, sample());
+  const std::string good = read_all(path);
+  // Bytes at the start (zip header), inside the tensor data, in the middle and in the trailer.
+  for (size_t pos : {size_t{0}, good.size() / 3, good.size() / 2, good.size() - 30, good.size() - 8}) {
+    INFO("flipped byte at " << pos << " of " << good.size());
+    std::string bad = good;
+    bad[pos] = static_cast<char>(bad[pos] ^ 0x01);
+    write_all(dir / "bad.pt", bad);
+    require_error([&] { load_checkpoint(dir / "bad.pt"); }, fp8t::ExitCode::kBadInput, "corrupt checkpoint");
+  }
+  // Bit rot in the tensor payload itself: flip one bit of a float of model.w.
+  const at::Tensor w = sample().tensors.at("model.w");
+  const std::string w_bytes(static_cast<const char*>(w.data_ptr()), 16);
+  const size_t at_w = good.find(w_bytes);
+  REQUIRE(at_w != std::string::npos);
+  std::string rot = good;
+  rot[at_w + 5] = static_cast<char>(rot[at_w + 5] ^ 0x40);
+  write_all(dir / "rot.pt", rot);
+  require_error([&] { load_checkpoint(dir / "rot.pt"); }, fp8t::ExitCode::kBadInput, "checksum mismatch");
+  // Without its trailer (or with bytes appended) the file is corrupt too.
+  write_all(dir / "cut.pt", good.substr(0, good.size() - 24));
+  require_error([&] { load_checkpoint(dir / "cut.pt"); }, fp8t::ExitCode::kBadInput, "trailer is missing");
+  write_all(dir / "long.pt", good + "x");
+  require_error([&] { load_checkpoint(dir / "long.pt"); }, fp8t::ExitCode::kBadInput, "corrupt checkpoint");
+
+  // The message says how to fall back on the previous checkpoint when there is one.
+  save_checkpoint(path, sample());
+  write_all(path, rot);
+  require_error([&] { load_checkpoint(path); }, fp8t::ExitCode::kBadInput, "checkpoint.prev.pt is kept");
+  require_equal(sample(), load_checkpoint(dir / "checkpoint.prev.pt"));
 }
 
 TEST_CASE("loading a missing, corrupt or foreign checkpoint is a bad-input error", "[train]") {
