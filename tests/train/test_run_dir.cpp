@@ -1,6 +1,9 @@
 #include "lib/train/run_dir.h"
 
-#include <fstream>  // std::ofstream, std::ifstream
+#include <unistd.h>  // ::getpid
+
+#include <fstream>   // std::ofstream, std::ifstream
+#include <optional>  // std::optional
 
 #include "lib/util/error.h"
 #include "tests/catch.h"
@@ -38,7 +41,8 @@ TEST_CASE("RunDir kCreate makes the folder only when opened", "[train]") {
   RunDir::check(out, "exp1", RunDir::Mode::kCreate);
   REQUIRE_FALSE(fs::exists(tmp / "runs"));  // check() writes nothing
 
-  const RunDir run = RunDir::open(out, "exp1", RunDir::Mode::kCreate);
+  std::optional<RunDir> first = RunDir::open(out, "exp1", RunDir::Mode::kCreate);
+  const RunDir run = *first;  // a copy shares the lock
   REQUIRE(fs::is_directory(tmp / "runs" / "exp1"));
   REQUIRE(run.path() == fs::path(out) / "exp1");
   REQUIRE(run.config_path() == run.path() / "config.yaml");
@@ -46,16 +50,51 @@ TEST_CASE("RunDir kCreate makes the folder only when opened", "[train]") {
   REQUIRE(run.metrics_path() == run.path() / "metrics.jsonl");
   REQUIRE(run.summary_path() == run.path() / "summary.json");
   REQUIRE(run.checkpoint_path() == run.path() / "checkpoint.pt");
-  REQUIRE(TempDir::list(run.path()).empty());
+  REQUIRE(TempDir::list(run.path()) == std::vector<std::string>{".fp8train.lock"});
+  REQUIRE(run.locked());
+  REQUIRE(read_all(run.path() / ".fp8train.lock") == std::to_string(::getpid()) + "\n");
+  REQUIRE_FALSE(RunDir::locate(out, "exp1").locked());
 
-  // An existing empty folder is fine; a non-empty one is refused with the ways out.
-  REQUIRE_NOTHROW(RunDir::open(out, "exp1", RunDir::Mode::kCreate));
+  // While the lock is held, a second writer (any mode) is refused, naming the holder's pid.
+  for (RunDir::Mode mode : {RunDir::Mode::kCreate, RunDir::Mode::kOverwrite}) {
+    REQUIRE_THAT(error_of([&] { RunDir::open(out, "exp1", mode); }),
+                 FP8T_CONTAINS("in use by pid " + std::to_string(::getpid())));
+    REQUIRE_THAT(error_of([&] { RunDir::check(out, "exp1", mode); }), FP8T_CONTAINS("in use by pid"));
+  }
+  first.reset();
+  REQUIRE(run.locked());  // the copy still holds it
+  REQUIRE_THAT(error_of([&] { RunDir::open(out, "exp1", RunDir::Mode::kCreate); }), FP8T_CONTAINS("in use"));
+}
+
+TEST_CASE("RunDir kCreate accepts an empty folder and refuses a used one", "[train]") {
+  TempDir tmp("rundir_used");
+  const std::string out = (tmp / "runs").string();
+  fs::create_directories(tmp / "runs" / "exp1");
+  // An existing empty folder (or one with only a released lock file) is fine.
+  RunDir::open(out, "exp1", RunDir::Mode::kCreate);  // a temporary: unlocked again at once
+  const RunDir run = RunDir::locate(out, "exp1");
+  RunDir::open(out, "exp1", RunDir::Mode::kCreate);
   touch(run.config_path());
   const std::string msg = error_of([&] { RunDir::open(out, "exp1", RunDir::Mode::kCreate); });
   REQUIRE_THAT(msg, FP8T_CONTAINS(run.path().string()));
   REQUIRE_THAT(msg, FP8T_CONTAINS("--run-name"));
   REQUIRE_THAT(msg, FP8T_CONTAINS("--overwrite"));
   REQUIRE_THAT(msg, FP8T_CONTAINS("--resume"));
+}
+
+TEST_CASE("RunDir kResume removes the temporary files of killed writes", "[train]") {
+  TempDir tmp("rundir_leftovers");
+  const fs::path dir = tmp / "r";
+  fs::create_directories(dir);
+  touch(dir / "checkpoint.pt");
+  touch(dir / ".checkpoint.pt.tmp.99.0");
+  touch(dir / ".checkpoint.prev.pt.tmp.99");
+  touch(dir / ".metrics.jsonl.tmp.5.1");
+  touch(dir / "notes.txt");
+  const RunDir run = RunDir::open(tmp.path().string(), "r", RunDir::Mode::kResume);
+  REQUIRE(run.removed_files() ==
+          std::vector<std::string>{".checkpoint.prev.pt.tmp.99", ".checkpoint.pt.tmp.99.0", ".metrics.jsonl.tmp.5.1"});
+  REQUIRE(TempDir::list(dir) == std::vector<std::string>{".fp8train.lock", "checkpoint.pt", "notes.txt"});
 }
 
 TEST_CASE("RunDir kOverwrite deletes only the files fp8train writes", "[train]") {
@@ -67,12 +106,15 @@ TEST_CASE("RunDir kOverwrite deletes only the files fp8train writes", "[train]")
   touch(dir / "notes.txt", "mine");
   touch(dir / "plots" / "loss.png");
   touch(dir / "checkpoint.pt.bak");
+  touch(dir / "config.resume-40.yaml");
 
   const RunDir run = RunDir::open((tmp / "runs").string(), "a", RunDir::Mode::kOverwrite);
-  REQUIRE(TempDir::list(dir) == std::vector<std::string>{"checkpoint.pt.bak", "notes.txt", "plots"});
+  REQUIRE(TempDir::list(dir) ==
+          std::vector<std::string>{".fp8train.lock", "checkpoint.pt.bak", "notes.txt", "plots"});
   REQUIRE(run.removed_files() ==
-          std::vector<std::string>{".checkpoint.pt.tmp.123.0", "checkpoint.pt", "config.yaml",
-                                   "metrics.jsonl", "summary.json", "train.log"});
+          std::vector<std::string>{".checkpoint.pt.tmp.123.0", "checkpoint.prev.pt", "checkpoint.pt",
+                                   "config.resume-40.yaml", "config.yaml", "metrics.jsonl", "summary.json",
+                                   "train.log"});
   REQUIRE(read_all(dir / "notes.txt") == "mine");
   REQUIRE(fs::exists(dir / "plots" / "loss.png"));
 
@@ -119,7 +161,7 @@ TEST_CASE("RunDir::write_text_atomic replaces files without leftovers", "[train]
   REQUIRE(read_all(run.config_path()) == "a: 1\n");
   run.write_text_atomic("config.yaml", "b: 2\n");
   REQUIRE(read_all(run.config_path()) == "b: 2\n");
-  REQUIRE(TempDir::list(run.path()) == std::vector<std::string>{"config.yaml"});
+  REQUIRE(TempDir::list(run.path()) == std::vector<std::string>{".fp8train.lock", "config.yaml"});
   // Into a folder that does not exist: fails, naming the file.
   try {
     run.write_text_atomic("missing/config.yaml", "c");
