@@ -3,7 +3,6 @@
 #include <algorithm>  // std::all_of
 #include <array>      // std::array
 #include <bit>        // std::endian
-#include <vector>     // std::vector
 
 #include "lib/data/data_file.h"  // checked_file_size, open_binary, read_exact
 #include "lib/util/error.h"      // FP8T_INPUT_CHECK
@@ -29,14 +28,7 @@ namespace {
 
 bool is_known_magic(int32_t magic) { return magic == kLlmcMagicUint16 || magic == kLlmcMagicUint32; }
 
-template <typename Token>
-std::vector<Token> read_tokens(std::ifstream& in, uint64_t count, const std::string& path) {
-  std::vector<Token> tokens(count);
-  read_exact(in, tokens.data(), count * sizeof(Token), path);
-  return tokens;
-}
-
-TokenFile read_llmc_shard(std::ifstream& in, const std::array<int32_t, kLlmcHeaderInts>& header,
+TokenFile read_llmc_shard(const std::array<int32_t, kLlmcHeaderInts>& header,
                           uint64_t file_bytes, const std::string& path, std::string_view key) {
   const int32_t magic = header[0];
   const int32_t version = header[1];
@@ -56,8 +48,9 @@ TokenFile read_llmc_shard(std::ifstream& in, const std::array<int32_t, kLlmcHead
                    count, " tokens of ", token_bytes, " bytes, so the file should be ", kLlmcHeaderBytes,
                    " + ", count, " * ", token_bytes, " = ", expected_bytes, " bytes, but it is ", file_bytes,
                    " bytes (truncated or corrupt shard?)");
-  if (wide) return {TokenStore(read_tokens<uint32_t>(in, count, path)), TokenFileFormat::kLlmcUint32};
-  return {TokenStore(read_tokens<uint16_t>(in, count, path)), TokenFileFormat::kLlmcUint16};
+  // Mapped, not read: a shard of many GB opens at once and costs no RAM of its own.
+  return {TokenStore::map_file(path, kLlmcHeaderBytes, count, static_cast<int>(token_bytes), key),
+          wide ? TokenFileFormat::kLlmcUint32 : TokenFileFormat::kLlmcUint16};
 }
 
 }  // namespace
@@ -72,22 +65,21 @@ TokenFile read_token_file(const std::string& path, std::string_view key) {
     const bool zero_tail = std::all_of(header.begin() + 3, header.end(), [](int32_t w) { return w == 0; });
     const bool zero_head = header[0] == 0 && header[1] == 0 && header[2] == 0;
     if (is_known_magic(header[0]) || (zero_tail && !zero_head)) {
-      return read_llmc_shard(in, header, file_bytes, path, key);
+      return read_llmc_shard(header, file_bytes, path, key);
     }
-    in.seekg(0);
   } else if (file_bytes >= 4) {
     int32_t magic = 0;
     read_exact(in, &magic, sizeof(magic), path);
     FP8T_INPUT_CHECK(!is_known_magic(magic), key, ": '", path, "' starts with llm.c magic ", magic,
                      " but is only ", file_bytes, " bytes, shorter than the ", kLlmcHeaderBytes,
                      "-byte header (truncated shard?)");
-    in.seekg(0);
   }
 
   FP8T_INPUT_CHECK(
       file_bytes % 2 == 0, key, ": '", path, "' has no llm.c header, so it is read as a nanoGPT .bin of ",
       "uint16 tokens, but its size ", file_bytes, " bytes is odd (truncated or not a token file?)");
-  return {TokenStore(read_tokens<uint16_t>(in, file_bytes / 2, path)), TokenFileFormat::kNanoGptUint16};
+  return {TokenStore::map_file(path, 0, static_cast<int64_t>(file_bytes / 2), 2, key),
+          TokenFileFormat::kNanoGptUint16};
 }
 
 }  // namespace fp8t::data

@@ -1,11 +1,15 @@
 // TokenStore: one contiguous array of tokens in the file's own width (uint8 bytes of a text
 // file, uint16 GPT-2 tokens, uint32 Llama-3 tokens). Batches are cut from it by copying
-// windows, so a 100M-token shard costs its file size in memory and nothing per batch.
+// windows. Token files are memory-mapped (map_file): opening one costs neither its size in RAM
+// nor a full read; the pages a batch touches are read on demand and stay reclaimable page cache.
 #pragma once
 
-#include <cstdint>  // int64_t, uint8_t, uint16_t, uint32_t
-#include <variant>  // std::variant
-#include <vector>   // std::vector
+#include <cstdint>      // int64_t, uint8_t, uint16_t, uint32_t
+#include <memory>       // std::shared_ptr
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <variant>      // std::variant
+#include <vector>       // std::vector
 
 namespace fp8t::data {
 
@@ -14,7 +18,14 @@ class TokenStore {
   using Storage = std::variant<std::vector<uint8_t>, std::vector<uint16_t>, std::vector<uint32_t>>;
 
   TokenStore() = default;
+  // Tokens held in memory.
   explicit TokenStore(Storage tokens);
+  // `count` tokens of `width` bytes (2 or 4, little endian) at byte `offset` of `path`, mapped
+  // read-only. The largest token is found by reading the file in bounded chunks (so memory
+  // stays small) and skipping holes of sparse files, which read as token 0. Errors (bad input)
+  // name `path` and `config_key`.
+  static TokenStore map_file(const std::string& path, uint64_t offset, int64_t count, int width,
+                             std::string_view config_key);
 
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
@@ -24,14 +35,19 @@ class TokenStore {
   // Index of the first token >= limit, or -1 when there is none.
   int64_t find_first_at_least(int64_t limit) const;
   // Width of one stored token in bytes (1, 2 or 4).
-  int element_bytes() const;
+  int element_bytes() const { return width_; }
+  // Whether the tokens are a mapping of the file (not a copy in memory).
+  bool mapped() const { return mapped_; }
 
   // Copies tokens [start, start + length) as int64 into out. The caller keeps the range in
   // bounds (checked: a violation is a bug, not bad input).
   void copy_to(int64_t start, int64_t length, int64_t* out) const;
 
  private:
-  Storage tokens_;
+  std::shared_ptr<const void> owner_;  // the vector or the mapping that data_ points into
+  const void* data_ = nullptr;
+  int width_ = 1;
+  bool mapped_ = false;
   int64_t size_ = 0;
   int64_t max_token_ = -1;
 };

@@ -1,6 +1,8 @@
 #include "lib/data/token_file.h"
 
-#include <cstdint>  // uint16_t, uint32_t
+#include <cstdint>     // uint16_t, uint32_t
+#include <filesystem>  // std::filesystem::resize_file
+#include <fstream>     // std::fstream
 #include <string>   // std::string
 #include <vector>   // std::vector
 
@@ -187,4 +189,31 @@ TEST_CASE("corrupt token files throw bad-input errors naming the file", "[data]"
     write_bytes(dir.file("good.bin"), llmc_shard_bytes<uint16_t>(tokens, 20240520, 1));
     REQUIRE_NOTHROW(open_file("good.bin"));
   }
+}
+
+TEST_CASE("token files are mapped; the largest token skips the holes of sparse files", "[data]") {
+  ScratchDir dir;
+  const std::string path = dir.file("sparse.bin");
+  // A 64 MiB llm.c v7 shard that is a hole except for its header, one token in the middle and
+  // the last token: the scan reads only those extents and still finds both.
+  const int64_t count = int64_t{16} << 20;
+  write_bytes(path, llmc_shard_bytes<uint32_t>({}, 20240801, 7, count));
+  std::filesystem::resize_file(path, 1024 + count * 4);
+  auto poke = [&](int64_t index, uint32_t token) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1024 + index * 4);
+    f.write(reinterpret_cast<const char*>(&token), 4);
+  };
+  poke(count / 2 + 3, 70000);
+  poke(count - 1, 123);
+  const auto file = read_token_file(path, "data.train_path");
+  REQUIRE(file.tokens.mapped());
+  REQUIRE(file.tokens.size() == count);
+  CHECK(file.tokens.max_token() == 70000);
+  CHECK(file.tokens.find_first_at_least(1000) == count / 2 + 3);
+  CHECK(file.tokens.at(count - 1) == 123);
+  CHECK(file.tokens.at(0) == 0);
+  std::vector<int64_t> window(4);
+  file.tokens.copy_to(count / 2 + 1, 4, window.data());
+  CHECK(window == std::vector<int64_t>{0, 0, 70000, 0});
 }
