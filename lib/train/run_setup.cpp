@@ -13,6 +13,7 @@
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/model/gpt.h"            // model::Gpt
 #include "lib/train/precision_chart.h"  // precision_chart
+#include "lib/train/resources.h"      // check_memory_fits
 #include "lib/train/tensorboard.h"    // check_tensorboard_available
 #include "lib/util/error.h"           // FP8T_INPUT_CHECK
 
@@ -62,6 +63,8 @@ Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options) {
   const dist::LaunchInfo& launch = options.launch;
   const c10::Device device = resolve_device(cfg.run.device, launch.local_rank);
   const RunDir::Mode mode = run_dir_mode(cfg, options);
+  // Sizes that cannot fit stop here (exit 2, naming the keys), before any allocation or file.
+  check_memory_fits(cfg, device_memory_capacity(device), device.str());
   check_tensorboard_available(cfg.run.tensorboard);  // a build without protobuf: exit 2, nothing written
   // Every rank checks (read-only) before the rendezvous, so a bad run folder stops all of them.
   if (!options.dry_run) RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
