@@ -94,6 +94,8 @@ void add_report_command(CLI::App& app) {
   cmd->add_option("--html", args->html, "also write one self-contained HTML page (table, curves, FP8 heatmaps)");
   cmd->add_option("--sort", args->sort, "sort by a column, e.g. best_val_loss, tokens_per_s or fp8.margin");
   cmd->add_flag("--reverse", args->reverse, "with --sort: largest first");
+  cmd->footer("\nColumns, formats and the HTML page: docs/report.md. Example:\n"
+              "  fp8train report runs/sweep-* --html sweep.html --sort best_val_loss");
   cmd->callback([args] { run_report(*args); });
 }
 

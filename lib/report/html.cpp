@@ -36,7 +36,7 @@ std::string table_html(const Table& table) {
     for (size_t i = 0; i < table.columns.size(); ++i) {
       const Cell& cell = table.rows[r][i];
       const Column& col = table.columns[i];
-      const bool text = col.config || !cell.number;
+      const bool text = col.config || !cell.number || col.key.rfind("most_", 0) == 0;  // slot names read left
       std::string content = html_escape(cell.missing() ? "-" : cell.text);
       if (i == 0) content = "<span class=\"swatch\" data-run=\"" + std::to_string(r) + "\"></span>" + content;
       out += "<td class=\"" + std::string(col.config ? "config text" : text ? "text" : "") + "\">" + content + "</td>";

@@ -210,7 +210,7 @@
     const ranges = FP8_METRICS.map((m) => colorRange(runs, m));
     for (const run of runs) {
       el('h3', null, section, run.name + ' (' + run.fp8.slots.length + ' slots, ' + run.fp8.steps.length + ' log steps)');
-      const grid = el('div', 'grid', section);
+      const grid = el('div', 'grid heatmaps', section);
       FP8_METRICS.forEach((m, k) => heatmap(grid, run.fp8, m, ranges[k]));
     }
   }
