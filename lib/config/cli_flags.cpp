@@ -44,6 +44,7 @@ const std::vector<ConfigFlag>& config_flags() {
       {"--fp8-stats", "fp8.stats", true},
       {"--quiet", "run.quiet", true},
       {"--overwrite", "run.overwrite", true},
+      {"--tensorboard", "run.tensorboard", true},
   };
   return flags;
 }

@@ -13,7 +13,7 @@ tiny() {
     --set train.micro_batch_size=4 --set train.warmup_steps=1 --set train.log_interval=2 \
     --set train.eval_interval=3 --set train.eval_batches=1 "$@"
 }
-tiny sweep-a --fp8-margin 0 --fp8-stats --set run.tensorboard=true
+tiny sweep-a --fp8-margin 0 --fp8-stats --tensorboard
 tiny sweep-b --fp8-margin 1
 set +e; tiny sweep-c --fp8-margin 2 --set train.lr=1e30 2>/dev/null; rc=$?; set -e
 [ $rc -eq 3 ] || fail "the diverging run should exit 3, got $rc"
