@@ -33,6 +33,10 @@ const EnumNames<Activation>& activation_names() {
   static const EnumNames<Activation> n = {{Activation::kGelu, "gelu"}, {Activation::kSwiGLU, "swiglu"}};
   return n;
 }
+const EnumNames<PositionKind>& position_names() {
+  static const EnumNames<PositionKind> n = {{PositionKind::kLearned, "learned"}, {PositionKind::kRope, "rope"}};
+  return n;
+}
 const EnumNames<DataSource>& source_names() {
   static const EnumNames<DataSource> n = {{DataSource::kSynthetic, "synthetic"}, {DataSource::kText, "text"}, {DataSource::kTokens, "tokens"}};
   return n;
@@ -100,6 +104,16 @@ std::vector<Field> build_table() {
                           [](auto& c) -> auto& { return c.model.dropout; }, half_open(0, 1)));
   t.push_back(bool_field("model.tie_embeddings", "share the token embedding with the output head",
                          [](auto& c) -> auto& { return c.model.tie_embeddings; }));
+  t.push_back(enum_field("model.position", "positions: a learned table (GPT-2) or rotary q/k (RoPE, LLaMA)",
+                         position_names(), [](auto& c) -> auto& { return c.model.position; }));
+  t.push_back(float_field("model.rope_theta", "RoPE base frequency (model.position rope; Llama 3: 500000)",
+                          [](auto& c) -> auto& { return c.model.rope_theta; }, greater_than(0)));
+  t.push_back(int_field("model.n_kv_head", "K/V heads, grouped-query attention (must divide model.n_head); 0 means n_head",
+                        [](auto& c) -> auto& { return c.model.n_kv_head; }, at_least(0)));
+  t.push_back(bool_field("model.fused_qkv", "q, k, v from one GEMM (attn.c_attn); false: attn.q_proj, k_proj, v_proj",
+                         [](auto& c) -> auto& { return c.model.fused_qkv; }));
+  t.push_back(string_field("model.init_from", "safetensors file with the starting weights (fp8train or Hugging Face names)",
+                           [](auto& c) -> auto& { return c.model.init_from; }));
   // data
   t.push_back(enum_field("data.source", "synthetic data, a text file (bytes) or a token file", source_names(),
                          [](auto& c) -> auto& { return c.data.source; }));

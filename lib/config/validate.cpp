@@ -68,6 +68,10 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "model.n_head") + ": head dimension model.d_model / model.n_head = " + str(m.d_model) + " / " +
          str(m.n_head) + " = " + str(m.d_model / m.n_head) + " is odd; expected an even head dimension");
   }
+  if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0) {
+    fail(named(s, "model.n_kv_head") + ": " + str(m.n_kv_head) + " does not divide " + named(s, "model.n_head") +
+         " = " + str(m.n_head) + "; expected a divisor of model.n_head (grouped-query attention), or 0 for n_head");
+  }
   const auto& t = c.train;
   if (t.warmup_steps > t.steps) {
     fail(named(s, "train.warmup_steps") + ": " + str(t.warmup_steps) + " is more than " + named(s, "train.steps") +

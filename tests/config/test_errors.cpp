@@ -162,6 +162,21 @@ TEST_CASE("inconsistent values name both keys", "[config]") {
     CHECK_THAT(msg, FP8T_CONTAINS("head dimension"));
     CHECK_THAT(msg, FP8T_CONTAINS("= 3 is odd"));
   }
+  SECTION("K/V heads that do not divide the query heads") {
+    const std::string msg = bad_yaml_message("model:\n  n_head: 4\n  n_kv_head: 3\n");
+    CHECK_THAT(msg, FP8T_CONTAINS("model.n_kv_head (test.yaml:3)"));
+    CHECK_THAT(msg, FP8T_CONTAINS("does not divide model.n_head (test.yaml:2) = 4"));
+  }
+  SECTION("rope with an odd head dimension") {
+    const std::string msg = bad_yaml_message("model:\n  position: rope\n  d_model: 12\n  n_head: 4\n");
+    CHECK_THAT(msg, FP8T_CONTAINS("model.n_head (test.yaml:4)"));
+    CHECK_THAT(msg, FP8T_CONTAINS("= 3 is odd"));
+  }
+  SECTION("an unknown position kind") {
+    const std::string msg = bad_yaml_message("model:\n  position: alibi\n");
+    CHECK_THAT(msg, FP8T_CONTAINS("model.position (test.yaml:2)"));
+    CHECK_THAT(msg, FP8T_CONTAINS("one of learned, rope"));
+  }
   SECTION("warmup longer than the run") {
     const std::string msg = bad_yaml_message("train:\n  steps: 10\n  warmup_steps: 20\n");
     CHECK_THAT(msg, FP8T_CONTAINS("train.warmup_steps (test.yaml:3)"));

@@ -37,6 +37,11 @@ model:
   bias: false
   dropout: 0.25
   tie_embeddings: true
+  position: rope
+  rope_theta: 500000.0
+  n_kv_head: 2
+  fused_qkv: false
+  init_from: "weights/model.safetensors"
 data:
   source: tokens
   train_path: data/train.bin
@@ -104,6 +109,11 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK_FALSE(c.model.bias);
   CHECK(c.model.dropout == 0.25);
   CHECK(c.model.tie_embeddings);
+  CHECK(c.model.position == fp8t::PositionKind::kRope);
+  CHECK(c.model.rope_theta == 500000.0);
+  CHECK(c.model.n_kv_head == 2);
+  CHECK_FALSE(c.model.fused_qkv);
+  CHECK(c.model.init_from == "weights/model.safetensors");
 
   CHECK(c.data.source == fp8t::DataSource::kTokens);
   CHECK(c.data.train_path == "data/train.bin");
@@ -151,8 +161,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:12");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:47");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:55");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:52");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:60");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
