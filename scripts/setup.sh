@@ -75,6 +75,12 @@ if [ "$PY" = "$ROOT/.venv/bin/python3" ] && ! "$PY" -c 'import tensorboard' 2>/d
   log "installing the tensorboard package into .venv (for the tests)"
   "$PY" -m pip install -q tensorboard || log "could not install tensorboard; tests/cli/test_report.sh will fail"
 fi
+# The export test (tests/cli/test_export.sh) loads exported models with Hugging Face's
+# `safetensors` and `transformers` packages; only the project's own .venv gets them.
+if [ "$PY" = "$ROOT/.venv/bin/python3" ] && ! "$PY" -c 'import safetensors, transformers' 2>/dev/null; then
+  log "installing the safetensors and transformers packages into .venv (for the tests)"
+  "$PY" -m pip install -q safetensors transformers || log "could not install safetensors/transformers; tests/cli/test_export.sh will try again"
+fi
 
 # ---- configure + build ------------------------------------------------------------------
 GEN=""; command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"

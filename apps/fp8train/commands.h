@@ -16,6 +16,8 @@ void add_bench_command(CLI::App& app);
 void add_bench_gemm_command(CLI::App& app);
 // `fp8train report RUN_DIR...`: compare run folders (table, --html page; lib/report/).
 void add_report_command(CLI::App& app);
+// `fp8train export --run DIR --out FILE`: a run's weights as safetensors (Hugging Face names on request).
+void add_export_command(CLI::App& app);
 
 }  // namespace app
 }  // namespace fp8t

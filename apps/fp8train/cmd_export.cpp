@@ -1,0 +1,118 @@
+// `fp8train export --run DIR --out FILE`: a run's FP32 master weights as a safetensors file,
+// in fp8train's names or Hugging Face's (lib/model/hf_layout.h, with a config.json beside it).
+#include <spdlog/spdlog.h>  // spdlog::info
+#include <torch/torch.h>    // torch::NoGradGuard
+
+#include <filesystem>  // std::filesystem
+#include <map>         // std::map
+#include <string>      // std::string
+
+#include "apps/fp8train/commands.h"  // add_export_command
+#include "lib/config/loader.h"       // config::load
+#include "lib/model/gpt.h"           // model::Gpt
+#include "lib/model/hf_layout.h"     // to_hf_names, hf_config_json
+#include "lib/model/safetensors.h"   // write_safetensors
+#include "lib/train/checkpoint.h"    // load_checkpoint
+#include "lib/train/run_dir.h"       // train::write_text_atomic
+#include "lib/util/error.h"          // FP8T_INPUT_CHECK
+
+namespace fs = std::filesystem;
+
+namespace fp8t {
+namespace app {
+
+namespace {
+
+struct ExportArgs {
+  std::string run_dir;
+  std::string out;
+  std::string names = "fp8train";
+  std::string dtype = "fp32";
+  std::string dump_logits;
+};
+
+// The checkpoint's model parameters ("model.<name>"), by fp8train name.
+model::NamedTensors model_tensors(const train::Checkpoint& ck) {
+  model::NamedTensors params;
+  for (const auto& [k, v] : ck.tensors) {
+    if (k.rfind("model.", 0) == 0) params.emplace_back(k.substr(6), v);
+  }
+  return params;
+}
+
+// --dump-logits: fp8train's FP32 logits for fixed tokens (t * 7 + 3) % vocab, t < seq_len, with
+// the tokens, as a safetensors file, so tests can compare another framework's logits.
+void dump_logits(const ModelSection& cfg, const model::NamedTensors& weights, const fs::path& path) {
+  ModelSection plain = cfg;
+  plain.init_from.clear();
+  model::Gpt gpt(plain);
+  std::map<std::string, at::Tensor> by_name(weights.begin(), weights.end());
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : gpt.unique_named_parameters()) {
+    const auto it = by_name.find(name);
+    FP8T_INPUT_CHECK(it != by_name.end() && it->second.sizes() == p.sizes(), "the checkpoint has no parameter '",
+                     name, "' of shape ", p.sizes());
+    p.copy_(it->second);
+  }
+  gpt.eval();
+  const at::Tensor tokens = (torch::arange(cfg.seq_len, at::kLong) * 7 + 3).remainder(cfg.vocab_size).view({1, -1});
+  model::write_safetensors(path, {{"tokens", tokens}, {"logits", gpt.forward(tokens)}});
+  spdlog::info("wrote {} (logits of {} tokens)", path.string(), cfg.seq_len);
+}
+
+void run_export(const ExportArgs& a) {
+  FP8T_INPUT_CHECK(a.names == "fp8train" || a.names == "hf", "--names: expected fp8train or hf, got '", a.names, "'");
+  FP8T_INPUT_CHECK(a.dtype == "fp32" || a.dtype == "bf16", "--dtype: expected fp32 or bf16, got '", a.dtype, "'");
+  fs::path run = fs::absolute(a.run_dir).lexically_normal();
+  if (!run.has_filename()) run = run.parent_path();  // "runs/x/"
+  FP8T_INPUT_CHECK(fs::is_directory(run), "--run ", a.run_dir, " is not a folder");
+  const train::RunDir dir = train::RunDir::locate(run.parent_path().string(), run.filename().string());
+  FP8T_INPUT_CHECK(fs::is_regular_file(dir.config_path()), "--run ", a.run_dir, " is not a run folder (no config.yaml)");
+  const ExperimentConfig cfg = config::load(dir.config_path().string()).config;
+  if (a.names == "hf") model::hf_family(cfg.model);  // a model without HF counterpart fails before the checkpoint is read
+  const fs::path out = fs::absolute(a.out);
+  FP8T_INPUT_CHECK(fs::is_directory(out.parent_path()), "--out ", a.out, ": the folder ", out.parent_path().string(),
+                   " does not exist");
+
+  const train::Checkpoint ck = train::load_checkpoint(dir.checkpoint_path());
+  const model::NamedTensors params = model_tensors(ck);
+  FP8T_INPUT_CHECK(!params.empty(), "the checkpoint ", dir.checkpoint_path().string(), " holds no model parameters");
+  model::NamedTensors tensors = a.names == "hf" ? model::to_hf_names(cfg.model, params) : params;
+  if (a.dtype == "bf16") {
+    for (auto& [name, t] : tensors) t = t.to(at::kBFloat16);
+  }
+  const std::map<std::string, std::string> meta = {
+      {"format", "pt"}, {"fp8train_names", a.names}, {"fp8train_step", ck.meta.value("step", nlohmann::json(0)).dump()}};
+  model::write_safetensors(out, tensors, meta);
+  spdlog::info("wrote {} ({} tensors, {} names, {})", out.string(), tensors.size(), a.names, a.dtype);
+  if (a.names == "hf") {
+    const fs::path json = out.parent_path() / "config.json";
+    const std::string dtype = a.dtype == "bf16" ? "bfloat16" : "float32";
+    train::write_text_atomic(json, model::hf_config_json(cfg.model, dtype).dump(2) + "\n");
+    spdlog::info("wrote {}", json.string());
+  }
+  if (!a.dump_logits.empty()) dump_logits(cfg.model, params, a.dump_logits);
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "write a run's FP32 master weights (its checkpoint.pt) as a safetensors file. --names hf uses Hugging Face's\n"
+      "names and layouts (GPT-2 or LLaMA, from the run's config) and writes config.json beside the file, so\n"
+      "transformers' from_pretrained(folder) loads it. model.init_from reads either kind back.\n"
+      "Exit codes: 0 ok, 2 bad input (no run folder or checkpoint, a model with no HF counterpart).");
+  cmd->add_option("--run", args->run_dir, "the run folder (<out_dir>/<run_name>)")->required();
+  cmd->add_option("--out", args->out, "the safetensors file to write, e.g. export/model.safetensors")->required();
+  cmd->add_option("--names", args->names, "fp8train (default) | hf");
+  cmd->add_option("--dtype", args->dtype, "fp32 (default) | bf16");
+  cmd->add_option("--dump-logits", args->dump_logits,
+                  "also write the FP32 logits of fixed tokens ((7t + 3) % vocab, t < seq_len) and the tokens to this\n"
+                  "safetensors file (to compare with another framework; tests/cli/test_export.sh)");
+  cmd->callback([args] { run_export(*args); });
+}
+
+}  // namespace app
+}  // namespace fp8t
