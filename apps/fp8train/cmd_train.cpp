@@ -8,6 +8,7 @@
 #include "lib/config/loader.h"       // config::load
 #include "lib/config/print.h"        // config::to_yaml, describe_keys
 #include "lib/train/trainer.h"       // train::run_training
+#include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
 namespace fp8t {
 namespace app {
@@ -52,6 +53,10 @@ void add_train_command(CLI::App& app) {
       std::cout << config::to_yaml(loaded.config);
       return;
     }
+    // Contradictory requests: continuing a run folder and replacing it.
+    FP8T_INPUT_CHECK(!(args->resume && loaded.config.run.overwrite), "--resume and --overwrite (run.overwrite, ",
+                     loaded.sources.origin("run.overwrite"), ") contradict each other: --resume continues the run "
+                     "folder, --overwrite replaces it; give one of them");
     train::TrainOptions options;
     options.dry_run = args->dry_run;
     options.resume = args->resume;

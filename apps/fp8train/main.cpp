@@ -36,7 +36,14 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : static_cast<int>(fp8t::ExitCode::kBadInput);
   } catch (const fp8t::Error& e) {
-    spdlog::error("{}", e.what());
+    // An error quotes what it was given; a 50 MB value must not become 50 MB of terminal output.
+    const std::string message = e.what();
+    constexpr size_t kMaxMessage = 2000;
+    if (message.size() <= kMaxMessage) {
+      spdlog::error("{}", message);
+    } else {
+      spdlog::error("{}... ({} more characters)", message.substr(0, kMaxMessage), message.size() - kMaxMessage);
+    }
     spdlog::debug("raised at {}", e.where());
     return static_cast<int>(e.code());
   } catch (const c10::Error& e) {

@@ -2,6 +2,8 @@
 // overrides keep command-line order.
 #include "lib/config/cli_flags.h"
 
+#include <cctype>  // std::isdigit
+
 #include "lib/config/fields.h"  // find_field, Field
 #include "lib/util/error.h"     // FP8T_THROW, FP8T_CHECK
 
@@ -22,6 +24,18 @@ std::string value_name(const Field& f) {
     case FieldType::kStringList: return "NAME,...";
   }
   return "VALUE";
+}
+
+// A value that is really the next flag (`--run-name --overwrite`, e.g. from an empty $NAME in a
+// sweep script) is refused instead of becoming the value. Negative numbers ("-2") stay values.
+void require_value(const std::string& flag, const std::string& key, const std::string& v) {
+  const bool looks_like_flag = v.size() >= 2 && v[0] == '-' && !(std::isdigit(static_cast<unsigned char>(v[1])) ||
+                                                                  v[1] == '.');
+  if (looks_like_flag) {
+    FP8T_THROW(ExitCode::kBadInput, flag, " needs a value, got '", v.substr(0, 64), v.size() > 64 ? "..." : "",
+               "', which looks like a flag (an empty shell variable?); if the value really starts with '-', use "
+               "--set ", key, "=VALUE");
+  }
 }
 
 }  // namespace
@@ -75,14 +89,23 @@ void add_config_flags(CLI::App& app, std::vector<Override>* out) {
     } else {
       group
           ->add_option_function<std::string>(
-              cf.flag, [out, cf](const std::string& v) { out->push_back(Override{cf.key, v, cf.flag}); }, help)
+              cf.flag,
+              [out, cf](const std::string& v) {
+                require_value(cf.flag, cf.key, v);
+                out->push_back(Override{cf.key, v, cf.flag});
+              },
+              help)
           ->type_name(value_name(*f))
           ->trigger_on_parse();
     }
   }
   group
       ->add_option_function<std::string>(
-          "--set", [out](const std::string& v) { out->push_back(parse_set_argument(v)); },
+          "--set",
+          [out](const std::string& v) {
+            require_value("--set", "KEY", v);
+            out->push_back(parse_set_argument(v));
+          },
           "Set any key of the experiment file, e.g. --set model.n_layer=4 (repeatable)")
       ->type_name("KEY=VALUE")
       ->trigger_on_parse();

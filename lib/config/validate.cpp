@@ -1,6 +1,10 @@
 // Validation: per-key ranges from the field table, then the rules between keys.
 #include "lib/config/validate.h"
 
+#include <spdlog/spdlog.h>  // spdlog::warn
+
+#include <algorithm>    // std::any_of
+#include <cstdio>       // std::snprintf
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_arithmetic_v, std::decay_t
 #include <variant>      // std::visit
@@ -33,6 +37,35 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 std::string num(double v) { return format_float(v); }
 
+// A value as an error message quotes it: at most 64 characters, control characters escaped.
+std::string echo(const std::string& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && out.size() < 64; ++i) {
+    const auto ch = static_cast<unsigned char>(v[i]);
+    if (ch < 0x20 || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else {
+      out += v[i];
+    }
+  }
+  if (out.size() < v.size()) out += "...";
+  return out;
+}
+
+// fp8.* keys given on the command line do nothing under another precision: say so (a warning,
+// not an error, so that one sweep script can vary the precision with the same flags).
+void warn_unused_fp8_flags(const ExperimentConfig& c, const ConfigSources& s) {
+  if (c.precision == Precision::kFp8) return;
+  for (const auto& [key, origin] : s.all()) {
+    if (key.rfind("fp8.", 0) == 0 && origin.rfind("--", 0) == 0) {
+      spdlog::warn("{} ({}) has no effect: precision is {}, the fp8 keys apply to precision fp8 only", key, origin,
+                   to_string(c.precision));
+    }
+  }
+}
+
 }  // namespace
 
 void validate(const ExperimentConfig& c, const ConfigSources& s) {
@@ -48,15 +81,22 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
   // 2. Text values that must not be empty.
   const std::string& name = c.run.name;
   if (name.empty() || name == "." || name == ".." || name.find_first_of("/\\") != std::string::npos) {
-    fail(named(s, "run.name") + ": expected a folder name (not empty, no '/', not '.' or '..'), got '" + name + "'");
+    fail(named(s, "run.name") + ": expected a folder name (not empty, no '/', not '.' or '..'), got '" + echo(name) + "'");
   }
+  // A folder name a shell, a file manager and a sweep script all handle: no control characters
+  // (a tab or newline would also break the report's TSV), at most NAME_MAX bytes.
+  const bool control = std::any_of(name.begin(), name.end(), [](char ch) {
+    return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+  });
+  if (control || name.size() > 255) {
+    fail(named(s, "run.name") + ": expected a folder name of at most 255 bytes without control characters, got '" +
+         echo(name) + "' (" + str(static_cast<int64_t>(name.size())) + " bytes)");
+  }
+  warn_unused_fp8_flags(c, s);
   if (c.run.out_dir.empty()) fail(named(s, "run.out_dir") + ": expected a directory, got an empty string");
   for (const auto& layer : c.fp8.skip_layers) {
     if (layer.empty()) fail(named(s, "fp8.skip_layers") + ": expected module names, got an empty name");
   }
-
-  // Not wired yet: the FP16 AMP path (dynamic loss scaling) is under construction.
-  if (c.precision == Precision::kFp16) fail(named(s, "precision") + ": fp16 is not available yet; use fp32, bf16 or fp8");
 
   // 3. Rules between keys.
   const auto& m = c.model;

@@ -5,11 +5,12 @@
 source "$(dirname "$0")/lib.sh"
 
 # A one-layer model that trains in milliseconds per step.
+TINY=(--quiet --set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=16
+      --set train.micro_batch_size=2 --set train.warmup_steps=0 --set train.eval_interval=0
+      --set train.eval_batches=1 --set train.log_interval=1)
 tiny() {
   local name=$1; shift
-  "$FP8TRAIN" --out-dir "$WORK/runs" --run-name "$name" --quiet --set model.n_layer=1 --set model.d_model=32 \
-    --set model.n_head=2 --set model.seq_len=16 --set train.micro_batch_size=2 --set train.warmup_steps=0 \
-    --set train.eval_interval=0 --set train.eval_batches=1 --set train.log_interval=1 "$@"
+  "$FP8TRAIN" --out-dir "$WORK/runs" --run-name "$name" "${TINY[@]}" "$@"
 }
 expect_rc() {  # expect_rc CODE LABEL command...
   local want=$1 label=$2; shift 2
@@ -59,11 +60,13 @@ expect_rc 0 "resume from the previous checkpoint" tiny flip --resume --steps 6
 [ ! -e runs/flip/.checkpoint.pt.tmp.999.0 ] || fail "the temp file of a killed write was not removed"
 
 # ---- one writer per run folder; SIGHUP stops like SIGTERM ----------------------------------------
-tiny busy --steps 100000 --set train.checkpoint_interval=0 >"$WORK/busy.txt" 2>&1 &
+"$FP8TRAIN" --out-dir "$WORK/runs" --run-name busy "${TINY[@]}" --steps 100000 >"$WORK/busy.txt" 2>&1 &
 busy=$!
+trap 'kill "$busy" 2>/dev/null; rm -rf "$WORK"' EXIT  # never leave it running when a check fails
 for _ in $(seq 100); do [ -s runs/busy/metrics.jsonl ] && break; sleep 0.1; done
 [ -s runs/busy/metrics.jsonl ] || fail "the first run did not start"
-pid=$(cat runs/busy/.fp8train.lock)  # the fp8train process ($busy is the subshell around it)
+pid=$(cat runs/busy/.fp8train.lock)
+[ "$pid" = "$busy" ] || fail "the lock file names pid '$pid', the run is $busy"
 expect_rc 2 "second writer" tiny busy --resume --steps 100000
 out_has "in use by pid $pid"
 expect_rc 2 "second fresh run" tiny busy --overwrite --steps 3
@@ -72,6 +75,13 @@ kill -HUP "$pid"
 set +e; wait "$busy"; rc=$?; set -e
 [ "$rc" = 130 ] || { cat "$WORK/busy.txt" >&2; fail "SIGHUP: exit $rc, expected 130"; }
 [ "$(json_get runs/busy/summary.json 'd["status"]')" = interrupted ] || fail "SIGHUP: not interrupted"
+
+# ---- flags: a swallowed flag and contradictory flags are exit 2, nothing written ---------------------
+expect_rc 2 "--run-name --overwrite" "$FP8TRAIN" --out-dir "$WORK/flags" --run-name --overwrite --steps 2
+out_has "--run-name needs a value"
+expect_rc 2 "--resume --overwrite" "$FP8TRAIN" --out-dir "$WORK/flags" --resume --overwrite
+out_has "--resume and --overwrite"
+[ ! -e flags ] || fail "a refused command line wrote $(ls flags)"
 
 # ---- sizes that cannot fit: exit 2, nothing written ----------------------------------------------
 expect_rc 2 "micro_batch_size 1e12" tiny huge1 --set train.micro_batch_size=1000000000000

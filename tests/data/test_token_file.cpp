@@ -3,6 +3,7 @@
 #include <cstdint>     // uint16_t, uint32_t
 #include <filesystem>  // std::filesystem::resize_file
 #include <fstream>     // std::fstream
+#include <random>      // std::mt19937
 #include <string>   // std::string
 #include <vector>   // std::vector
 
@@ -216,4 +217,38 @@ TEST_CASE("token files are mapped; the largest token skips the holes of sparse f
   std::vector<int64_t> window(4);
   file.tokens.copy_to(count / 2 + 1, 4, window.data());
   CHECK(window == std::vector<int64_t>{0, 0, 70000, 0});
+}
+
+TEST_CASE("seeded random mutations of token files are read or refused, never crash", "[data]") {
+  // The CI variant of the data-file fuzz target: headers and sizes mangled at random.
+  ScratchDir dir;
+  const auto tokens = token_ramp(300, 7919, 50257);
+  const std::vector<std::vector<char>> seeds = {llmc_shard_bytes<uint16_t>(tokens, 20240520, 1),
+                                                llmc_shard_bytes<uint32_t>(tokens, 20240801, 7),
+                                                nanogpt_bin_bytes(tokens)};
+  std::mt19937 rng(1130);
+  int read = 0, refused = 0;
+  for (int i = 0; i < 600; ++i) {
+    std::vector<char> bytes = seeds[i % seeds.size()];
+    for (int e = 0, n = 1 + static_cast<int>(rng() % 4); e < n; ++e) {
+      const size_t at = rng() % std::max<size_t>(bytes.size(), 1);
+      switch (rng() % 4) {
+        case 0: if (!bytes.empty()) bytes[std::min(at, size_t{1023} % bytes.size())] = static_cast<char>(rng()); break;
+        case 1: bytes.resize(at); break;
+        case 2: bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at), static_cast<char>(rng())); break;
+        default: if (!bytes.empty()) bytes[at] = static_cast<char>(rng()); break;
+      }
+    }
+    write_bytes(dir.file("m.bin"), bytes);
+    try {
+      const auto file = read_token_file(dir.file("m.bin"), "data.train_path");
+      if (file.tokens.size() > 0) (void)file.tokens.at(file.tokens.size() - 1);  // the mapping covers it
+      ++read;
+    } catch (const fp8t::Error& e) {
+      REQUIRE(e.code() == fp8t::ExitCode::kBadInput);
+      ++refused;
+    }
+  }
+  CHECK(read > 0);
+  CHECK(refused > 0);
 }
