@@ -2,26 +2,15 @@
 
 #include <unistd.h>  // gethostname, getpid
 
-#include <array>    // std::array
 #include <chrono>   // std::chrono::system_clock
 #include <cmath>    // std::isfinite
-#include <cstring>  // std::memcpy
 
 #include "lib/train/tensorboard/event_encoder.h"  // tensorboard::encode_*
+#include "lib/util/crc32c.h"                      // crc32c
 #include "lib/util/error.h"                       // FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fp8t::train {
 namespace {
-
-std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected Castagnoli
-    table[i] = c;
-  }
-  return table;
-}
 
 void append_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
@@ -43,16 +32,8 @@ void add_if_number(std::vector<std::pair<std::string, float>>& out, const std::s
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t size) {
-  static const std::array<uint32_t, 256> table = make_crc32c_table();
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
 uint32_t masked_crc32c(const void* data, size_t size) {
-  const uint32_t c = crc32c(data, size);
+  const uint32_t c = fp8t::crc32c(data, size);
   return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
 }
 

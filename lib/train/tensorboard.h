@@ -20,9 +20,8 @@
 
 namespace fp8t::train {
 
-// CRC-32C (Castagnoli), as TFRecord framing uses it; and its masked form
-// ((crc >> 15 | crc << 17) + 0xa282ead8).
-uint32_t crc32c(const void* data, size_t size);
+// The masked CRC-32C of TFRecord framing: ((crc >> 15 | crc << 17) + 0xa282ead8) of the
+// CRC-32C (lib/util/crc32c.h).
 uint32_t masked_crc32c(const void* data, size_t size);
 
 // One framed record (see above) around `data`.

@@ -17,15 +17,28 @@ uint32_t le32(const std::string& s, size_t at) {
   return v;
 }
 
+// The records of an event file, checking each one's framing.
+size_t count_records(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  size_t at = 0, records = 0;
+  while (at < bytes.size()) {
+    uint64_t len;
+    std::memcpy(&len, bytes.data() + at, 8);
+    REQUIRE(le32(bytes, at + 8) == masked_crc32c(bytes.data() + at, 8));
+    REQUIRE(le32(bytes, at + 12 + len) == masked_crc32c(bytes.data() + at + 12, len));
+    at += 16 + len;
+    ++records;
+  }
+  REQUIRE(at == bytes.size());
+  return records;
+}
+
 }  // namespace
 
-TEST_CASE("crc32c matches the published check values", "[train]") {
-  // RFC 3720 B.4 and the common check value of CRC-32C.
-  REQUIRE(crc32c("123456789", 9) == 0xE3069283u);
-  const std::string zeros(32, '\0');
-  REQUIRE(crc32c(zeros.data(), zeros.size()) == 0x8A9136AAu);
-  const uint32_t c = crc32c("abc", 3);
-  REQUIRE(masked_crc32c("abc", 3) == ((c >> 15) | (c << 17)) + 0xA282EAD8u);
+TEST_CASE("masked_crc32c is TFRecord's mask of the CRC-32C", "[train]") {
+  // The check value of CRC-32C ("123456789" -> 0xE3069283) rotated right by 15, plus the delta.
+  REQUIRE(masked_crc32c("123456789", 9) == ((0xE3069283u >> 15) | (0xE3069283u << 17)) + 0xA282EAD8u);
 }
 
 TEST_CASE("frame_record writes length, masked CRCs and the data", "[train]") {
@@ -70,19 +83,20 @@ TEST_CASE("TensorBoardWriter writes framed records, or refuses clearly without p
     file = w.path();
   }
   REQUIRE(file.filename().string().rfind("events.out.tfevents.", 0) == 0);
+  REQUIRE(count_records(file) == 2);  // file version + one scalar event
   std::ifstream in(file, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  size_t at = 0, records = 0;
-  while (at < bytes.size()) {
-    uint64_t len;
-    std::memcpy(&len, bytes.data() + at, 8);
-    REQUIRE(le32(bytes, at + 8) == masked_crc32c(bytes.data() + at, 8));
-    REQUIRE(le32(bytes, at + 12 + len) == masked_crc32c(bytes.data() + at + 12, len));
-    at += 16 + len;
-    ++records;
-  }
-  REQUIRE(at == bytes.size());
-  REQUIRE(records == 2);  // file version + one scalar event
   REQUIRE(bytes.find("brain.Event:2") != std::string::npos);
   REQUIRE(bytes.find("loss") != std::string::npos);
+}
+
+TEST_CASE("a resumed run's event file starts with a session-start record", "[train]") {
+  if (!TensorBoardWriter::available()) return;  // the refusal is tested above
+  fp8t::test::TempDir tmp("tensorboard");
+  std::filesystem::path file;
+  {
+    TensorBoardWriter w(tmp.path(), 40);
+    file = w.path();
+  }
+  REQUIRE(count_records(file) == 2);  // file version + SessionLog START at step 40
 }
