@@ -1,4 +1,4 @@
-// `fp8train bench`: training-step throughput of a config in bf16 and fp8 side by side
+// `fp8train bench`: training-step throughput of a config in several precisions side by side
 // (lib/train/bench.h), as a table on stdout and JSON in a file.
 #include <spdlog/spdlog.h>  // spdlog::info
 
@@ -40,11 +40,11 @@ std::vector<Precision> parse_precisions(const std::string& list) {
   std::istringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    const Precision all[] = {Precision::kFp32, Precision::kBf16, Precision::kFp8};
+    const Precision all[] = {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8};
     const auto it = std::find_if(std::begin(all), std::end(all),
                                  [&](Precision p) { return item == config::to_string(p); });
     FP8T_INPUT_CHECK(it != std::end(all), "--precisions: unknown precision '", item,
-                     "' (expected a comma-separated list of fp32, bf16, fp8)");
+                     "' (expected a comma-separated list of fp32, bf16, fp16, fp8)");
     out.push_back(*it);
   }
   FP8T_INPUT_CHECK(!out.empty(), "--precisions is empty (e.g. --precisions bf16,fp8)");
@@ -83,11 +83,11 @@ void run_bench_command(BenchArgs& args) {
 void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "bench", "training throughput of a config in bf16 and fp8 side by side (synthetic tokens; table + JSON)");
+      "bench", "training throughput of a config in several precisions side by side (synthetic tokens; table + JSON)");
   cmd->add_option("-c,--config", args->config_path, "experiment YAML file (model and batch; data is not read)")
       ->check(CLI::ExistingFile);
   config::add_config_flags(*cmd, &args->overrides);
-  cmd->add_option("--precisions", args->precisions, "comma-separated precisions to compare, in order")
+  cmd->add_option("--precisions", args->precisions, "comma-separated precisions to compare, in order (fp32, bf16, fp16, fp8)")
       ->capture_default_str();
   cmd->add_option("--bench-steps", args->options.steps, "timed optimizer steps per precision (median reported)")
       ->check(CLI::PositiveNumber)

@@ -16,6 +16,7 @@
 #include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/model/gpt.h"          // model::Gpt
 #include "lib/train/session.h"      // Session
+#include "lib/train/step_health.h"  // StepHealth (the skipped-step count)
 #include "lib/train/trainer.h"      // resolve_device
 #include "lib/util/error.h"         // FP8T_INPUT_CHECK
 #include "lib/util/memory.h"        // peak_memory_bytes
@@ -132,6 +133,7 @@ BenchResult bench_one(const ExperimentConfig& base, Precision precision, const B
     ms.push_back(watch.lap() * 1e3);
   }
   r.final_loss = loss_sum.item<double>() / static_cast<double>(options.micro_batches);
+  r.skipped_steps = session.health().read().skipped;  // warm-up and timed steps
   if (options.breakdown) {
     std::vector<std::string> names;
     std::map<std::string, std::vector<double>> per_phase;
@@ -218,7 +220,7 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     << " warm-up\n\n";
   s << std::left << std::setw(10) << "precision" << std::right << std::setw(12) << "step ms" << std::setw(14)
     << "tokens/s" << std::setw(10) << "TFLOP/s" << std::setw(14) << "peak GiB" << std::setw(10) << "vs bf16"
-    << std::setw(12) << "loss" << "\n";
+    << std::setw(12) << "loss" << std::setw(9) << "skipped" << "\n";
   const BenchResult* bf16 = find(results, "bf16");
   for (const auto& r : results) {
     s << std::left << std::setw(10) << r.precision << std::right << std::fixed << std::setprecision(2)
@@ -230,7 +232,7 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     } else {
       s << std::setw(10) << "-";
     }
-    s << std::setw(12) << std::setprecision(4) << r.final_loss << "\n";
+    s << std::setw(12) << std::setprecision(4) << r.final_loss << std::setw(9) << r.skipped_steps << "\n";
   }
   for (const auto& r : results) {
     if (r.phase_ms.empty()) continue;
@@ -269,7 +271,8 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                     {"tokens_per_s", r.tokens_per_s},
                     {"model_tflops", r.tflops},
                     {"peak_memory_bytes", r.peak_memory_bytes},
-                    {"final_loss", r.final_loss}});
+                    {"final_loss", r.final_loss},
+                    {"skipped_steps", r.skipped_steps}});
     if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
     if (!r.phase_ms.empty()) {
       nlohmann::json phases = nlohmann::json::object();
@@ -303,6 +306,8 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
       {"results", rows},
   };
   if (bf16 && fp8 && bf16->tokens_per_s > 0) out["fp8_over_bf16"] = fp8->tokens_per_s / bf16->tokens_per_s;
+  const BenchResult* fp16 = find(results, "fp16");
+  if (bf16 && fp16 && bf16->tokens_per_s > 0) out["fp16_over_bf16"] = fp16->tokens_per_s / bf16->tokens_per_s;
   return out;
 }
 

@@ -2,10 +2,11 @@
 // side by side, on synthetic tokens (random ids, drawn once and reused: the data pipeline is
 // not part of the measurement).
 //
-// Per precision: build the model (and the FP8 rewrite), run `warmup` optimizer steps untimed
-// (cuBLASLt plans, allocator, autotuning), then `steps` timed steps, each ended by a device
-// synchronize; report the median. Every step is a full training step: forward and backward of
-// `micro_batches` micro-batches, FP8 scale update, clipping and AdamW.
+// Per precision: build the model (and the FP8 rewrite; for fp16 the dynamic loss scaler), run
+// `warmup` optimizer steps untimed (cuBLASLt plans, allocator, autotuning), then `steps` timed
+// steps, each ended by a device synchronize; report the median. Every step is a full training
+// step: forward and backward of `micro_batches` micro-batches, FP8 scale update, clipping and
+// AdamW (fp16: with the loss scaled, and the unscale folded into AdamW).
 //
 // Model FLOPs per token (lib/model/gpt.h, Gpt::flops_per_token):
 //   6 * N  +  12 * n_layer * seq_len * d_model
@@ -29,7 +30,7 @@
 namespace fp8t::train {
 
 struct BenchOptions {
-  std::vector<Precision> precisions = {Precision::kBf16, Precision::kFp8};
+  std::vector<Precision> precisions = {Precision::kBf16, Precision::kFp8};  // any of fp32, bf16, fp16, fp8
   int64_t steps = 20;         // timed optimizer steps per precision
   int64_t warmup = 5;         // untimed steps first
   int64_t micro_batches = 1;  // micro-batches per optimizer step (replaces train.grad_accum_steps)
@@ -63,6 +64,9 @@ struct BenchResult {
   double tflops = 0;                // model TFLOP/s (formula above)
   int64_t peak_memory_bytes = 0;    // CUDA: peak allocated by the caching allocator; CPU: max RSS
   double final_loss = 0;            // loss of the last step (a sanity check: finite, falling)
+  // Steps skipped for inf/NaN gradients over the warm-up and timed steps (fp16: the dynamic loss
+  // scale backing off; see lib/train/loss_scaler.h). A skipped step still counts as timed.
+  int64_t skipped_steps = 0;
   std::string fp8_rewrite;          // the rewrite summary, fp8 only
   std::vector<std::pair<std::string, double>> phase_ms;  // median per phase (breakdown only)
   std::vector<KernelTime> kernels;  // profile only: longest total first

@@ -1,22 +1,27 @@
-# `fp8train bench` on the CPU: a table and JSON for each precision asked for, the ratio to bf16,
+# `fp8train bench` on the CPU: a table and JSON for each precision asked for (fp16 with its
+# skipped-step count), the ratio to bf16,
 # and bad options rejected (exit 2) before anything is measured or written.
 source "$(dirname "$0")/lib.sh"
-"$FP8TRAIN" bench --config "$CONFIG" --precisions bf16,fp8 --bench-steps 2 --bench-warmup 1 --breakdown \
+"$FP8TRAIN" bench --config "$CONFIG" --precisions bf16,fp16,fp8 --bench-steps 2 --bench-warmup 1 --breakdown \
   --set model.n_layer=1 --json bench.json > table.txt 2> log.txt || { cat log.txt; fail "bench failed"; }
-grep -q "^bf16 " table.txt && grep -q "^fp8 " table.txt || { cat table.txt; fail "table rows missing"; }
+grep -q "^bf16 " table.txt && grep -q "^fp16 " table.txt && grep -q "^fp8 " table.txt || { cat table.txt; fail "table rows missing"; }
+grep -q "skipped$" table.txt || { cat table.txt; fail "no skipped-steps column"; }
 grep -q "1 x 16 x 64 = 1024 tokens" table.txt && grep -q "^fp8 phases (median ms" table.txt || { cat table.txt; fail "table header"; }
 python3 - bench.json <<'PY' || fail "bench.json content"
 import json, math, sys
 d = json.load(open(sys.argv[1]))
 rows = {r["precision"]: r for r in d["results"]}
-assert list(rows) == ["bf16", "fp8"], list(rows)
+assert list(rows) == ["bf16", "fp16", "fp8"], list(rows)
 for r in rows.values():
     assert r["tokens_per_step"] == 16 * 64 and r["median_step_ms"] > 0, r
     assert abs(r["tokens_per_s"] - r["tokens_per_step"] / (r["median_step_ms"] / 1e3)) < 1e-6 * r["tokens_per_s"]
     assert math.isfinite(r["final_loss"]) and r["peak_memory_bytes"] > 0, r
+    assert isinstance(r["skipped_steps"], int) and 0 <= r["skipped_steps"] <= 3, r  # warm-up + timed
 assert d["model"]["n_layer"] == 1 and d["timed_steps"] == 2 and d["world_size"] == 1
 assert abs(d["fp8_over_bf16"] - rows["fp8"]["tokens_per_s"] / rows["bf16"]["tokens_per_s"]) < 1e-9
-assert "fp8_rewrite" in rows["fp8"] and "fp8_rewrite" not in rows["bf16"]
+assert abs(d["fp16_over_bf16"] - rows["fp16"]["tokens_per_s"] / rows["bf16"]["tokens_per_s"]) < 1e-9
+assert rows["bf16"]["skipped_steps"] == 0 and rows["fp8"]["skipped_steps"] == 0
+assert "fp8_rewrite" in rows["fp8"] and "fp8_rewrite" not in rows["bf16"] and "fp8_rewrite" not in rows["fp16"]
 for r in rows.values():  # --breakdown: every phase timed
     assert set(r["phase_ms"]) == {"forward", "loss", "backward", "grad_sync", "fp8_update", "clip", "optimizer"}, r
     assert all(v >= 0 for v in r["phase_ms"].values()) and r["phase_ms"]["backward"] > 0

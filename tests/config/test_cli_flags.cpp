@@ -149,5 +149,5 @@ TEST_CASE("no flags, no overrides; help lists the flags", "[config]") {
   const std::string help = app.help();
   CHECK_THAT(help, FP8T_CONTAINS("--fp8-override-linear-precision"));
   CHECK_THAT(help, FP8T_CONTAINS("--set"));
-  CHECK_THAT(help, FP8T_CONTAINS("fp32|bf16|fp8"));
+  CHECK_THAT(help, FP8T_CONTAINS("fp32|bf16|fp16|fp8"));
 }

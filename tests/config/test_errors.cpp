@@ -97,10 +97,10 @@ TEST_CASE("wrong value types name key, line and expected type", "[config]") {
 }
 
 TEST_CASE("bad enum value lists the allowed ones", "[config]") {
-  const std::string msg = bad_yaml_message("model:\n  n_layer: 2\nprecision: fp16\n");
+  const std::string msg = bad_yaml_message("model:\n  n_layer: 2\nprecision: fp4\n");
   CHECK_THAT(msg, FP8T_CONTAINS("precision (test.yaml:3)"));
-  CHECK_THAT(msg, FP8T_CONTAINS("one of fp32, bf16, fp8"));
-  CHECK_THAT(msg, FP8T_CONTAINS("'fp16'"));
+  CHECK_THAT(msg, FP8T_CONTAINS("one of fp32, bf16, fp16, fp8"));
+  CHECK_THAT(msg, FP8T_CONTAINS("'fp4'"));
   const std::string norm = bad_yaml_message("model:\n  norm: batchnorm\n");
   CHECK_THAT(norm, FP8T_CONTAINS("model.norm (test.yaml:2)"));
   CHECK_THAT(norm, FP8T_CONTAINS("one of layernorm, rmsnorm"));

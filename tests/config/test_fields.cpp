@@ -101,7 +101,7 @@ TEST_CASE("describe_keys lists every key with type, default and help", "[config]
     CHECK_THAT(table, FP8T_CONTAINS(f.help));
   }
   CHECK_THAT(table, FP8T_CONTAINS("KEY"));
-  CHECK_THAT(table, FP8T_CONTAINS("fp32|bf16|fp8"));
+  CHECK_THAT(table, FP8T_CONTAINS("fp32|bf16|fp16|fp8"));
   CHECK_THAT(table, FP8T_CONTAINS("int >= 1"));
   CHECK_THAT(table, FP8T_CONTAINS("float in [0, 1)"));
   CHECK_THAT(table, FP8T_CONTAINS("[lm_head]"));  // default of fp8.skip_layers

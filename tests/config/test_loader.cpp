@@ -64,6 +64,10 @@ train:
   eval_batches: 4
   log_interval: 5
   checkpoint_interval: 200
+  loss_scale_init: 1024
+  loss_scale_growth_factor: 4
+  loss_scale_backoff: 0.25
+  loss_scale_growth_interval: 100
 dist:
   timeout_s: 30
   bucket_mb: 4.5
@@ -136,6 +140,10 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.train.eval_batches == 4);
   CHECK(c.train.log_interval == 5);
   CHECK(c.train.checkpoint_interval == 200);
+  CHECK(c.train.loss_scale_init == 1024.0);
+  CHECK(c.train.loss_scale_growth_factor == 4.0);
+  CHECK(c.train.loss_scale_backoff == 0.25);
+  CHECK(c.train.loss_scale_growth_interval == 100);
 
   CHECK(c.dist.timeout_s == 30);
   CHECK(c.dist.bucket_mb == 4.5);
@@ -161,8 +169,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:12");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:52");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:60");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:56");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:64");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
