@@ -23,7 +23,9 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg) {
   const double vocab = static_cast<double>(m.vocab_size), layers = static_cast<double>(m.n_layer);
   const double mlp_matrices = m.activation == Activation::kSwiGLU ? 3.0 : 2.0;
   MemoryEstimate e;
-  e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + layers * (4.0 * d * d + mlp_matrices * d * ff);
+  // Attention: q and the output projection d x d each, k and v d x (n_kv_head * head_dim) each.
+  const double kv = static_cast<double>(m.kv_heads() * (m.d_model / m.n_head));
+  e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + layers * (2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff);
   e.state_bytes = 16.0 * e.parameters;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.seq_len);
   const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;

@@ -30,6 +30,10 @@ TEST_CASE("resources: the estimate counts parameters, state and activations", "[
   CHECK(e.state_bytes == 16.0 * e.parameters);
   CHECK(e.activation_bytes == 16.0 * 64 * (2.0 * (3 * 128 + 2 * 512) + 64) * 4);
   CHECK(e.total_bytes() < 64.0 * 1024 * 1024);  // the default config is tiny
+  // Grouped-query attention: k and v have n_kv_head * head_dim = 1 * 32 rows each.
+  c.model.n_kv_head = 1;
+  CHECK(estimate_training_memory(c).parameters ==
+        2.0 * 64 * 128 + 2.0 * (2.0 * 128 * 128 + 2.0 * 128 * 32 + 2.0 * 128 * 512));
   REQUIRE_NOTHROW(check_memory_fits(c, 1024.0 * 1024 * 1024, "cpu"));
 }
 
