@@ -113,8 +113,17 @@ ChartRow compute_row(const Session& s) {
   RowBuilder row("compute_gemm", "compute (GEMM)");
   const std::string hp = dtype_name(s.autocast_dtype());
   const bool cpu = s.device().is_cpu();
-  const std::string how = cpu ? "; emulated on the CPU: FP32 GEMMs of FP8-rounded operands"
-                              : "; cuBLASLt FP8 GEMMs, FP32 accumulation";
+  std::string how = "; emulated on the CPU: FP32 GEMMs of FP8-rounded operands";
+  if (!cpu && s.scaling()) {
+    // cuBLASLt accumulates in FP32; "fast accumulation" promotes to FP32 less often.
+    const auto& fast = s.scaling()->recipe().fast_accumulation;
+    std::string fast_gemms;
+    for (const auto& [name, on] : {std::pair{"fprop", fast.fprop}, {"dgrad", fast.dgrad}, {"wgrad", fast.wgrad}}) {
+      if (on) fast_gemms += std::string(fast_gemms.empty() ? "" : ", ") + name;
+    }
+    how = "; cuBLASLt FP8 GEMMs, FP32 accumulation" +
+          (fast_gemms.empty() ? std::string() : " (fast accumulation in " + fast_gemms + ")");
+  }
   const std::string linear = s.autocast_dtype() == at::kFloat ? "Linear" : "Linear (autocast)";
   for (const auto& item : s.model().named_modules("", /*include_self=*/false)) {
     const torch::nn::Module* m = item.value().get();
