@@ -95,7 +95,7 @@ void apply_yaml(const std::string& yaml_text, const std::string& source_name, Lo
       fail(at(source_name, it->first) + ": unknown section " + quoted(name) + did_you_mean(name) +
            "; expected one of " + join(top_level_names()));
     }
-    const YAML::Node& body = it->second;
+    const YAML::Node body = it->second;  // a copy: it->second lives in a temporary proxy
     if (body.IsNull()) continue;  // `model:` with nothing under it
     if (!body.IsMap()) {
       fail(name + " (" + at(source_name, it->first) + "): expected a mapping of " + name + ".* keys, got " +
