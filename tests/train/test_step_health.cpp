@@ -90,9 +90,36 @@ TEST_CASE("step health: a skipped FP8 update keeps history and scales and drops 
   CHECK(at::equal(s.scale_inv(), scale_inv));
 }
 
+namespace {
+
+// A poisoned step leaves weights, optimizer state, FP8 history and the loss sum as they were.
+void check_session_skips(Precision precision, const at::Device& device);
+
+}  // namespace
+
 TEST_CASE("step health: a session skips a step with a non-finite loss entirely", "[train]") {
   const Precision precision = GENERATE(Precision::kFp32, Precision::kFp8);
   INFO("fp8 " << (precision == Precision::kFp8));
+  check_session_skips(precision, at::Device(at::kCPU));
+}
+
+#if defined(FP8T_WITH_CUDA)
+#include <c10/cuda/CUDAFunctions.h>  // c10::cuda::warning_state (sync debug mode)
+
+TEST_CASE("step health: on CUDA the skip is decided on the device, without a host sync", "[train][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device");
+    return;
+  }
+  const Precision precision = GENERATE(Precision::kFp32, Precision::kBf16, Precision::kFp8);
+  INFO("precision " << static_cast<int>(precision));
+  check_session_skips(precision, at::Device(at::kCUDA, 0));
+}
+#endif
+
+namespace {
+
+void check_session_skips(Precision precision, const at::Device& device) {
   ExperimentConfig c;
   c.precision = precision;
   c.model.n_layer = 1;
@@ -102,11 +129,11 @@ TEST_CASE("step health: a session skips a step with a non-finite loss entirely",
   c.train.micro_batch_size = 2;
   c.train.grad_accum_steps = 1;
   c.train.max_skipped_steps = 2;
-  train::Session session(c, at::Device(at::kCPU));
+  train::Session session(c, device);
   session.prepare_training(nullptr);
   const at::Tensor t = at::randint(64, {2, 9}, at::kLong);
   const data::Batch batch{t.narrow(1, 0, 8).contiguous(), t.narrow(1, 1, 8).contiguous()};
-  at::Tensor loss_sum = at::zeros({});
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
   session.step([&] { return batch; }, 1e-3, loss_sum, {}, 1);
   REQUIRE(std::isfinite(loss_sum.item<float>()));
 
@@ -122,7 +149,14 @@ TEST_CASE("step health: a session skips a step with a non-finite loss entirely",
   at::Tensor history_before;
   if (session.scaling()) history_before = session.scaling()->amax_history().clone();
   const at::Tensor sum_before = loss_sum.clone();
+#if defined(FP8T_WITH_CUDA)
+  // On the GPU any host sync inside the two poisoned steps is an error.
+  if (device.is_cuda()) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+#endif
   for (int64_t step = 2; step <= 3; ++step) session.step([&] { return batch; }, 1e-3, loss_sum, {}, step);
+#if defined(FP8T_WITH_CUDA)
+  if (device.is_cuda()) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+#endif
 
   for (size_t i = 0; i < before.size(); ++i) REQUIRE(at::equal(before[i], session.parameters()[i].detach()) == (i != 0));
   for (const auto& [k, v] : session.optimizer().state_dict()) REQUIRE(at::equal(v, optim_before.at(k)));
@@ -132,3 +166,5 @@ TEST_CASE("step health: a session skips a step with a non-finite loss entirely",
   CHECK(counts.skipped == 2);
   CHECK(counts.diverged_at == 2);
 }
+
+}  // namespace
