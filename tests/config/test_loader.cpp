@@ -24,6 +24,7 @@ run:
   device: cpu
   quiet: true
   overwrite: yes
+  tensorboard: true
 model:
   vocab_size: 512
   seq_len: 96
@@ -64,6 +65,8 @@ train:
   eval_batches: 4
   log_interval: 5
   checkpoint_interval: 200
+  checkpoint_every_min: 7.5
+  max_skipped_steps: 3
   loss_scale_init: 1024
   loss_scale_growth_factor: 4
   loss_scale_backoff: 0.25
@@ -78,6 +81,8 @@ fp8:
   fp8_format: E4M3
   amax_history_len: 16
   amax_compute_algo: most_recent
+  amax_update: microbatch
+  reduce_amax: false
   override_linear_precision: {fprop: false, dgrad: true, wgrad: true}
   fast_accumulation:
     fprop: false
@@ -164,13 +169,18 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.fp8.skip_layers == std::vector<std::string>{"lm_head", "blocks.0.attn.qkv"});
   CHECK(c.fp8.min_features_product == 4096);
   CHECK(c.fp8.stats);
+  CHECK(c.run.tensorboard);
+  CHECK(c.train.checkpoint_every_min == 7.5);
+  CHECK(c.train.max_skipped_steps == 3);
+  CHECK(c.fp8.amax_update == fp8t::fp8::AmaxUpdate::kMicrobatch);
+  CHECK_FALSE(c.fp8.reduce_amax);
 
   // Every key of the table was given in the file, so every origin is a line of it.
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
-  CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:12");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:56");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:64");
+  CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:59");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:69");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
