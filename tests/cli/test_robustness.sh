@@ -60,13 +60,17 @@ expect_rc 0 "resume from the previous checkpoint" tiny flip --resume --steps 6
 [ ! -e runs/flip/.checkpoint.pt.tmp.999.0 ] || fail "the temp file of a killed write was not removed"
 
 # ---- one writer per run folder; SIGHUP stops like SIGTERM ----------------------------------------
-"$FP8TRAIN" --out-dir "$WORK/runs" --run-name busy "${TINY[@]}" --steps 100000 >"$WORK/busy.txt" 2>&1 &
+# train.checkpoint_every_min: checkpoints by the clock (here every 0.06 s) with checkpoint_interval 0.
+"$FP8TRAIN" --out-dir "$WORK/runs" --run-name busy "${TINY[@]}" --steps 100000 --set train.checkpoint_every_min=0.001 \
+  >"$WORK/busy.txt" 2>&1 &
 busy=$!
 trap 'kill "$busy" 2>/dev/null; rm -rf "$WORK"' EXIT  # never leave it running when a check fails
 for _ in $(seq 100); do [ -s runs/busy/metrics.jsonl ] && break; sleep 0.1; done
 [ -s runs/busy/metrics.jsonl ] || fail "the first run did not start"
 pid=$(cat runs/busy/.fp8train.lock)
 [ "$pid" = "$busy" ] || fail "the lock file names pid '$pid', the run is $busy"
+for _ in $(seq 100); do [ -s runs/busy/checkpoint.pt ] && break; sleep 0.1; done
+[ -s runs/busy/checkpoint.pt ] || fail "no time-based checkpoint (train.checkpoint_every_min)"
 expect_rc 2 "second writer" tiny busy --resume --steps 100000
 out_has "in use by pid $pid"
 expect_rc 2 "second fresh run" tiny busy --overwrite --steps 3
