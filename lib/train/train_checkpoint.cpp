@@ -123,8 +123,11 @@ void Checkpointer::save(int64_t step, const Progress& progress) {
     save_checkpoint(path_, ck);
   } catch (const Error& e) {
     // Disk full or an I/O error: the training itself cannot go on safely without checkpoints.
-    FP8T_THROW(ExitCode::kTrainingFailed, e.what(), " (the previous checkpoint ", path_.string(),
-               " is intact; free space and continue with --resume)");
+    std::error_code ec;
+    FP8T_THROW(ExitCode::kTrainingFailed, e.what(),
+               std::filesystem::is_regular_file(path_, ec)
+                   ? " (the previous checkpoint " + path_.string() + " is intact; free space and continue with --resume)"
+                   : std::string(" (no checkpoint had been written yet)"));
   }
   since_save_.reset();
 }

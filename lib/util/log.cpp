@@ -6,6 +6,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>  // spdlog::sinks::stderr_color_sink_mt
 #include <spdlog/spdlog.h>                    // spdlog::logger, spdlog::set_default_logger
 
+#include <atomic>  // std::atomic (a log-file error is reported once)
+#include <cstdio>  // std::fprintf
 #include <memory>  // std::shared_ptr, std::make_shared
 #include <mutex>   // std::mutex, std::lock_guard
 #include <vector>  // std::vector
@@ -143,6 +145,16 @@ void setup_logging(bool quiet, const std::string& log_file) {
   auto logger = std::make_shared<spdlog::logger>("fp8train", sinks.begin(), sinks.end());
   logger->set_level(spdlog::level::debug);
   logger->flush_on(spdlog::level::debug);
+  // A log file that cannot be written (disk full, I/O error) is said once on stderr, clearly,
+  // instead of spdlog's rate-limited "LOG ERROR" per message; the run itself goes on (metrics
+  // and checkpoint writes report their own failures).
+  logger->set_error_handler([](const std::string& what) {
+    static std::atomic<bool> reported{false};
+    if (!reported.exchange(true)) {
+      std::fprintf(stderr, "fp8train: cannot write the log file (%s); further log-file errors are not reported\n",
+                   what.c_str());
+    }
+  });
   spdlog::set_default_logger(logger);
 }
 
