@@ -97,13 +97,13 @@ void run_export(const ExportArgs& a) {
 }  // namespace
 
 void add_export_command(CLI::App& app) {
-  auto args = std::make_shared<ExportArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "export",
+  auto [cmd, args] = add_args_command<ExportArgs>(
+      app, "export",
       "write a run's FP32 master weights (its checkpoint.pt) as a safetensors file. --names hf uses Hugging Face's\n"
       "names and layouts (GPT-2 or LLaMA, from the run's config) and writes config.json beside the file, so\n"
       "transformers' from_pretrained(folder) loads it. model.init_from reads either kind back.\n"
-      "Exit codes: 0 ok, 2 bad input (no run folder or checkpoint, a model with no HF counterpart).");
+      "Exit codes: 0 ok, 2 bad input (no run folder or checkpoint, a model with no HF counterpart).",
+      run_export);
   cmd->add_option("--run", args->run_dir, "the run folder (<out_dir>/<run_name>)")->required();
   cmd->add_option("--out", args->out, "the safetensors file to write, e.g. export/model.safetensors")->required();
   cmd->add_option("--names", args->names, "fp8train (default) | hf");
@@ -111,7 +111,6 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--dump-logits", args->dump_logits,
                   "also write the FP32 logits of fixed tokens ((7t + 3) % vocab, t < seq_len) and the tokens to this\n"
                   "safetensors file (to compare with another framework; tests/cli/test_export.sh)");
-  cmd->callback([args] { run_export(*args); });
 }
 
 }  // namespace app

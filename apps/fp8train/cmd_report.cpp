@@ -80,13 +80,13 @@ void run_report(const ReportArgs& a) {
 }  // namespace
 
 void add_report_command(CLI::App& app) {
-  auto args = std::make_shared<ReportArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "report",
+  auto [cmd, args] = add_args_command<ReportArgs>(
+      app, "report",
       "compare run folders: a table of the config keys that differ and the outcomes (status, steps, losses,\n"
       "tokens/s, peak memory, worst FP8 slots), and with --html one self-contained page with the curves.\n"
       "Exit codes: 0 ok (failed, diverged or running runs included), 2 when an input is not a run folder\n"
-      "(the other runs are still reported) or a flag is wrong.");
+      "(the other runs are still reported) or a flag is wrong.",
+      run_report);
   cmd->add_option("run_dirs", args->run_dirs, "run folders (<out_dir>/<run_name>), e.g. runs/sweep-*")->required();
   cmd->add_flag("--md", args->md, "markdown table");
   cmd->add_flag("--tsv", args->tsv, "tab-separated values, numbers unrounded");
@@ -96,7 +96,6 @@ void add_report_command(CLI::App& app) {
   cmd->add_flag("--reverse", args->reverse, "with --sort: largest first");
   cmd->footer("\nColumns, formats and the HTML page: docs/report.md. Example:\n"
               "  fp8train report runs/sweep-* --html sweep.html --sort best_val_loss");
-  cmd->callback([args] { run_report(*args); });
 }
 
 }  // namespace app

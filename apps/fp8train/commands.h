@@ -5,6 +5,10 @@
 
 #include <CLI/CLI.hpp>  // CLI::App
 
+#include <memory>   // std::shared_ptr, std::make_shared
+#include <string>   // std::string
+#include <utility>  // std::pair
+
 namespace fp8t {
 namespace app {
 
@@ -18,6 +22,17 @@ void add_bench_gemm_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 // `fp8train export --run DIR --out FILE`: a run's weights as safetensors (Hugging Face names on request).
 void add_export_command(CLI::App& app);
+
+// A subcommand whose options fill one Args struct; `run` receives it when the subcommand is
+// chosen. Returns the subcommand (to add options to) and the struct (their targets).
+template <class Args>
+std::pair<CLI::App*, std::shared_ptr<Args>> add_args_command(CLI::App& app, const std::string& name,
+                                                             const std::string& help, void (*run)(const Args&)) {
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->callback([args, run] { run(*args); });
+  return {cmd, args};
+}
 
 }  // namespace app
 }  // namespace fp8t

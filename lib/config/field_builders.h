@@ -39,10 +39,18 @@ Field value_field(std::string key, FieldType type, std::string help, Acc acc,
   return f;
 }
 
-template <class Acc>
-Field bool_field(std::string key, std::string help, Acc acc) {
-  return value_field<bool>(std::move(key), FieldType::kBool, std::move(help), acc);
-}
+// bool_field, uint_field, float_field: value_field with the stored alternative and the field
+// type fixed (one callable per kind, so the table reads `float_field("key", "help", acc, range)`).
+template <class Stored, FieldType kType>
+struct ValueFieldOf {
+  template <class Acc>
+  Field operator()(std::string key, std::string help, Acc acc, std::optional<Range> range = std::nullopt) const {
+    return value_field<Stored>(std::move(key), kType, std::move(help), acc, range);
+  }
+};
+inline constexpr ValueFieldOf<bool, FieldType::kBool> bool_field{};
+inline constexpr ValueFieldOf<uint64_t, FieldType::kUInt> uint_field{};
+inline constexpr ValueFieldOf<double, FieldType::kFloat> float_field{};
 
 // The accepted interval is also limited to what the member's C++ type holds.
 template <class Acc>
@@ -54,15 +62,6 @@ Field int_field(std::string key, std::string help, Acc acc, std::optional<Range>
   return f;
 }
 
-template <class Acc>
-Field uint_field(std::string key, std::string help, Acc acc) {
-  return value_field<uint64_t>(std::move(key), FieldType::kUInt, std::move(help), acc);
-}
-
-template <class Acc>
-Field float_field(std::string key, std::string help, Acc acc, std::optional<Range> range = std::nullopt) {
-  return value_field<double>(std::move(key), FieldType::kFloat, std::move(help), acc, range);
-}
 
 template <class Acc>
 Field string_field(std::string key, std::string help, Acc acc) {

@@ -169,10 +169,15 @@ ChartRow weights_row(const Session& s, const std::vector<OwnedParam>& params) {
   return row.take();
 }
 
+// The optimizer's tensors by name once training is prepared; empty before, when the rows read
+// the rules AdamW's constructor applies instead.
+std::map<std::string, at::Tensor> optimizer_state(const Session& s) {
+  return s.training_prepared() ? s.optimizer().state_dict() : std::map<std::string, at::Tensor>{};
+}
+
 ChartRow master_row(const Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("master_weights", "master weights");
-  std::map<std::string, at::Tensor> state;
-  if (s.training_prepared()) state = s.optimizer().state_dict();
+  const std::map<std::string, at::Tensor> state = optimizer_state(s);
   for (const OwnedParam& p : params) {
     const auto it = state.find(p.name + ".master");
     const bool copy = s.training_prepared() ? it != state.end() : AdamW::needs_master_copy(p.tensor);
@@ -202,8 +207,7 @@ ChartRow gradients_row(const Session& s, const std::vector<OwnedParam>& params) 
 
 ChartRow optimizer_row(const Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("optimizer_states", "optimizer states");
-  std::map<std::string, at::Tensor> state;
-  if (s.training_prepared()) state = s.optimizer().state_dict();
+  const std::map<std::string, at::Tensor> state = optimizer_state(s);
   for (const OwnedParam& p : params) {
     auto dtype = [&](const char* suffix) {
       const auto it = state.find(p.name + suffix);
