@@ -94,16 +94,17 @@ void run_export(const ExportArgs& a) {
   if (!a.dump_logits.empty()) dump_logits(cfg.model, params, a.dump_logits);
 }
 
+// `fp8train export --help`.
+constexpr const char* kExportHelp =
+    "write a run's FP32 master weights (its checkpoint.pt) as a safetensors file.\n"
+    "--names hf: Hugging Face's names and layouts (GPT-2 or LLaMA, from the run's config) and a config.json\n"
+    "beside the file, so transformers' from_pretrained(folder) loads it. model.init_from reads either kind back.\n"
+    "Exit codes: 0 ok, 2 bad input (no run folder or checkpoint, a model with no HF counterpart).";
+
 }  // namespace
 
 void add_export_command(CLI::App& app) {
-  auto [cmd, args] = add_args_command<ExportArgs>(
-      app, "export",
-      "write a run's FP32 master weights (its checkpoint.pt) as a safetensors file. --names hf uses Hugging Face's\n"
-      "names and layouts (GPT-2 or LLaMA, from the run's config) and writes config.json beside the file, so\n"
-      "transformers' from_pretrained(folder) loads it. model.init_from reads either kind back.\n"
-      "Exit codes: 0 ok, 2 bad input (no run folder or checkpoint, a model with no HF counterpart).",
-      run_export);
+  auto [cmd, args] = add_args_command<ExportArgs>(app, "export", kExportHelp, run_export);
   cmd->add_option("--run", args->run_dir, "the run folder (<out_dir>/<run_name>)")->required();
   cmd->add_option("--out", args->out, "the safetensors file to write, e.g. export/model.safetensors")->required();
   cmd->add_option("--names", args->names, "fp8train (default) | hf");

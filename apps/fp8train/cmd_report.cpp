@@ -77,16 +77,17 @@ void run_report(const ReportArgs& a) {
                    table.rows.empty() ? "; nothing to report" : "; the others are reported");
 }
 
+// `fp8train report --help`.
+constexpr const char* kReportHelp =
+    "compare run folders: a table of the config keys that differ and the outcomes (status, steps, losses,\n"
+    "tokens/s, peak memory, worst FP8 slots), and with --html one self-contained page with the curves.\n"
+    "Exit codes: 0 ok (failed, diverged or running runs included), 2 when an input is not a run folder\n"
+    "(the other runs are still reported) or a flag is wrong.";
+
 }  // namespace
 
 void add_report_command(CLI::App& app) {
-  auto [cmd, args] = add_args_command<ReportArgs>(
-      app, "report",
-      "compare run folders: a table of the config keys that differ and the outcomes (status, steps, losses,\n"
-      "tokens/s, peak memory, worst FP8 slots), and with --html one self-contained page with the curves.\n"
-      "Exit codes: 0 ok (failed, diverged or running runs included), 2 when an input is not a run folder\n"
-      "(the other runs are still reported) or a flag is wrong.",
-      run_report);
+  auto [cmd, args] = add_args_command<ReportArgs>(app, "report", kReportHelp, run_report);
   cmd->add_option("run_dirs", args->run_dirs, "run folders (<out_dir>/<run_name>), e.g. runs/sweep-*")->required();
   cmd->add_flag("--md", args->md, "markdown table");
   cmd->add_flag("--tsv", args->tsv, "tab-separated values, numbers unrounded");
