@@ -3,12 +3,15 @@
 
 #include <unistd.h>  // getpid
 
+#include <CLI/CLI.hpp>  // CLI::App
+
 #include <filesystem>  // std::filesystem::path, temp_directory_path
 #include <fstream>     // std::ofstream
 #include <functional>  // std::function
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+#include "lib/config/cli_flags.h"   // add_config_flags
 #include "lib/config/experiment.h"  // ExperimentConfig
 #include "lib/config/fields.h"      // operator==
 #include "lib/config/loader.h"      // load_from_string, Override
@@ -27,6 +30,17 @@ struct StringMaker<fp8t::ExperimentConfig> {
 namespace fp8t {
 namespace config {
 namespace testing {
+
+// Parses `args` (without the program name) with the config flags registered.
+inline std::vector<Override> parse_flags(const std::vector<std::string>& args) {
+  CLI::App app("fp8train test");
+  std::vector<Override> overrides;
+  add_config_flags(app, &overrides);
+  std::vector<const char*> argv = {"fp8train"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  return overrides;
+}
 
 // Runs `f` and requires it to throw fp8t::Error with ExitCode::kBadInput; returns the message.
 inline std::string bad_input_message(const std::function<void()>& f) {

@@ -9,19 +9,9 @@
 
 using fp8t::config::Override;
 using fp8t::config::testing::bad_input_message;
+using fp8t::config::testing::parse_flags;
 
 namespace {
-
-// Parses `args` (without the program name) with the config flags registered.
-std::vector<Override> parse_flags(const std::vector<std::string>& args) {
-  CLI::App app("fp8train test");
-  std::vector<Override> overrides;
-  fp8t::config::add_config_flags(app, &overrides);
-  std::vector<const char*> argv = {"fp8train"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
-  return overrides;
-}
 
 bool same(const Override& a, const Override& b) {
   return a.key == b.key && a.value == b.value && a.origin == b.origin;

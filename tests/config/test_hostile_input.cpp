@@ -13,18 +13,9 @@
 
 using fp8t::config::Override;
 using fp8t::config::testing::bad_input_message;
+using fp8t::config::testing::parse_flags;
 
 namespace {
-
-std::vector<Override> parse_flags(const std::vector<std::string>& args) {
-  CLI::App app("fp8train test");
-  std::vector<Override> overrides;
-  fp8t::config::add_config_flags(app, &overrides);
-  std::vector<const char*> argv = {"fp8train"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
-  return overrides;
-}
 
 fp8t::ExperimentConfig with_name(const std::string& name) {
   return fp8t::config::load_from_string("run: {name: placeholder}\n", "test.yaml", {{"run.name", name, "--run-name"}})

@@ -6,6 +6,14 @@
 #include <sys/socket.h>  // socket, bind, getsockname
 #include <unistd.h>      // close
 
+#include <chrono>     // std::chrono::seconds
+#include <exception>  // std::exception_ptr
+#include <functional>  // std::function
+#include <thread>     // std::thread
+#include <vector>     // std::vector
+
+#include "lib/dist/communicator.h"  // Communicator
+#include "lib/dist/launch.h"        // LaunchInfo
 #include "tests/catch.h"
 
 namespace fp8t::test {
@@ -23,6 +31,39 @@ inline int free_port() {
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+// Rank `rank` of a `world`-rank job whose rank 0 hosts the store on `port` (loopback).
+inline dist::LaunchInfo rank_of(int rank, int world, int port) {
+  dist::LaunchInfo info;
+  info.launched = true;
+  info.rank = rank;
+  info.world_size = world;
+  info.master_port = port;
+  return info;
+}
+
+// Runs body(rank, communicator) on `world` threads joined into one Gloo group; rethrows the
+// first failure on the calling thread (Catch2 assertions stay on this thread).
+inline void run_ranks(int world, std::chrono::seconds timeout,
+                      const std::function<void(int, dist::Communicator&)>& body) {
+  const int port = free_port();
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = dist::Communicator::connect(rank_of(r, world, port), c10::Device(c10::kCPU), timeout);
+        body(r, *comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 }  // namespace fp8t::test

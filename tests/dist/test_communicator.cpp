@@ -22,38 +22,10 @@ using fp8t::dist::Communicator;
 using fp8t::dist::LaunchInfo;
 using fp8t::dist::ReduceOp;
 
+using fp8t::test::rank_of;
+using fp8t::test::run_ranks;
+
 namespace {
-
-LaunchInfo rank_of(int rank, int world, int port) {
-  LaunchInfo info;
-  info.launched = true;
-  info.rank = rank;
-  info.world_size = world;
-  info.master_port = port;
-  return info;
-}
-
-// Runs body(rank, communicator) on `world` threads joined into one Gloo group; rethrows the
-// first failure on the calling thread (Catch2 assertions stay on this thread).
-void run_ranks(int world, std::chrono::seconds timeout, const std::function<void(int, Communicator&)>& body) {
-  const int port = fp8t::test::free_port();
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = Communicator::connect(rank_of(r, world, port), c10::Device(c10::kCPU), timeout);
-        body(r, *comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
 
 // Runs `f` and returns the fp8t::Error it throws (fails the test when it throws nothing).
 template <class F>

@@ -11,40 +11,14 @@
 #include "lib/dist/communicator.h"    // Communicator
 #include "lib/fp8/delayed_scaling.h"  // DelayedScaling
 #include "tests/catch.h"
-#include "tests/dist/dist_test_util.h"  // free_port
+#include "tests/dist/dist_test_util.h"  // run_ranks
 
 using fp8t::dist::Communicator;
 using fp8t::dist::GradientSync;
 using fp8t::dist::LaunchInfo;
+using fp8t::test::run_ranks;
 
 namespace {
-
-// Runs body(rank, communicator) on `world` threads joined into one Gloo group; rethrows the
-// first failure on the calling thread (Catch2 assertions stay on this thread).
-void run_ranks(int world, const std::function<void(int, Communicator&)>& body) {
-  const int port = fp8t::test::free_port();
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        LaunchInfo info;
-        info.launched = true;
-        info.rank = r;
-        info.world_size = world;
-        info.master_port = port;
-        auto comm = Communicator::connect(info, c10::Device(c10::kCPU), std::chrono::seconds(60));
-        body(r, *comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
 
 struct TinyNet {
   std::vector<at::Tensor> params;
@@ -72,7 +46,7 @@ TEST_CASE("gradient buckets are averaged across ranks, launched during the backw
   std::vector<std::vector<at::Tensor>> synced(world), local(world);
   std::vector<int> buckets(world), launched(world);
   std::vector<bool> still_views(world);
-  run_ranks(world, [&](int rank, Communicator& comm) {
+  run_ranks(world, std::chrono::seconds(60), [&](int rank, Communicator& comm) {
     REQUIRE(comm.backend_name() == "gloo");
     TinyNet net(7);  // same weights on every rank
     // The gradients this rank would have alone (sum over its micro-batches of loss / n).
@@ -120,7 +94,7 @@ TEST_CASE("gradient buckets are averaged across ranks, launched during the backw
 TEST_CASE("FP8 amaxes are reduced with MAX so that every rank computes the same scales", "[dist]") {
   const int world = 2;
   std::vector<at::Tensor> scales(world);
-  run_ranks(world, [&](int rank, Communicator& comm) {
+  run_ranks(world, std::chrono::seconds(60), [&](int rank, Communicator& comm) {
     fp8t::fp8::Recipe recipe;
     recipe.amax_history_len = 4;
     fp8t::fp8::DelayedScaling scaling(recipe);
