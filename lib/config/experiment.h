@@ -21,6 +21,8 @@ enum class Activation { kGelu, kSwiGLU };
 enum class PositionKind { kLearned, kRope };
 enum class DataSource { kSynthetic, kText, kTokens };
 enum class LrSchedule { kCosine, kLinear, kConstant };
+// Selective activation recompute in the backward: what each block recomputes instead of saving.
+enum class Recompute { kNone, kAttention, kMlp, kBlock };
 
 struct RunSection {
   std::string name = "default";   // run folder name under out_dir
@@ -86,12 +88,14 @@ struct TrainSection {
   double loss_scale_growth_factor = 2.0;  // scale *= this after loss_scale_growth_interval finite steps
   double loss_scale_backoff = 0.5;        // scale *= this after a step with inf/NaN gradients
   int64_t loss_scale_growth_interval = 2000;
+  Recompute recompute = Recompute::kNone;  // activations recomputed in the backward instead of saved
 };
 
 // Data-parallel settings (used only when launched by torchrun, lib/dist/launch.h).
 struct DistSection {
   int64_t timeout_s = 600;        // a collective or the rendezvous waiting longer fails the job
   double bucket_mb = 25.0;        // gradient all-reduce bucket size in MiB
+  int64_t zero = 0;               // 1: ZeRO-1, master weights and AdamW moments sharded across ranks
 };
 
 struct ExperimentConfig {

@@ -53,6 +53,15 @@ const EnumNames<fp8::AmaxUpdate>& amax_update_names() {
   static const EnumNames<fp8::AmaxUpdate> n(fp8::kAmaxUpdateNames.begin(), fp8::kAmaxUpdateNames.end());
   return n;
 }
+const EnumNames<fp8::RecipeKind>& recipe_kind_names() {
+  static const EnumNames<fp8::RecipeKind> n(fp8::kRecipeKindNames.begin(), fp8::kRecipeKindNames.end());
+  return n;
+}
+const EnumNames<Recompute>& recompute_names() {
+  static const EnumNames<Recompute> n = {
+      {Recompute::kNone, "none"}, {Recompute::kAttention, "attention"}, {Recompute::kMlp, "mlp"}, {Recompute::kBlock, "block"}};
+  return n;
+}
 const EnumNames<fp8::AmaxComputeAlgo>& algo_names() {
   static const EnumNames<fp8::AmaxComputeAlgo> n(fp8::kAmaxComputeAlgoNames.begin(), fp8::kAmaxComputeAlgoNames.end());
   return n;
@@ -172,6 +181,9 @@ std::vector<Field> build_table() {
                           [](auto& c) -> auto& { return c.train.loss_scale_backoff; }, open_interval(0, 1)));
   t.push_back(int_field("train.loss_scale_growth_interval", "precision fp16: finite steps between loss-scale growths",
                         [](auto& c) -> auto& { return c.train.loss_scale_growth_interval; }, at_least(1)));
+  t.push_back(enum_field("train.recompute",
+                         "activations recomputed in the backward instead of saved: none, attention, mlp or block",
+                         recompute_names(), [](auto& c) -> auto& { return c.train.recompute; }));
   // precision
   // dist
   t.push_back(int_field("dist.timeout_s",
@@ -180,9 +192,17 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.dist.timeout_s; }, at_least(1)));
   t.push_back(float_field("dist.bucket_mb", "data-parallel runs: gradient all-reduce bucket size in MiB",
                           [](auto& c) -> auto& { return c.dist.bucket_mb; }, greater_than(0)));
+  t.push_back(int_field("dist.zero", "data-parallel runs: 1 shards the FP32 master weights and AdamW moments across ranks (ZeRO-1)",
+                        [](auto& c) -> auto& { return c.dist.zero; }, Range{0.0, 1.0}));
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
   // fp8
+  t.push_back(enum_field("fp8.recipe",
+                         "delayed: per-tensor scales from an amax history; current: per-tensor scales from this "
+                         "tensor's amax; block: 1x128 / 128x128 block scales",
+                         recipe_kind_names(), [](auto& c) -> auto& { return c.fp8.kind; }));
+  t.push_back(bool_field("fp8.block_power_of_2_scales", "block recipe: round every block scale down to a power of 2",
+                         [](auto& c) -> auto& { return c.fp8.block_power_of_2_scales; }));
   t.push_back(int_field("fp8.margin", "scale = (fp8_max * 2^-margin) / amax; negative margins allowed",
                         [](auto& c) -> auto& { return c.fp8.margin; },
                         Range{-1.0 * fp8::kMaxMargin, 1.0 * fp8::kMaxMargin}));

@@ -20,6 +20,11 @@ enum class AmaxComputeAlgo { kMax, kMostRecent };
 // When the scales are updated: once per optimizer step (amax = max over its micro-batches), or
 // after every micro-batch's backward as TransformerEngine does.
 enum class AmaxUpdate { kStep, kMicrobatch };
+// Which scaling recipe produces the FP8 operands (docs/fp8.md has a section per recipe):
+// delayed: per-tensor scales from an amax history (the default); current: per-tensor scales from
+// the amax of the tensor being cast; block: 1x128 (activations, gradients) and 128x128 (weights)
+// FP32 block scales, E4M3 everywhere.
+enum class RecipeKind { kDelayed, kCurrent, kBlock };
 
 // Which GEMMs of every FP8 Linear run in high precision instead of FP8.
 struct LinearPrecisionOverride {
@@ -36,6 +41,8 @@ struct FastAccumulation {
 };
 
 struct Recipe {
+  RecipeKind kind = RecipeKind::kDelayed;
+  bool block_power_of_2_scales = true;  // block: round every block scale down to a power of 2
   int margin = 0;              // scale = fp8_max / amax / 2^margin
   int interval = 1;            // recompute scales every `interval` updates (history rolls every update)
   RecipeFormat fp8_format = RecipeFormat::kHybrid;
@@ -65,6 +72,8 @@ inline constexpr EnumSpellings<RecipeFormat, 2> kRecipeFormatNames = {
     {{RecipeFormat::kHybrid, "HYBRID"}, {RecipeFormat::kE4M3, "E4M3"}}};
 inline constexpr EnumSpellings<AmaxComputeAlgo, 2> kAmaxComputeAlgoNames = {
     {{AmaxComputeAlgo::kMax, "max"}, {AmaxComputeAlgo::kMostRecent, "most_recent"}}};
+inline constexpr EnumSpellings<RecipeKind, 3> kRecipeKindNames = {
+    {{RecipeKind::kDelayed, "delayed"}, {RecipeKind::kCurrent, "current"}, {RecipeKind::kBlock, "block"}}};
 inline constexpr EnumSpellings<AmaxUpdate, 2> kAmaxUpdateNames = {
     {{AmaxUpdate::kStep, "step"}, {AmaxUpdate::kMicrobatch, "microbatch"}}};
 
@@ -79,6 +88,7 @@ constexpr const char* spelling(const EnumSpellings<E, N>& names, E v) {
 inline const char* to_string(RecipeFormat f) { return spelling(kRecipeFormatNames, f); }
 inline const char* to_string(AmaxComputeAlgo a) { return spelling(kAmaxComputeAlgoNames, a); }
 inline const char* to_string(AmaxUpdate u) { return spelling(kAmaxUpdateNames, u); }
+inline const char* to_string(RecipeKind k) { return spelling(kRecipeKindNames, k); }
 
 }  // namespace fp8
 }  // namespace fp8t
