@@ -10,6 +10,7 @@
 #include <unordered_map>  // std::unordered_map
 #include <vector>         // std::vector
 
+#include "lib/fp8/block_math.h"    // ceil_div, kBlockLen, vec128/blk128 scale strides
 #include "lib/gemm/cublas_check.h"  // FP8T_CUBLAS_CHECK
 #include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
 #include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK
@@ -42,12 +43,14 @@ struct PlanKey {
   DataType a_type, b_type, out_type;
   bool has_bias, fast_accum, trans_a, trans_b;
   uint32_t align_a, align_b, align_out;
+  ScaleMode a_scale, b_scale;
 
   bool operator==(const PlanKey& o) const {
     return device == o.device && m == o.m && n == o.n && k == o.k && a_type == o.a_type &&
            b_type == o.b_type && out_type == o.out_type && has_bias == o.has_bias &&
            fast_accum == o.fast_accum && trans_a == o.trans_a && trans_b == o.trans_b &&
-           align_a == o.align_a && align_b == o.align_b && align_out == o.align_out;
+           align_a == o.align_a && align_b == o.align_b && align_out == o.align_out &&
+           a_scale == o.a_scale && b_scale == o.b_scale;
   }
 };
 
@@ -62,6 +65,7 @@ struct PlanKeyHash {
         (static_cast<uint64_t>(k.out_type) << 8) | (uint64_t{k.has_bias} << 12) |
         (uint64_t{k.fast_accum} << 13) | (uint64_t{k.trans_a} << 14) | (uint64_t{k.trans_b} << 15));
     mix((static_cast<uint64_t>(k.align_a) << 32) | (static_cast<uint64_t>(k.align_b) << 16) | k.align_out);
+    mix((static_cast<uint64_t>(k.a_scale) << 8) | static_cast<uint64_t>(k.b_scale));
     return h;
   }
 };
@@ -72,6 +76,24 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;  // cuBLAS naming
   cublasLtMatmulAlgo_t algo{};
 };
+
+cublasLtMatmulMatrixScale_t cublas_scale_mode(ScaleMode m) {
+  switch (m) {
+    case ScaleMode::kScalar: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case ScaleMode::kVec128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case ScaleMode::kBlk128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
+// Block scale modes (cuBLAS >= 12.9): cuBLAS A is our B, cuBLAS B is our A, so the modes swap too.
+void set_scale_modes(cublasLtMatmulDesc_t op, const GemmProblem& p, const std::string& what) {
+  const int32_t mode_a = cublas_scale_mode(p.b_scale), mode_b = cublas_scale_mode(p.a_scale);
+  FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof(mode_a)),
+                    what, " (block scale modes need cuBLAS 12.9 or newer)");
+  FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof(mode_b)),
+                    what, " (block scale modes need cuBLAS 12.9 or newer)");
+}
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
@@ -120,6 +142,7 @@ struct GemmEngine::Impl {
     if (p.fp8()) {
       const int8_t fast = p.fast_accum ? 1 : 0;
       FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)), what);
+      if (p.block_scaled()) set_scale_modes(plan->op, p, what);
     }
     if (p.has_bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
@@ -204,7 +227,7 @@ void GemmEngine::run(const GemmProblem& p, const GemmOperands& ops, cudaStream_t
   const int64_t ldo_bytes = p.n * static_cast<int64_t>(element_size(p.out_type));
   PlanKey key{device, p.m, p.n, p.k, p.a_type, p.b_type, p.out_type, p.has_bias, p.fp8() && p.fast_accum,
               p.trans_a, p.trans_b, alignment_of(ops.a, lda_bytes), alignment_of(ops.b, ldb_bytes),
-              alignment_of(ops.out, ldo_bytes)};
+              alignment_of(ops.out, ldo_bytes), p.a_scale, p.b_scale};
   if (p.fp8()) {
     FP8T_INPUT_CHECK(key.align_a >= 16 && key.align_b >= 16, describe(p),
                      ": FP8 operands must be 16-byte aligned (a view at an odd offset?); pass a contiguous copy");
@@ -280,20 +303,19 @@ bool empty_product(const GemmProblem& p, const at::Tensor& bias, at::Tensor& out
   return true;
 }
 
-}  // namespace
-
-at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::Tensor& a_scale_inv,
-                    const at::Tensor& b_codes, fp8::Format b_format, const at::Tensor& b_scale_inv,
-                    const at::Tensor& bias, at::ScalarType out_dtype, bool fast_accum, const std::string& label) {
+// The checked problem of an FP8 GEMM of code tensors a [M,K] and b [N,K].
+GemmProblem fp8_problem(const at::Tensor& a, fp8::Format a_format, ScaleMode a_scale, const at::Tensor& b,
+                        fp8::Format b_format, ScaleMode b_scale, const at::Tensor& bias, at::ScalarType out_dtype,
+                        bool fast_accum, const std::string& label) {
   GemmProblem p;
   p.label = label;
   p.a_type = from_format(a_format);
   p.b_type = from_format(b_format);
+  p.a_scale = a_scale;
+  p.b_scale = b_scale;
   p.fast_accum = fast_accum;
   const std::string what0 = "fp8 gemm " + label;
   p.out_type = out_type_of(out_dtype, what0);
-  const at::Tensor a = as_codes(a_codes, "A", what0);
-  const at::Tensor b = as_codes(b_codes, "B", what0);
   FP8T_CHECK(a.device() == b.device(), what0, ": A on ", a.device().str(), ", B on ", b.device().str());
   p.m = a.size(0);
   p.k = a.size(1);
@@ -307,7 +329,13 @@ at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::T
     FP8T_CHECK(bias.numel() == p.n && bias.device() == a.device(), describe(p), ": bias must have N=", p.n,
                " elements on ", a.device().str(), ", got ", bias.sizes(), " on ", bias.device().str());
   }
+  return p;
+}
 
+// Runs a checked FP8 problem; set_scales(ops) fills the scale pointers (only when there is work).
+template <class SetScales>
+at::Tensor run_fp8(const GemmProblem& p, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias,
+                   at::ScalarType out_dtype, SetScales&& set_scales) {
   const c10::cuda::CUDAGuard guard(a.device());
   at::Tensor out = at::empty({p.m, p.n}, at::TensorOptions().dtype(out_dtype).device(a.device()));
   if (empty_product(p, bias, out)) return out;
@@ -315,8 +343,7 @@ at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::T
   GemmOperands ops;
   ops.a = a.data_ptr();
   ops.b = b.data_ptr();
-  ops.a_scale_inv = scale_ptr(a_scale_inv, a, "A scale_inv", describe(p));
-  ops.b_scale_inv = scale_ptr(b_scale_inv, a, "B scale_inv", describe(p));
+  set_scales(ops);
   if (p.has_bias) {
     bias_t = bias.reshape({-1}).to(at::kBFloat16).contiguous();
     ops.bias = bias_t.data_ptr();
@@ -325,6 +352,56 @@ at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::T
   GemmEngine::instance().run(p, ops, at::cuda::getCurrentCUDAStream(a.device().index()).stream());
   if (bias.defined() && !p.has_bias) out.add_(bias.to(at::kFloat).view({1, -1}));
   return out;
+}
+
+// The scale grid of a block-scaled operand [rows, K] in the layout cuBLASLt reads for `mode`
+// (lib/fp8/block_math.h): its device pointer, after checking sizes, strides and alignment.
+const float* block_scale_ptr(const BlockScaledOperand& op, const at::Tensor& codes, const char* name,
+                             const std::string& what) {
+  const int64_t rows = codes.size(0), k = codes.size(1);
+  const bool vec = op.mode == ScaleMode::kVec128;
+  const int64_t r = vec ? rows : fp8::ceil_div(rows, fp8::kBlockLen), c = fp8::ceil_div(k, fp8::kBlockLen);
+  const int64_t s0 = vec ? 1 : fp8::blk128_scale_stride(k), s1 = vec ? fp8::vec128_scale_stride(rows) : 1;
+  const at::Tensor& s = op.scale_inv;
+  const bool ok = s.defined() && s.scalar_type() == at::kFloat && s.device() == codes.device() && s.dim() == 2 &&
+                  s.size(0) == r && s.size(1) == c && (r <= 1 || s.stride(0) == s0) && (c <= 1 || s.stride(1) == s1);
+  FP8T_CHECK(ok, what, ": ", name, " ", to_string(op.mode), " scale_inv must be [", r, ", ", c,
+             "] float32 with strides (", s0, ", ", s1, ") on ", codes.device().str(), ", got ",
+             s.defined() ? s.sizes() : at::IntArrayRef{}, " with strides ", s.defined() ? s.strides() : at::IntArrayRef{});
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(s.data_ptr()) % 16 == 0, what, ": ", name,
+             " scale_inv is not 16-byte aligned (a view at an offset?)");
+  return s.data_ptr<float>();
+}
+
+}  // namespace
+
+at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::Tensor& a_scale_inv,
+                    const at::Tensor& b_codes, fp8::Format b_format, const at::Tensor& b_scale_inv,
+                    const at::Tensor& bias, at::ScalarType out_dtype, bool fast_accum, const std::string& label) {
+  const std::string what0 = "fp8 gemm " + label;
+  const at::Tensor a = as_codes(a_codes, "A", what0);
+  const at::Tensor b = as_codes(b_codes, "B", what0);
+  const GemmProblem p = fp8_problem(a, a_format, ScaleMode::kScalar, b, b_format, ScaleMode::kScalar, bias,
+                                    out_dtype, fast_accum, label);
+  return run_fp8(p, a, b, bias, out_dtype, [&](GemmOperands& ops) {
+    ops.a_scale_inv = scale_ptr(a_scale_inv, a, "A scale_inv", describe(p));
+    ops.b_scale_inv = scale_ptr(b_scale_inv, a, "B scale_inv", describe(p));
+  });
+}
+
+at::Tensor block_fp8_gemm(const BlockScaledOperand& a_op, const BlockScaledOperand& b_op, const at::Tensor& bias,
+                          at::ScalarType out_dtype, const std::string& label) {
+  const std::string what0 = "fp8 gemm " + label;
+  FP8T_CHECK(a_op.mode != ScaleMode::kScalar && b_op.mode != ScaleMode::kScalar, what0,
+             ": block_fp8_gemm takes block-scaled operands (1x128 or 128x128)");
+  const at::Tensor a = as_codes(a_op.codes, "A", what0);
+  const at::Tensor b = as_codes(b_op.codes, "B", what0);
+  const GemmProblem p = fp8_problem(a, a_op.format, a_op.mode, b, b_op.format, b_op.mode, bias, out_dtype,
+                                    /*fast_accum=*/false, label);
+  return run_fp8(p, a, b, bias, out_dtype, [&](GemmOperands& ops) {
+    ops.a_scale_inv = block_scale_ptr(a_op, a, "A", describe(p));
+    ops.b_scale_inv = block_scale_ptr(b_op, b, "B", describe(p));
+  });
 }
 
 at::Tensor bf16_gemm(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& bias,

@@ -71,6 +71,26 @@ at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::T
                     const at::Tensor& bias, at::ScalarType out_dtype, bool fast_accum,
                     const std::string& label);
 
+// One block-scaled FP8 operand: uint8 codes [rows, K] (K contiguous) and its scale_inv grid in the
+// layout cuBLASLt reads for `mode` (lib/fp8/block_math.h; 16-byte aligned):
+//   kVec128 (1x128 blocks along K): sizes [rows, ceil(K/128)], strides (1, round_up4(rows));
+//   kBlk128x128:                    sizes [ceil(rows/128), ceil(K/128)], strides (round_up4(ceil(K/128)), 1).
+struct BlockScaledOperand {
+  at::Tensor codes;
+  at::Tensor scale_inv;
+  fp8::Format format = fp8::Format::kE4M3;
+  ScaleMode mode = ScaleMode::kVec128;
+};
+
+// Block-scaled FP8 GEMM out[M,N] = A[M,K] · B[N,K]ᵀ (+ bias[N]), every product of a block pair
+// scaled by its two scale_invs; split accumulation always. Pairings 1x128 x 1x128, 1x128 x 128x128
+// and 128x128 x 1x128 (validate() names the rules). The Linear's GEMMs under block scaling:
+//   fprop  y  = x · Wᵀ:   A = x (1x128),          B = W (128x128)
+//   dgrad  dx = dy · W:   A = dy (1x128),         B = Wᵀ (128x128, W's columnwise copy)
+//   wgrad  dW = dyᵀ · x:  A = dyᵀ (1x128 along M), B = xᵀ (1x128 along M)
+at::Tensor block_fp8_gemm(const BlockScaledOperand& a, const BlockScaledOperand& b, const at::Tensor& bias,
+                          at::ScalarType out_dtype, const std::string& label);
+
 // BF16 GEMM out = a · bᵀ for logical a [M,K] and b [N,K] in any float dtype (converted to BF16).
 // Each operand may be row-major or a transposed view of a row-major tensor (then cuBLASLt reads
 // it transposed, no copy). bias: [N] or undefined. out_dtype: kBFloat16 or kFloat.

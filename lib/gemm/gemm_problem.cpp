@@ -17,6 +17,15 @@ const char* to_string(DataType t) {
   return "?";
 }
 
+const char* to_string(ScaleMode m) {
+  switch (m) {
+    case ScaleMode::kScalar: return "per-tensor";
+    case ScaleMode::kVec128: return "1x128";
+    case ScaleMode::kBlk128x128: return "128x128";
+  }
+  return "?";
+}
+
 bool is_fp8(DataType t) { return t == DataType::kE4M3 || t == DataType::kE5M2; }
 
 DataType from_format(fp8::Format f) { return f == fp8::Format::kE4M3 ? DataType::kE4M3 : DataType::kE5M2; }
@@ -34,8 +43,11 @@ size_t element_size(DataType t) {
 std::string describe(const GemmProblem& p) {
   std::ostringstream os;
   os << (p.fp8() ? "fp8" : "bf16") << " gemm " << p.label << " " << p.m << "x" << p.k << "x" << p.n
-     << " (MxKxN, " << to_string(p.a_type) << " x " << to_string(p.b_type) << " -> "
-     << to_string(p.out_type) << ")";
+     << " (MxKxN, " << to_string(p.a_type);
+  if (p.block_scaled()) os << " " << to_string(p.a_scale);
+  os << " x " << to_string(p.b_type);
+  if (p.block_scaled()) os << " " << to_string(p.b_scale);
+  os << " -> " << to_string(p.out_type) << ")";
   return os.str();
 }
 
@@ -50,6 +62,26 @@ std::string alignment_hint(const GemmProblem& p, char dim) {
            "(fp8.override_linear_precision)";
   }
   return "keep this layer in high precision (fp8.skip_layers) or pad it";
+}
+
+// The rules of cuBLASLt's block scale modes (VEC128_32F, BLK128x128_32F) on Hopper, in our naming
+// (the engine passes our B as cuBLAS A): both operands block-scaled, not both 128x128, no fast
+// accumulation, cuBLAS n = our M a multiple of 8 when our A (cuBLAS B) is 1x128-scaled (cuBLAS
+// m = our N: a multiple of 16 already).
+void validate_block_scaled(const GemmProblem& p) {
+  FP8T_INPUT_CHECK(p.a_scale != ScaleMode::kScalar && p.b_scale != ScaleMode::kScalar, describe(p),
+                   ": a block-scaled operand needs a block-scaled partner (per-tensor x block scales is not a "
+                   "cuBLASLt mode)");
+  FP8T_INPUT_CHECK(!(p.a_scale == ScaleMode::kBlk128x128 && p.b_scale == ScaleMode::kBlk128x128), describe(p),
+                   ": 128x128 x 128x128 block scaling is not supported by cuBLASLt (1x128 x 1x128, 1x128 x 128x128 "
+                   "and 128x128 x 1x128 are)");
+  FP8T_INPUT_CHECK(!p.fast_accum, describe(p),
+                   ": block-scaled FP8 GEMMs use split accumulation only (cuBLASLt has no fast accumulation for "
+                   "block scales)");
+  FP8T_INPUT_CHECK(p.a_scale != ScaleMode::kVec128 || p.m % 8 == 0, describe(p), ": M=", p.m,
+                   " is not a multiple of 8 (cuBLASLt requirement of a 1x128-scaled A); ",
+                   p.label == "wgrad" ? "keep this layer in high precision (fp8.skip_layers)"
+                                      : "make batch_size * seq_len a multiple of 8");
 }
 
 }  // namespace
@@ -80,6 +112,7 @@ void validate(const GemmProblem& p) {
                    " is not a multiple of 16 (cuBLASLt FP8 requirement on the output's leading "
                    "dimension); ",
                    alignment_hint(p, 'N'));
+  if (p.block_scaled()) validate_block_scaled(p);
 }
 
 void validate_fp8_device(int cc_major, int cc_minor, const std::string& device_name) {

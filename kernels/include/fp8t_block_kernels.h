@@ -1,0 +1,40 @@
+// fp8train CUDA kernels of block scaling (kernels/block_quantize.cu): the C API, in the
+// conventions of fp8t_kernels.h (launch on `stream`, checked preconditions named by
+// fp8t_last_precondition(), device pointers, FP8 data as uint8 codes).
+//
+// Block scaling is E4M3 only. Every block's scale comes from lib/fp8/block_math.h
+// (block_scale_from_amax; power_of_2 = fp8.block_power_of_2_scales); the kernels write the
+// scale_inv (dequantisation factor) of every block in the layouts cuBLASLt's block scale modes read
+// (block_math.h; docs/fp8.md "Block scaling"); padding entries of a scale array are written as 0.
+#pragma once
+
+#include "fp8t_kernels.h"  // cudaStream_t, cudaError_t, FP8T_DTYPE_*
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// 1x128 blocks from ONE read of x[rows, cols] (row-major, fp32 or bf16). Either layout may be
+// skipped (null codes and scales):
+//   rowwise:    codes [rows, cols], blocks of 128 along cols; scale_inv [ceil(cols/128), round_up4(rows)]
+//               (rows contiguous: CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+//   columnwise: codes [cols, rows] (= the transposed tensor), blocks of 128 along rows, each block
+//               with its own scale from the high-precision values (a 1x128-quantized tensor cannot be
+//               transposed); scale_inv [ceil(rows/128), round_up4(cols)].
+cudaError_t fp8t_block_quantize_1x128(const void* x, int x_dtype, int64_t rows, int64_t cols, int power_of_2,
+                                      uint8_t* codes_rowwise, float* scale_inv_rowwise,
+                                      uint8_t* codes_columnwise, float* scale_inv_columnwise,
+                                      cudaStream_t stream);
+
+// 128x128 blocks (weights) of x[rows, cols]: rowwise codes [rows, cols] with scale_inv
+// [ceil(rows/128), round_up4(ceil(cols/128))] (row-major, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+// columnwise codes [cols, rows] = the transposed codes, with the transposed scales
+// [ceil(cols/128), round_up4(ceil(rows/128))] (a square block transposes). Either may be null.
+cudaError_t fp8t_block_quantize_128x128(const void* x, int x_dtype, int64_t rows, int64_t cols, int power_of_2,
+                                        uint8_t* codes_rowwise, float* scale_inv_rowwise,
+                                        uint8_t* codes_columnwise, float* scale_inv_columnwise,
+                                        cudaStream_t stream);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
