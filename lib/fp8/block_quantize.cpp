@@ -94,8 +94,10 @@ at::Tensor block_cast_stats(const at::Tensor& x, const BlockCodes& q, int block_
   const double n = static_cast<double>(std::max<int64_t>(1, rows * k));
   const at::Tensor saturated = (scaled.abs() > kE4M3Max).sum().to(at::kFloat) / n;  // NaN compares false
   const at::Tensor flushed = ((xf != 0) & (q.codes.bitwise_and(0x7f) == 0)).sum().to(at::kFloat) / n;
-  if (scale.numel() == 0) return at::stack({saturated, flushed, at::ones_like(saturated), at::ones_like(saturated)});
-  return at::stack({saturated, flushed, scale.min(), scale.max()});
+  const at::Tensor abs = xf.abs();
+  const at::Tensor amax = x.numel() == 0 ? at::zeros_like(saturated) : at::where(at::isnan(abs), 0.0f, abs).max();
+  if (scale.numel() == 0) return at::stack({saturated, flushed, at::ones_like(saturated), at::ones_like(saturated), amax});
+  return at::stack({saturated, flushed, scale.min(), scale.max(), amax});
 }
 
 }  // namespace fp8

@@ -59,9 +59,10 @@ at::Tensor expand_block_scales(const at::Tensor& scale_inv, int64_t rows, int64_
 // device (the CPU emulation's GEMM operands; the tests' references).
 at::Tensor block_dequantize(const BlockCodes& op, int block_rows);
 
-// FP8 health statistics of a block cast of x: float32 [4] on x's device = {fraction of elements
+// FP8 health statistics of a block cast of x: float32 [5] on x's device = {fraction of elements
 // that saturate (|x * scale| > 448, block_saturates), fraction of non-zero elements whose code is
-// +-0, smallest block scale, largest block scale} (scale = 1 / scale_inv of the block).
+// +-0, smallest block scale, largest block scale, max|x| (NaN ignored)} (scale = 1 / scale_inv of
+// the block: exact for power-of-2 scales).
 at::Tensor block_cast_stats(const at::Tensor& x, const BlockCodes& q, int block_rows);
 
 }  // namespace fp8

@@ -75,6 +75,38 @@ TEST_CASE("gemm validate: errors name the GEMM, the shape and what to do", "[gem
   REQUIRE_THAT(error_of(mixed_hp), FP8T_CONTAINS("both operands must be FP8"));
 }
 
+TEST_CASE("gemm validate: block-scaled FP8 pairings, accumulation and the 1x128 M rule", "[gemm]") {
+  using fp8t::gemm::ScaleMode;
+  auto block = [](int64_t m, int64_t k, int64_t n, ScaleMode a, ScaleMode b, const char* label) {
+    GemmProblem p = fp8_problem(m, k, n, label);
+    p.a_scale = a;
+    p.b_scale = b;
+    return p;
+  };
+  // The Linear's three GEMMs: fprop/dgrad 1x128 x 128x128, wgrad 1x128 x 1x128; partial blocks are fine.
+  REQUIRE_NOTHROW(fp8t::gemm::validate(block(8192, 768, 3072, ScaleMode::kVec128, ScaleMode::kBlk128x128, "fprop")));
+  REQUIRE_NOTHROW(fp8t::gemm::validate(block(320, 64, 336, ScaleMode::kVec128, ScaleMode::kBlk128x128, "dgrad")));
+  REQUIRE_NOTHROW(fp8t::gemm::validate(block(3072, 8192, 768, ScaleMode::kVec128, ScaleMode::kVec128, "wgrad")));
+  REQUIRE_NOTHROW(fp8t::gemm::validate(block(20, 64, 64, ScaleMode::kBlk128x128, ScaleMode::kVec128, "fprop")));
+  REQUIRE(fp8t::gemm::describe(block(64, 128, 32, ScaleMode::kVec128, ScaleMode::kBlk128x128, "fprop")) ==
+          "fp8 gemm fprop 64x128x32 (MxKxN, E4M3 1x128 x E4M3 128x128 -> BF16)");
+
+  const std::string two_d = error_of(block(64, 128, 64, ScaleMode::kBlk128x128, ScaleMode::kBlk128x128, "fprop"));
+  REQUIRE_THAT(two_d, FP8T_CONTAINS("fp8 gemm fprop 64x128x64"));
+  REQUIRE_THAT(two_d, FP8T_CONTAINS("128x128 x 128x128 block scaling is not supported"));
+  REQUIRE_THAT(error_of(block(64, 128, 64, ScaleMode::kVec128, ScaleMode::kScalar, "fprop")),
+               FP8T_CONTAINS("needs a block-scaled partner"));
+  GemmProblem fast = block(64, 128, 64, ScaleMode::kVec128, ScaleMode::kBlk128x128, "fprop");
+  fast.fast_accum = true;
+  REQUIRE_THAT(error_of(fast), FP8T_CONTAINS("split accumulation only"));
+  const std::string m_err = error_of(block(20, 128, 64, ScaleMode::kVec128, ScaleMode::kBlk128x128, "fprop"));
+  REQUIRE_THAT(m_err, FP8T_CONTAINS("M=20 is not a multiple of 8"));
+  REQUIRE_THAT(m_err, FP8T_CONTAINS("batch_size * seq_len"));
+  // The general FP8 rules still apply first.
+  REQUIRE_THAT(error_of(block(64, 100, 64, ScaleMode::kVec128, ScaleMode::kVec128, "wgrad")),
+               FP8T_CONTAINS("K=100 is not a multiple of 16"));
+}
+
 TEST_CASE("gemm validate_fp8_device: compute capability below 8.9 is refused by name", "[gemm]") {
   REQUIRE_NOTHROW(fp8t::gemm::validate_fp8_device(9, 0, "NVIDIA H200"));
   REQUIRE_NOTHROW(fp8t::gemm::validate_fp8_device(8, 9, "NVIDIA L4"));

@@ -1,0 +1,165 @@
+// kernels/block_quantize.cu: 1x128 and 128x128 casts bit-exact against the CPU emulation
+// (lib/fp8/block_cpu.cpp): codes of both layouts, every scale_inv and the padding of the scale
+// buffers, with sentinel-filled outputs, odd shapes, both input dtypes, pow2 on and off.
+#if defined(FP8T_WITH_CUDA)
+
+#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
+
+#include <cmath>   // std::ldexp
+#include <cstdio>  // std::printf
+#include <limits>  // std::numeric_limits
+#include <string>  // std::string
+#include <vector>  // std::vector
+
+#include "fp8t_block_kernels.h"      // fp8t_block_quantize_1x128 / _128x128
+#include "lib/fp8/block_math.h"      // layouts
+#include "lib/fp8/block_quantize.h"  // block_quantize_cpu, block_quantize
+#include "tests/kernels/cuda_test_util.h"
+
+namespace {
+
+using namespace fp8t::test;
+namespace fm = fp8t::fp8;
+
+// The padded buffer behind a scale grid of an operand [rows, k].
+std::pair<int64_t, int64_t> buffer_dims(int64_t rows, int64_t k, int block_rows) {
+  if (block_rows == 1) return {fm::ceil_div(k, 128), fm::vec128_scale_stride(rows)};
+  return {fm::blk128_scale_rows(rows), fm::blk128_scale_stride(k)};
+}
+
+at::Tensor buffer_of(const at::Tensor& grid, int64_t rows, int64_t k, int block_rows) {
+  const auto [r, s] = buffer_dims(rows, k, block_rows);
+  return grid.as_strided({r, s}, {s, 1}, 0);
+}
+
+at::Tensor activation_like(int64_t rows, int64_t cols, at::ScalarType dt, uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor x = at::randn({rows, cols}) * at::pow(2.0, at::randint(-10, 10, {rows, cols}, at::kFloat));
+  x.view(-1).slice(0, 0, x.numel(), 17).zero_();
+  return x.to(dt);
+}
+
+// Scale buffers compared as bits (NaN sentinels that survive would show up).
+void require_same_floats(const at::Tensor& got, const at::Tensor& want) {
+  REQUIRE(got.sizes() == want.sizes());
+  REQUIRE(at::equal(got.cpu().contiguous().view(at::kInt), want.cpu().contiguous().view(at::kInt)));
+}
+
+struct GpuCast {
+  at::Tensor row, row_s, col, col_s;  // codes and scale BUFFERS
+};
+
+// One launch of the C API with sentinel-filled outputs.
+GpuCast run_kernel(const at::Tensor& x, int block_rows, bool pow2) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  const auto [rr, rs] = buffer_dims(rows, cols, block_rows);
+  const auto [cr, cs] = buffer_dims(cols, rows, block_rows);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  GpuCast g{at::full({rows, cols}, 0xAB, on_cuda(at::kByte)), at::full({rr, rs}, nan, on_cuda(at::kFloat)),
+            at::full({cols, rows}, 0xCD, on_cuda(at::kByte)), at::full({cr, cs}, nan, on_cuda(at::kFloat))};
+  const at::Tensor xg = x.cuda();
+  const auto launch = block_rows == 1 ? fp8t_block_quantize_1x128 : fp8t_block_quantize_128x128;
+  REQUIRE(launch(xg.data_ptr(), x.scalar_type() == at::kFloat ? FP8T_DTYPE_F32 : FP8T_DTYPE_BF16, rows, cols,
+                 pow2 ? 1 : 0, g.row.data_ptr<uint8_t>(), g.row_s.data_ptr<float>(), g.col.data_ptr<uint8_t>(),
+                 g.col_s.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream()) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  return g;
+}
+
+// [rows, cols]: tiny, fewer rows than the 4-row scale padding, partial 128-blocks both ways, not a
+// multiple of 8 (scalar paths), exact tiles, a large one.
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 1},     {3, 200},   {5, 128},   {128, 128},
+                                                          {130, 257}, {257, 129}, {13, 7},    {64, 300},
+                                                          {256, 384}, {1000, 72}, {2056, 4160}};
+
+}  // namespace
+
+TEST_CASE("block_quantize: codes and scales bit-exact vs the CPU emulation", "[kernels][cuda]") {
+  require_gpu();
+  for (const auto& [rows, cols] : kShapes) {
+    if (skip_large(rows * cols)) continue;
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor x = activation_like(rows, cols, dt, rows * 7 + cols);
+      for (bool pow2 : {true, false}) {
+        for (int block_rows : {1, 128}) {
+          CAPTURE(rows, cols, dtype_name(dt), pow2, block_rows);
+          const GpuCast g = run_kernel(x, block_rows, pow2);
+          const fm::BlockQuantized c = fm::block_quantize_cpu(x, block_rows, true, true, pow2);
+          require_same_codes(g.row, c.rowwise.codes, x, 1.0f);
+          require_same_codes(g.col, c.columnwise.codes, x.t().contiguous(), 1.0f);
+          require_same_floats(g.row_s, buffer_of(c.rowwise.scale_inv, rows, cols, block_rows));
+          require_same_floats(g.col_s, buffer_of(c.columnwise.scale_inv, cols, rows, block_rows));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("block_quantize: edge values and one layout at a time", "[kernels][cuda]") {
+  require_gpu();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  at::Tensor x = at::zeros({136, 264});
+  const std::vector<float> edge = {inf, -inf, nan, 448.0f, -448.0f, std::ldexp(1.0f, -130), std::ldexp(1.0f, -149),
+                                   -0.0f, 3.4e38f, 1e-20f};
+  for (size_t i = 0; i < edge.size(); ++i) x.view(-1)[static_cast<int64_t>(i * 977) % x.numel()] = edge[i];
+  x[1].fill_(std::ldexp(1.0f, -135));  // a row of subnormals: scale from value_for_inf
+  x[2].fill_(nan);                     // an all-NaN row
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor xd = x.to(dt);
+    for (int block_rows : {1, 128}) {
+      CAPTURE(dtype_name(dt), block_rows);
+      const fm::BlockQuantized c = fm::block_quantize_cpu(xd, block_rows, true, true, true);
+      // Through the LibTorch wrapper, asking for one layout at a time.
+      const fm::BlockQuantized r = fm::block_quantize(xd.cuda(), block_rows, true, false, true);
+      const fm::BlockQuantized t = fm::block_quantize(xd.cuda(), block_rows, false, true, true);
+      REQUIRE_FALSE(r.columnwise.defined());
+      REQUIRE_FALSE(t.rowwise.defined());
+      require_same_codes(r.rowwise.codes, c.rowwise.codes, xd, 1.0f);
+      require_same_codes(t.columnwise.codes, c.columnwise.codes, xd.t().contiguous(), 1.0f);
+      REQUIRE(at::equal(r.rowwise.scale_inv.cpu(), c.rowwise.scale_inv));
+      REQUIRE(at::equal(t.columnwise.scale_inv.cpu(), c.columnwise.scale_inv));
+    }
+  }
+}
+
+TEST_CASE("block_quantize: refused launches name the failed check", "[kernels][cuda]") {
+  require_gpu();
+  const at::Tensor x = at::zeros({4, 4}, on_cuda(at::kFloat));
+  const at::Tensor codes = at::zeros({4, 4}, on_cuda(at::kByte));
+  REQUIRE(fp8t_block_quantize_1x128(x.data_ptr(), FP8T_DTYPE_F32, 4, 4, 1, codes.data_ptr<uint8_t>(), nullptr,
+                                    nullptr, nullptr, nullptr) == cudaErrorInvalidValue);
+  REQUIRE_THAT(std::string(fp8t_last_precondition()), FP8T_CONTAINS("rowwise codes and scale_inv come together"));
+  REQUIRE(fp8t_block_quantize_128x128(x.data_ptr(), 7, 4, 4, 1, nullptr, nullptr, nullptr, nullptr, nullptr) ==
+          cudaErrorInvalidValue);
+  REQUIRE_THAT(std::string(fp8t_last_precondition()), FP8T_CONTAINS("fp8t_block_quantize_128x128"));
+}
+
+TEST_CASE("block_quantize: bandwidth of the block casts with both layouts (hidden; GPU)", "[.bench-block]") {
+  require_gpu();
+  if (sanitizer_run()) return;
+  const int64_t rows = 16384, cols = 8192;
+  const at::Tensor x = at::randn({rows, cols}, on_cuda(at::kBFloat16));
+  for (int block_rows : {1, 128}) {
+    (void)fm::block_quantize(x, block_rows, true, true, true);
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    constexpr int kIters = 20;
+    cudaEventRecord(start, at::cuda::getCurrentCUDAStream().stream());
+    for (int i = 0; i < kIters; ++i) (void)fm::block_quantize(x, block_rows, true, true, true);
+    cudaEventRecord(stop, at::cuda::getCurrentCUDAStream().stream());
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    // bf16 read once (2 bytes) + two code copies (2 bytes) per element; scales are < 1%.
+    const double gbps = 4.0 * rows * cols * kIters / (ms * 1e-3) / 1e9;
+    std::printf("block cast %s %lldx%lld bf16 -> both layouts: %.3f ms, %.0f GB/s\n",
+                block_rows == 1 ? "1x128" : "128x128", static_cast<long long>(rows), static_cast<long long>(cols),
+                ms / kIters, gbps);
+    REQUIRE(ms > 0);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+}
+
+#endif  // FP8T_WITH_CUDA
