@@ -4,11 +4,12 @@
 // errors of illegal problems.
 #if defined(FP8T_WITH_CUDA)
 
-#include <cmath>   // std::ldexp
-#include <cstdio>  // std::printf
-#include <string>  // std::string
-#include <tuple>   // std::tuple
-#include <vector>  // std::vector
+#include <cmath>     // std::ldexp
+#include <cstdio>    // std::printf
+#include <optional>  // std::nullopt
+#include <string>    // std::string
+#include <tuple>     // std::tuple
+#include <vector>    // std::vector
 
 #include "lib/fp8/block_quantize.h"  // block_quantize, expand_block_scales, BlockCodes
 #include "lib/fp8/cpu_backend.h"     // decode_codes
@@ -139,6 +140,29 @@ TEST_CASE("block gemm: illegal problems are refused by name", "[gemm][cuda]") {
   bad.mode = ScaleMode::kVec128;
   REQUIRE_THROWS_WITH(fp8t::gemm::block_fp8_gemm(operand(x16.rowwise, 1), bad, at::Tensor(), at::kBFloat16, "fprop"),
                       FP8T_CONTAINS("1x128 scale_inv must be [64, 1] float32"));
+}
+
+TEST_CASE("block gemm: fprop agrees with at::_scaled_mm's block-scaled path", "[gemm][cuda]") {
+  require_gpu();
+  // x [M,K] 1x128 and W [N,K] 128x128 with K/128 = 8 (no scale-row padding, the layout PyTorch
+  // checks): scale_a [M, K/128] strides (1, M); scale_b = W's grid transposed, [K/128, N/128].
+  const int64_t m = 256, k = 1024, n = 384;
+  const auto xq = fp8t::fp8::block_quantize(blocky(m, k, 11), 1, true, false, true);
+  const auto wq = fp8t::fp8::block_quantize(blocky(n, k, 12), 128, true, false, true);
+  const at::Tensor ours = fp8t::gemm::block_fp8_gemm(operand(xq.rowwise, 1), operand(wq.rowwise, 128), at::Tensor(),
+                                                     at::kBFloat16, "fprop");
+  at::Tensor theirs;
+  try {
+    theirs = at::_scaled_mm(xq.rowwise.codes.view(at::kFloat8_e4m3fn), wq.rowwise.codes.view(at::kFloat8_e4m3fn).t(),
+                            xq.rowwise.scale_inv, wq.rowwise.scale_inv.t(), std::nullopt, std::nullopt, at::kBFloat16,
+                            false);
+  } catch (const c10::Error& e) {
+    WARN("at::_scaled_mm has no block-scaled path in this LibTorch: " << e.what_without_backtrace());
+    return;
+  }
+  // Both are bf16 roundings of FP32 block-scaled sums (possibly different kernels): 2^-8.
+  REQUIRE(rel_frobenius(ours, theirs.to(at::kDouble)) <= std::ldexp(1.0, -8));
+  if (reporting()) std::printf("block gemm vs at::_scaled_mm: rel. Frobenius %.2e\n", rel_frobenius(ours, theirs));
 }
 
 #endif  // FP8T_WITH_CUDA
