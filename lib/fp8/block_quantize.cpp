@@ -67,9 +67,11 @@ BlockQuantized block_quantize(const at::Tensor& x, int block_rows, bool rowwise,
   return block_quantize_cpu(x, block_rows, rowwise, columnwise, power_of_2);
 }
 
+// Broadcast views and one copy (repeat_interleave would synchronise with the GPU for its size).
 at::Tensor expand_block_scales(const at::Tensor& scale_inv, int64_t rows, int64_t k, int block_rows) {
-  at::Tensor s = scale_inv.repeat_interleave(kBlockLen, 1).slice(1, 0, k);
-  if (block_rows != 1) s = s.repeat_interleave(kBlockLen, 0).slice(0, 0, rows);
+  const int64_t r = scale_inv.size(0), c = scale_inv.size(1);
+  at::Tensor s = scale_inv.unsqueeze(2).expand({r, c, kBlockLen}).reshape({r, c * kBlockLen}).slice(1, 0, k);
+  if (block_rows != 1) s = s.unsqueeze(1).expand({r, kBlockLen, k}).reshape({r * kBlockLen, k}).slice(0, 0, rows);
   return s.contiguous();
 }
 
