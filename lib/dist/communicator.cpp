@@ -14,6 +14,7 @@
 
 #include <cstdlib>    // std::getenv
 #include <exception>  // std::exception
+#include <functional>  // std::function
 
 #include "lib/dist/backends.h"  // detail::make_nccl_backend
 #include "lib/util/error.h"     // FP8T_THROW, FP8T_INPUT_CHECK
@@ -29,6 +30,7 @@ struct Communicator::Impl {
 struct Pending::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   std::string what;
+  std::function<void()> then;  // run after the wait (e.g. copying a staging buffer into place)
 };
 
 namespace {
@@ -48,6 +50,7 @@ void Pending::wait() {
   if (!impl_) return;
   try {
     impl_->work->wait();
+    if (impl_->then) impl_->then();
   } catch (const std::exception& e) {
     collective_failed(impl_->what, e);
   }
@@ -143,6 +146,75 @@ Pending Communicator::all_reduce_async(std::vector<at::Tensor> tensors, ReduceOp
 
 void Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
   all_reduce_async({tensor}, op).wait();
+}
+
+namespace {
+
+void check_flat(const at::Tensor& t, const char* what, const char* op) {
+  FP8T_CHECK(t.dim() == 1 && t.is_contiguous(), op, ": ", what, " must be a flat contiguous tensor");
+}
+
+// Whether `part` is exactly elements [rank * n, (rank + 1) * n) of `whole` (in place).
+bool is_rank_slice(const at::Tensor& part, const at::Tensor& whole, int rank) {
+  return part.is_alias_of(whole) && part.storage_offset() == whole.storage_offset() + rank * part.numel();
+}
+
+}  // namespace
+
+Pending Communicator::reduce_scatter_async(const at::Tensor& output, const at::Tensor& input) {
+  check_flat(output, "output", "reduce-scatter");
+  check_flat(input, "input", "reduce-scatter");
+  FP8T_CHECK(input.numel() == output.numel() * world_size_, "reduce-scatter: input has ", input.numel(),
+             " elements, expected world size ", world_size_, " x ", output.numel());
+  FP8T_CHECK(!output.is_alias_of(input) || is_rank_slice(output, input, rank_),
+             "reduce-scatter: an output inside the input must be this rank's slice of it");
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  opts.timeout = std::chrono::milliseconds(timeout_);
+  try {
+    auto impl = std::make_shared<Pending::Impl>();
+    impl->what = "reduce-scatter";
+    at::Tensor in = input, out = output;
+    // NCCL reduces in place when the output is the rank's slice of the input; Gloo gets a
+    // separate output, copied into place after the wait.
+    if (backend_name_ != "nccl" && out.is_alias_of(in)) {
+      out = at::empty_like(output);
+      impl->then = [dst = output, src = out] { dst.copy_(src); };
+    }
+    impl->work = impl_->backend->_reduce_scatter_base(out, in, opts);
+    return Pending(std::move(impl));
+  } catch (const std::exception& e) {
+    collective_failed("reduce-scatter", e);
+  }
+}
+
+Pending Communicator::all_gather_async(const at::Tensor& output, const at::Tensor& input) {
+  check_flat(output, "output", "all-gather");
+  check_flat(input, "input", "all-gather");
+  FP8T_CHECK(output.numel() == input.numel() * world_size_, "all-gather: output has ", output.numel(),
+             " elements, expected world size ", world_size_, " x ", input.numel());
+  FP8T_CHECK(!input.is_alias_of(output) || is_rank_slice(input, output, rank_),
+             "all-gather: an input inside the output must be this rank's slice of it");
+  c10d::AllgatherOptions opts;
+  opts.timeout = std::chrono::milliseconds(timeout_);
+  try {
+    auto impl = std::make_shared<Pending::Impl>();
+    impl->what = "all-gather";
+    at::Tensor in = input, out = output;
+    if (backend_name_ != "nccl" && in.is_alias_of(out)) in = input.clone();  // Gloo: no aliasing
+    impl->work = impl_->backend->_allgather_base(out, in, opts);
+    return Pending(std::move(impl));
+  } catch (const std::exception& e) {
+    collective_failed("all-gather", e);
+  }
+}
+
+void Communicator::reduce_scatter(const at::Tensor& output, const at::Tensor& input) {
+  reduce_scatter_async(output, input).wait();
+}
+
+void Communicator::all_gather(const at::Tensor& output, const at::Tensor& input) {
+  all_gather_async(output, input).wait();
 }
 
 void Communicator::broadcast(std::vector<at::Tensor> tensors, int root) {

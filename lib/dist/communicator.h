@@ -53,6 +53,15 @@ class Communicator {
   // In place over all ranks; `tensors` must be dense and contiguous on the communicator's device.
   Pending all_reduce_async(std::vector<at::Tensor> tensors, ReduceOp op);
   void all_reduce(const at::Tensor& tensor, ReduceOp op);
+  // Reduce-scatter with SUM of flat tensors: `output` (n elements) receives elements
+  // [rank * n, (rank + 1) * n) of the sum over ranks of `input` (world_size * n elements).
+  // `output` may be exactly that slice of `input` (in place, as ZeRO-1 uses it).
+  Pending reduce_scatter_async(const at::Tensor& output, const at::Tensor& input);
+  // All-gather of flat tensors: `output` (world_size * n elements) receives every rank's `input`
+  // (n elements) in rank order. `input` may be this rank's slice of `output` (in place).
+  Pending all_gather_async(const at::Tensor& output, const at::Tensor& input);
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input);
+  void all_gather(const at::Tensor& output, const at::Tensor& input);
   // Copies rank `root`'s tensors to every rank, in place.
   void broadcast(std::vector<at::Tensor> tensors, int root = 0);
 

@@ -3,7 +3,10 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>  // LambdaPostHook
 #include <torch/csrc/autograd/variable.h>                // impl::grad_accumulator
 
+#include <algorithm>  // std::max, std::min
 #include <utility>  // std::pair, std::declval
+
+#include <ATen/ATen.h>  // at::zeros, at::NoGradGuard
 
 #include "lib/util/error.h"  // FP8T_CHECK
 
@@ -16,11 +19,17 @@ struct GradientSync::Hooks {
   std::vector<std::pair<NodePtr, uintptr_t>> installed;
 };
 
-GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::Tensor> params, int64_t bucket_bytes)
-    : comm_(std::move(comm)), params_(std::move(params)), hooks_(std::make_unique<Hooks>()) {
+GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::Tensor> params, int64_t bucket_bytes,
+                           bool shard)
+    : comm_(std::move(comm)), params_(std::move(params)), shard_(shard), hooks_(std::make_unique<Hooks>()) {
   FP8T_CHECK(!params_.empty(), "GradientSync needs parameters");
   FP8T_CHECK(bucket_bytes > 0, "bucket size must be positive, got ", bucket_bytes);
   bucket_of_.assign(params_.size(), -1);
+  offset_of_.assign(params_.size(), 0);
+  for (size_t k = 0; shard_ && k < params_.size(); ++k) {
+    FP8T_CHECK(params_[k].scalar_type() == at::kFloat && params_[k].is_contiguous(),
+               "GradientSync: ZeRO-1 needs float32 contiguous parameters (parameter ", k, ")");
+  }
 
   // Buckets in reverse parameter order; a new bucket starts when the dtype changes or the
   // current one reached bucket_bytes.
@@ -42,6 +51,11 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
     Bucket b;
     int64_t numel = 0;
     for (size_t k : group) numel += params_[k].numel();
+    if (shard_) {  // padded so that every rank's shard has the same size
+      const int64_t world = comm_->world_size();
+      b.shard_numel = (numel + world - 1) / world;
+      numel = b.shard_numel * world;
+    }
     b.flat = at::zeros({numel}, params_[group.front()].options().requires_grad(false));
     int64_t offset = 0;
     for (size_t k : group) {
@@ -50,6 +64,7 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
       at::Tensor view = b.flat.narrow(0, offset, n).view(p.sizes());
       if (p.grad().defined()) view.copy_(p.grad());
       p.mutable_grad() = view;
+      offset_of_[k] = offset;
       offset += n;
       bucket_of_[k] = static_cast<int>(buckets_.size());
     }
@@ -57,6 +72,7 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
     buckets_.push_back(std::move(b));
   }
   complete_.assign(buckets_.size(), false);
+  if (shard_) build_segments();
 
   for (size_t k = 0; k < params_.size(); ++k) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
@@ -101,7 +117,48 @@ void GradientSync::launch_ready_in_order() {
   while (next_to_launch_ < buckets_.size() && complete_[next_to_launch_]) launch(buckets_[next_to_launch_++]);
 }
 
-void GradientSync::launch(Bucket& b) { b.pending = comm_->all_reduce_async({b.flat}, ReduceOp::kSum); }
+void GradientSync::launch(Bucket& b) {
+  b.pending = shard_ ? comm_->reduce_scatter_async(own_shard(b), b.flat)
+                     : comm_->all_reduce_async({b.flat}, ReduceOp::kSum);
+}
+
+at::Tensor GradientSync::own_shard(const Bucket& b) const {
+  return b.flat.narrow(0, comm_->rank() * b.shard_numel, b.shard_numel);
+}
+
+void GradientSync::build_segments() {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const Bucket& b = buckets_[bucket_of_[k]];
+    const int64_t lo = comm_->rank() * b.shard_numel, hi = lo + b.shard_numel;
+    const int64_t first = std::max(lo, offset_of_[k]), last = std::min(hi, offset_of_[k] + params_[k].numel());
+    if (last > first) segments_.push_back(Segment{k, first - offset_of_[k], last - first});
+  }
+}
+
+std::vector<at::Tensor> GradientSync::gradient_shards() const {
+  FP8T_CHECK(shard_, "GradientSync::gradient_shards needs ZeRO-1");
+  std::vector<at::Tensor> out;
+  for (const Bucket& b : buckets_) out.push_back(own_shard(b));
+  return out;
+}
+
+void GradientSync::gather_parameters() {
+  FP8T_CHECK(shard_, "GradientSync::gather_parameters needs ZeRO-1");
+  at::NoGradGuard no_grad;
+  // The owned segments go into the rank's shard of the (now consumed) gradient buffers ...
+  for (const Segment& s : segments_) {
+    const at::Tensor& p = params_[s.param];
+    buckets_[bucket_of_[s.param]].flat.narrow(0, offset_of_[s.param] + s.begin, s.length)
+        .copy_(p.detach().view(-1).narrow(0, s.begin, s.length));
+  }
+  // ... which are all-gathered in place (all launched, then waited in order) ...
+  for (Bucket& b : buckets_) b.pending = comm_->all_gather_async(b.flat, own_shard(b));
+  for (Bucket& b : buckets_) b.pending.wait();
+  // ... and copied back into the parameters.
+  for (size_t k = 0; k < params_.size(); ++k) {
+    params_[k].detach().view(-1).copy_(buckets_[bucket_of_[k]].flat.narrow(0, offset_of_[k], params_[k].numel()));
+  }
+}
 
 void GradientSync::finish() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -112,7 +169,7 @@ void GradientSync::finish() {
   const double inv_world = 1.0 / static_cast<double>(comm_->world_size());
   for (Bucket& b : buckets_) {
     b.pending.wait();
-    b.flat.mul_(inv_world);
+    (shard_ ? own_shard(b) : b.flat).mul_(inv_world);  // ZeRO-1: only the shard holds sums over ranks
   }
   armed_ = false;
 }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>  // ::fstat
 #include <unistd.h>  // ::pread, ::close
 
+#include <fmt/format.h>     // fmt::format
 #include <spdlog/spdlog.h>  // spdlog::warn
 
 #include <array>    // std::array
@@ -129,6 +130,15 @@ uint64_t verified_payload_size(const fs::path& path, const ReadOnlyFile& file) {
   return payload;
 }
 
+// The CRC32C recorded in a verified trailer (0 without one).
+uint32_t stored_crc(const ReadOnlyFile& file, bool has_checksum) {
+  if (!has_checksum) return 0;
+  std::array<unsigned char, 4> b{};
+  file.read(file.size() - kTrailerSize + 16, b.data(), 4);
+  return static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 | static_cast<uint32_t>(b[2]) << 16 |
+         static_cast<uint32_t>(b[3]) << 24;
+}
+
 // Keeps the current checkpoint as <name>.prev<ext> before it is replaced: a hard link (or a
 // copy) renamed into place, so that `path` stays valid throughout.
 void keep_previous(const fs::path& path) {
@@ -136,7 +146,7 @@ void keep_previous(const fs::path& path) {
   if (!fs::is_regular_file(path, ec)) return;
   const fs::path prev = previous_checkpoint_path(path);
   // Named like write_file_atomic's temporaries, so that RunDir removes one left by a kill.
-  const fs::path tmp = prev.parent_path() / ("." + prev.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const fs::path tmp = prev.parent_path() / fmt::format(".{}.tmp.{}", prev.filename().string(), ::getpid());
   fs::remove(tmp, ec);
   fs::create_hard_link(path, tmp, ec);
   if (ec) fs::copy_file(path, tmp, fs::copy_options::overwrite_existing, ec);
@@ -157,7 +167,7 @@ at::Tensor storable(const at::Tensor& t) {
 
 }  // namespace
 
-void save_checkpoint(const fs::path& path, const Checkpoint& ckpt) {
+uint32_t save_checkpoint(const fs::path& path, const Checkpoint& ckpt, bool keep_previous_file) {
   c10::impl::GenericDict tensors(c10::StringType::get(), c10::TensorType::get());
   for (const auto& [name, t] : ckpt.tensors) {
     FP8T_CHECK(t.defined(), "save_checkpoint: tensor '", name, "' is undefined");
@@ -177,7 +187,8 @@ void save_checkpoint(const fs::path& path, const Checkpoint& ckpt) {
   pickler.pushIValue(root);
   pickler.stop();
 
-  keep_previous(path);
+  if (keep_previous_file) keep_previous(path);
+  uint32_t written_crc = 0;
   write_file_atomic(path, [&](const fs::path& tmp) {
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
     if (f == nullptr) {
@@ -202,6 +213,7 @@ void save_checkpoint(const fs::path& path, const Checkpoint& ckpt) {
       torch::jit::writeArchiveAndTensors("data", pickle_bytes.data(), pickle_bytes.size(),
                                          pickler.tensorData(), writer);
       writer.writeEndOfFile();
+      written_crc = crc;
       const std::array<char, kTrailerSize> trailer = make_trailer(payload, crc);
       if (write_err == 0 && std::fwrite(trailer.data(), 1, trailer.size(), f) != trailer.size()) {
         write_err = errno != 0 ? errno : EIO;
@@ -219,6 +231,7 @@ void save_checkpoint(const fs::path& path, const Checkpoint& ckpt) {
                  std::strerror(write_err));
     }
   });
+  return written_crc;
 }
 
 fs::path previous_checkpoint_path(const fs::path& path) {
@@ -273,6 +286,7 @@ Checkpoint load_checkpoint(const fs::path& path) {
   if (!has_checksum) spdlog::warn("checkpoint {} predates checksums: its contents are not verified", path.string());
 
   Checkpoint out;
+  out.crc32c = stored_crc(*file, has_checksum);
   const c10::IValue meta = field("meta");
   FP8T_INPUT_CHECK(meta.isString(), bad, " ('meta' is not a string)");
   try {

@@ -13,6 +13,7 @@
 // returns CPU tensors; the caller copies them to their devices.
 #pragma once
 
+#include <cstdint>     // uint32_t
 #include <filesystem>  // std::filesystem::path
 #include <map>         // std::map
 #include <string>      // std::string
@@ -25,13 +26,16 @@ namespace fp8t::train {
 struct Checkpoint {
   std::map<std::string, at::Tensor> tensors;
   nlohmann::json meta;  // anything JSON: step, config, RNG seeds, ...
+  uint32_t crc32c = 0;  // load_checkpoint: the file's verified checksum (0 for version 1 files)
 };
 
 // Writes `ckpt` to `path` atomically (lib/train/run_dir.h write_file_atomic): a crash or error
 // mid-write leaves the previous file at `path` intact. The file it replaces is kept as
 // previous_checkpoint_path(path), so one damaged file never loses the run. Throws fp8t::Error
-// (kFailure, naming the path) on I/O errors.
-void save_checkpoint(const std::filesystem::path& path, const Checkpoint& ckpt);
+// (kFailure, naming the path) on I/O errors. Returns the CRC32C written into the trailer (a
+// manifest can record it). keep_previous false: no .prev copy (files whose names are unique,
+// e.g. the optimizer shards of ZeRO-1, lib/train/optimizer_checkpoint.h).
+uint32_t save_checkpoint(const std::filesystem::path& path, const Checkpoint& ckpt, bool keep_previous = true);
 
 // Reads a checkpoint written by save_checkpoint, verifying its checksum first. Throws
 // fp8t::Error (kBadInput, naming the path; "corrupt checkpoint ..." with how to fall back on the

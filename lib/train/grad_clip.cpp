@@ -6,7 +6,8 @@
 
 #include <ATen/ATen.h>  // at::_foreach_norm, at::_foreach_mul_, at::stack
 
-#include "lib/util/error.h"  // FP8T_CHECK
+#include "lib/dist/communicator.h"  // dist::Communicator
+#include "lib/util/error.h"         // FP8T_CHECK
 
 namespace fp8t::train {
 
@@ -53,6 +54,15 @@ at::Tensor global_grad_norm(const std::vector<at::Tensor>& params) {
   at::NoGradGuard no_grad;
   bool any_double = false;
   return total_norm(grads_by_device(params, &any_double), any_double);
+}
+
+at::Tensor sharded_grad_norm(const std::vector<at::Tensor>& shards, dist::Communicator& comm) {
+  at::NoGradGuard no_grad;
+  FP8T_CHECK(!shards.empty(), "sharded_grad_norm: no shards");
+  const std::vector<at::Tensor> norms = at::_foreach_norm(shards, 2, at::kFloat);
+  const at::Tensor squares = at::stack(norms).square().sum().reshape({1});  // 1-D for the collective
+  comm.all_reduce(squares, dist::ReduceOp::kSum);
+  return squares.sqrt().reshape({});
 }
 
 at::Tensor clip_divisor(const at::Tensor& norm, double max_norm) {

@@ -5,6 +5,10 @@
 
 #include <ATen/core/Tensor.h>  // at::Tensor
 
+namespace fp8t::dist {
+class Communicator;
+}  // namespace fp8t::dist
+
 namespace fp8t::train {
 
 // Computes the total L2 norm of the gradients of `params` (parameters whose grad is undefined
@@ -21,6 +25,11 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_nor
 
 // The measuring half of clip_grad_norm_: the total L2 norm, gradients untouched.
 at::Tensor global_grad_norm(const std::vector<at::Tensor>& params);
+
+// ZeRO-1: the global L2 norm of gradients whose disjoint parts `shards` (flat tensors) are
+// spread over the ranks of `comm`: the squared norms of this rank's shards summed on the
+// device, one SUM all-reduce, the square root. The same 0-d float32 on every rank.
+at::Tensor sharded_grad_norm(const std::vector<at::Tensor>& shards, dist::Communicator& comm);
 
 // The clipping as a divisor, for an optimizer that divides the gradients as it reads them
 // (AdamW::step's grad_scale): max(1, (norm + 1e-6) / max_norm) as a 0-d float32 tensor on the

@@ -18,11 +18,50 @@ std::string shape_str(const at::Tensor& t) {
 
 }  // namespace
 
-AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
+void AdamW::check_options() const {
   FP8T_CHECK(options_.beta1 >= 0.0 && options_.beta1 < 1.0, "AdamW: beta1 must be in [0, 1)");
   FP8T_CHECK(options_.beta2 >= 0.0 && options_.beta2 < 1.0, "AdamW: beta2 must be in [0, 1)");
   FP8T_CHECK(options_.eps >= 0.0, "AdamW: eps must be >= 0");
   FP8T_CHECK(options_.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0");
+}
+
+at::Tensor AdamW::Slot::grad() const {
+  const at::Tensor& g = param.grad();
+  if (!g.defined() || (range.begin == 0 && range.length == param.numel())) return g;
+  return g.view(-1).narrow(0, range.begin, range.length);
+}
+
+AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard)
+    : options_(options), sharded_(true) {
+  check_options();
+  std::set<const void*> seen_tensors;
+  at::NoGradGuard no_grad;
+  for (auto& [name, param] : params) {
+    FP8T_CHECK(param.defined(), "AdamW: parameter '", name, "' is undefined");
+    if (!seen_tensors.insert(param.unsafeGetTensorImpl()).second) continue;  // tied: once
+    const auto it = shard.find(name);
+    if (it == shard.end() || it->second.length == 0) continue;  // owned by other ranks
+    FP8T_CHECK(param.scalar_type() == kStateDtype && param.is_contiguous(), "AdamW: ZeRO-1 needs float32 "
+               "contiguous parameters, '", name, "' is not");
+    const ParamRange r = it->second;
+    FP8T_CHECK(r.begin >= 0 && r.length > 0 && r.begin + r.length <= param.numel(), "AdamW: range of '", name,
+               "' is outside the parameter");
+    Slot s;
+    s.name = name;
+    s.param = param;
+    s.range = r;
+    // A view of the owned elements: the fused kernel updates the parameter itself.
+    s.master = param.detach().view(-1).narrow(0, r.begin, r.length);
+    s.exp_avg = at::zeros({r.length}, param.options().requires_grad(false));
+    s.exp_avg_sq = at::zeros({r.length}, param.options().requires_grad(false));
+    s.step = at::zeros({}, param.options().dtype(at::kFloat).requires_grad(false));
+    s.decay = param.dim() >= 2;  // of the whole parameter, whatever the range's shape
+    slots_.push_back(std::move(s));
+  }
+}
+
+AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
+  check_options();
   std::set<std::string> seen;
   std::set<const void*> seen_tensors;
   at::NoGradGuard no_grad;
@@ -45,6 +84,7 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
     s.exp_avg_sq = at::zeros_like(s.master);
     s.step = at::zeros({}, s.master.options().dtype(at::kFloat));
     s.decay = param.dim() >= 2;
+    s.range = ParamRange{0, param.numel()};
     slots_.push_back(std::move(s));
   }
 }
@@ -64,11 +104,12 @@ void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& foun
   };
   std::vector<Group> groups;
   for (const Slot& s : slots_) {
-    const at::Tensor& g = s.param.grad();
-    if (!g.defined()) continue;
-    FP8T_CHECK(!g.is_sparse(), "AdamW: sparse gradient for '", s.name, "' is not supported");
-    FP8T_CHECK(g.sizes() == s.param.sizes(), "AdamW: gradient of '", s.name, "' has shape ",
-               shape_str(g), ", parameter ", shape_str(s.param));
+    const at::Tensor& full = s.param.grad();
+    if (!full.defined()) continue;
+    FP8T_CHECK(!full.is_sparse(), "AdamW: sparse gradient for '", s.name, "' is not supported");
+    FP8T_CHECK(full.sizes() == s.param.sizes(), "AdamW: gradient of '", s.name, "' has shape ",
+               shape_str(full), ", parameter ", shape_str(s.param));
+    const at::Tensor g = s.grad();
     Group* group = nullptr;
     for (Group& candidate : groups) {
       if (candidate.device == s.master.device() && candidate.decay == s.decay) group = &candidate;
@@ -156,6 +197,12 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
   for (const Slot& s : slots_) {
     if (s.separate_master) s.param.copy_(s.master);
   }
+}
+
+std::map<std::string, ParamRange> AdamW::ranges() const {
+  std::map<std::string, ParamRange> out;
+  for (const Slot& s : slots_) out[s.name] = s.range;
+  return out;
 }
 
 std::vector<std::string> AdamW::decay_names() const {

@@ -14,6 +14,12 @@
 // Master weights: a float32 contiguous parameter is updated in place. Any other parameter
 // (e.g. bfloat16) gets a float32 master copy; its gradient is converted to float32 for the
 // update and the parameter receives the rounded master after each step.
+//
+// Sharded (ZeRO-1, lib/dist/grad_sync.h): given the element range of each flattened parameter
+// that this rank owns, the optimizer keeps moments for that range only and updates just that
+// part of the (float32, contiguous) parameter in place, reading the same range of its gradient.
+// Weight decay is decided per parameter (dim() >= 2 of the whole parameter), never from the
+// shape of a range, so every rank applies the rule a single process would.
 #pragma once
 
 #include <cstdint>  // int64_t
@@ -41,12 +47,23 @@ struct AdamWOptions {
   }
 };
 
+// An element range [begin, begin + length) of a flattened parameter.
+struct ParamRange {
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+// ZeRO-1: the range of each parameter (by name) this rank updates; a parameter without an
+// entry, or with length 0, is updated by other ranks.
+using ShardRanges = std::map<std::string, ParamRange>;
+
 class AdamW {
  public:
   // `params` are the leaf tensors to optimize (e.g. module->named_parameters()); names must be
   // unique and non-empty. A tensor listed twice (tied weights) is optimized once, under its
   // first name. State is allocated here (zeros) on each parameter's device.
   AdamW(NamedParameters params, AdamWOptions options);
+  // Sharded (ZeRO-1): state for the ranges in `shard` only (parameters float32 and contiguous).
+  AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard);
 
   // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
   // step count does not advance). One fused launch per (device, weight-decay group).
@@ -65,7 +82,12 @@ class AdamW {
   //   "<name>.step" (0-d float32), and "<name>.master" (float32) for parameters with a
   //   separate master copy. Callers that store them next to model weights should prefix them
   //   (e.g. "optim.").
+  // Sharded: the tensors cover the parameter's range only (1-D, ranges() gives it).
   std::map<std::string, at::Tensor> state_dict() const;
+  // The element range of each optimized parameter that the state covers: [0, numel) unless
+  // sharded.
+  std::map<std::string, ParamRange> ranges() const;
+  bool sharded() const { return sharded_; }
 
   // Copies `state` into the optimizer state (and master copies). The key set must match
   // state_dict() exactly; shapes must match. Throws fp8t::Error (kBadInput) naming the first
@@ -93,9 +115,13 @@ class AdamW {
     at::Tensor step;     // 0-d float32 on the parameter's device
     bool decay = false;
     bool separate_master = false;
+    ParamRange range;      // of the flattened parameter; all of it unless sharded
+    at::Tensor grad() const;  // the gradient of `range`, as the parameter's shape unless sharded
   };
+  void check_options() const;
 
   AdamWOptions options_;
+  bool sharded_ = false;
   std::vector<Slot> slots_;
 };
 

@@ -4,6 +4,12 @@
 
 #include <fmt/format.h>  // fmt::format
 
+#include <algorithm>  // std::max
+#include <cstdlib>    // std::getenv
+#include <cstring>    // std::strcmp
+
+#include <c10/util/Exception.h>  // c10::OutOfMemoryError, TORCH_CHECK_WITH
+
 #if defined(FP8T_WITH_CUDA)
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getDeviceProperties
 #endif
@@ -15,26 +21,92 @@ namespace {
 
 std::string gib(double bytes) { return fmt::format("{:.3g} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kAttention: return "attention";
+    case Recompute::kMlp: return "mlp";
+    case Recompute::kBlock: return "block";
+    case Recompute::kNone: break;
+  }
+  return "none";
+}
+
+// Per token and block, the elements kept for the backward: 3 * d (the inputs of the attention
+// and MLP norms and projections) + 2 * ff (the MLP's hidden activation before and after the
+// nonlinearity). Recompute keeps less (a lower bound: the recomputed part still exists for
+// one block at a time, counted once).
+double kept_per_block(const ExperimentConfig& cfg, double d, double ff) {
+  switch (cfg.train.recompute) {
+    case Recompute::kAttention: return 2.0 * d + 2.0 * ff;
+    case Recompute::kMlp: return 2.0 * d;
+    case Recompute::kBlock: return d;
+    case Recompute::kNone: break;
+  }
+  return 3.0 * d + 2.0 * ff;
+}
+
 }  // namespace
 
-MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg) {
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size) {
   const ModelSection& m = cfg.model;
   const double d = static_cast<double>(m.d_model), ff = static_cast<double>(m.ff_dim());
   const double vocab = static_cast<double>(m.vocab_size), layers = static_cast<double>(m.n_layer);
   const double mlp_matrices = m.activation == Activation::kSwiGLU ? 3.0 : 2.0;
   MemoryEstimate e;
+  e.world_size = std::max(world_size, 1);
   // Attention: q and the output projection d x d each, k and v d x (n_kv_head * head_dim) each.
   const double kv = static_cast<double>(m.kv_heads() * (m.d_model / m.n_head));
-  e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + layers * (2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff);
-  e.state_bytes = 16.0 * e.parameters;
+  const double block_matrices = layers * (2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff);
+  e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + block_matrices;
+  if (cfg.dist.zero == 1) e.optimizer_bytes_per_param = 8.0 / e.world_size;
+  // The block Linears run in FP8 (the head stays high precision by default): an E4M3 copy and
+  // its transpose of each of their weights.
+  if (cfg.precision == Precision::kFp8) e.fp8_bytes_per_param = 2.0 * block_matrices / e.parameters;
+  e.state_bytes = e.state_bytes_per_param() * e.parameters;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.seq_len);
   const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
-  e.activation_bytes = tokens * (layers * (3.0 * d + 2.0 * ff) + vocab) * element;
+  const double recomputed_block = cfg.train.recompute == Recompute::kNone ? 0.0 : 3.0 * d + 2.0 * ff;
+  e.activation_bytes = tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block + vocab) * element;
   return e;
 }
 
-void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name) {
-  const MemoryEstimate e = estimate_training_memory(cfg);
+std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
+  std::string opt = fmt::format("AdamW moments {:.3g}", optimizer_bytes_per_param);
+  if (cfg.dist.zero == 1) opt += fmt::format(" (8 / {} ranks, dist.zero 1)", world_size);
+  const std::string fp8 = fp8_bytes_per_param > 0 ? fmt::format(" + FP8 weight copies {:.2g}", fp8_bytes_per_param) : "";
+  return fmt::format("weights {:g} + gradients {:g} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}); "
+                     "activations of one micro-batch {} (train.micro_batch_size={} x model.seq_len={}, "
+                     "train.recompute {}); total {} per rank",
+                     weight_bytes_per_param, grad_bytes_per_param, opt, fp8, state_bytes_per_param(), parameters,
+                     gib(state_bytes), gib(activation_bytes), cfg.train.micro_batch_size, cfg.model.seq_len,
+                     recompute_name(cfg.train.recompute), gib(total_bytes()));
+}
+
+namespace {
+
+// What can be changed, with what each lever saves for this config.
+std::string levers(const ExperimentConfig& cfg, const MemoryEstimate& e) {
+  std::string out = "Levers: ";
+  if (cfg.dist.zero == 0) {
+    out += fmt::format("dist.zero 1 (--zero 1) under torchrun shards the AdamW moments: 8 / W bytes/parameter on W "
+                       "ranks, {} less per rank on 2; ", gib(4.0 * e.parameters));
+  } else {
+    out += "more data-parallel ranks (dist.zero 1 divides the AdamW moments by their number); ";
+  }
+  if (cfg.train.recompute != Recompute::kBlock) {
+    out += "train.recompute block (--recompute block) keeps one d_model vector per layer and token instead of "
+           "the layers' inputs; ";
+  }
+  out += fmt::format("a lower train.micro_batch_size (now {}; train.grad_accum_steps keeps the global batch)",
+                     cfg.train.micro_batch_size);
+  return out;
+}
+
+}  // namespace
+
+void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name,
+                       int world_size) {
+  const MemoryEstimate e = estimate_training_memory(cfg, world_size);
   if (e.total_bytes() <= capacity_bytes) return;
   const ModelSection& m = cfg.model;
   const std::string model_keys = fmt::format("model.d_model={}, model.n_layer={}, model.vocab_size={}", m.d_model,
@@ -51,7 +123,22 @@ void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const
              batch_dominates ? activations : state, "; ", batch_dominates ? state : activations,
              batch_dominates ? ". Lower train.micro_batch_size (train.grad_accum_steps keeps the batch) or the model size"
                              : ". Make the model smaller",
-             " (the estimate is a lower bound)");
+             " (the estimate is a lower bound: ", e.breakdown(cfg), "). ", levers(cfg, e));
+}
+
+void throw_out_of_memory(const ExperimentConfig& cfg, int world_size, const std::string& when,
+                         const std::string& allocator_message) {
+  const MemoryEstimate e = estimate_training_memory(cfg, world_size);
+  // The allocator's first line says how much was asked and what is in use; no stack trace.
+  const std::string first_line = allocator_message.substr(0, allocator_message.find('\n'));
+  FP8T_THROW(ExitCode::kBadInput, "out of memory while ", when, ": ", first_line, ". Estimated (a lower bound): ",
+             e.breakdown(cfg), ". ", levers(cfg, e), ".");
+}
+
+void maybe_inject_out_of_memory(const char* point) {
+  const char* v = std::getenv("FP8TRAIN_TEST_OOM");
+  if (v == nullptr || std::strcmp(v, point) != 0) return;
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by FP8TRAIN_TEST_OOM=", point, ")");
 }
 
 double device_memory_capacity(const c10::Device& device) {

@@ -1,10 +1,15 @@
-// Whether a config can fit at all, decided before anything is allocated or written.
+// Whether a config can fit at all, decided before anything is allocated or written, and what
+// to say when a GPU runs out of memory anyway.
 //
-// A lower bound of the memory a training run needs, from the config alone:
-//   weights, gradients and AdamW moments: 16 bytes per parameter (float32 each);
-//   activations of one micro-batch: per token, the inputs every layer keeps for its backward
-//   (3 * d_model + 2 * ff_dim per block) and the logits (vocab_size), at 4 bytes (fp32) or
-//   2 bytes (bf16/fp8 autocast) per element.
+// A lower bound of the memory a training run needs per rank, from the config alone, in bytes
+// per parameter (W = data-parallel ranks):
+//   weights      4  (float32; they are AdamW's master weights; every rank keeps all of them)
+//   gradients    4  (float32, accumulated over the micro-batches; all of them on every rank)
+//   optimizer    8  (AdamW's two float32 moments; 8 / W with dist.zero 1, ZeRO-1)
+//   FP8 copies   2 per weight of an FP8 Linear (E4M3 copy and its transpose; precision fp8 only)
+// plus the activations of one micro-batch: per token, the inputs every layer keeps for its
+// backward (3 * d_model + 2 * ff_dim per block; train.recompute keeps less, see below) and the
+// logits (vocab_size), at 4 bytes (fp32) or 2 bytes (bf16/fp16/fp8 autocast) per element.
 // Attention scores, workspaces, allocator slack and the data are left out, so a config that
 // fails this check can never run, while one that passes may still need more than estimated.
 #pragma once
@@ -20,17 +25,42 @@ namespace fp8t::train {
 
 struct MemoryEstimate {
   double parameters = 0;        // count (lower bound: embeddings, attention and MLP matrices)
-  double state_bytes = 0;       // weights + gradients + optimizer moments
+  int world_size = 1;           // data-parallel ranks the per-rank figures are for
+  // Bytes per parameter, per rank (the header's table).
+  double weight_bytes_per_param = 4;
+  double grad_bytes_per_param = 4;
+  double optimizer_bytes_per_param = 8;
+  double fp8_bytes_per_param = 0;  // averaged over all parameters
+  double state_bytes = 0;       // parameters x the four above
   double activation_bytes = 0;  // one micro-batch
   double total_bytes() const { return state_bytes + activation_bytes; }
+  double state_bytes_per_param() const {
+    return weight_bytes_per_param + grad_bytes_per_param + optimizer_bytes_per_param + fp8_bytes_per_param;
+  }
+  // "weights 4 + gradients 4 + AdamW moments 8 + FP8 copies 1.9 = 17.9 bytes/parameter (x 1.24e9
+  // parameters = 20.6 GiB); activations of one micro-batch 1.2 GiB (train.micro_batch_size=...)".
+  std::string breakdown(const ExperimentConfig& cfg) const;
 };
 
 // Computed in double precision, so that absurd sizes (1e12 sequences) do not overflow.
-MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg);
+// `world_size`: data-parallel ranks (divides the optimizer state under dist.zero 1).
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size = 1);
 
 // Throws fp8t::Error (kBadInput) when the estimate exceeds `capacity_bytes` (the memory of
-// `device_name`), naming the keys that set the larger part and both numbers.
-void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name);
+// `device_name`), naming the keys that set the larger part, both numbers and the levers.
+void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name,
+                       int world_size = 1);
+
+// An out-of-memory error a person can act on (kBadInput: the config does not fit): what was
+// happening (`when`, e.g. "building the model"), the allocator's message, the estimate's
+// breakdown and the levers dist.zero, train.recompute and train.micro_batch_size.
+[[noreturn]] void throw_out_of_memory(const ExperimentConfig& cfg, int world_size, const std::string& when,
+                                      const std::string& allocator_message);
+
+// Test hook for the out-of-memory path on machines without a GPU: when the environment
+// variable FP8TRAIN_TEST_OOM equals `point` ("build": the model's construction, "step": the
+// first training step), throws the same c10::OutOfMemoryError a CUDA allocation failure does.
+void maybe_inject_out_of_memory(const char* point);
 
 // The memory of the device: physical RAM for the CPU, total GPU memory for CUDA.
 double device_memory_capacity(const c10::Device& device);

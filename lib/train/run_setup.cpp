@@ -64,7 +64,7 @@ Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options) {
   const c10::Device device = resolve_device(cfg.run.device, launch.local_rank);
   const RunDir::Mode mode = run_dir_mode(cfg, options);
   // Sizes that cannot fit stop here (exit 2, naming the keys), before any allocation or file.
-  check_memory_fits(cfg, device_memory_capacity(device), device.str());
+  check_memory_fits(cfg, device_memory_capacity(device), device.str(), launch.world_size);
   check_tensorboard_available(cfg.run.tensorboard);  // a build without protobuf: exit 2, nothing written
   // Every rank checks (read-only) before the rendezvous, so a bad run folder stops all of them.
   if (!options.dry_run) RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
@@ -101,9 +101,13 @@ void join_job(Run& run) {
   }
   run.session->prepare_training(run.comm);
   if (run.comm) {
-    spdlog::info("data-parallel: {} ranks over {}, {} gradient buckets of up to {} MiB; global batch {} tokens",
+    spdlog::info("data-parallel: {} ranks over {}, {} gradient buckets of up to {} MiB{}; global batch {} tokens",
                  run.comm->world_size(), run.comm->backend_name(), run.session->gradient_sync()->num_buckets(),
-                 run.cfg.dist.bucket_mb, run.tokens_per_step);
+                 run.cfg.dist.bucket_mb,
+                 run.cfg.dist.zero == 1 ? ", ZeRO-1 (reduce-scatter, AdamW moments sharded, weights all-gathered)" : "",
+                 run.tokens_per_step);
+  } else if (run.cfg.dist.zero == 1) {
+    spdlog::info("dist.zero 1 has no effect in a single process (launch with torchrun to shard across ranks)");
   }
   // From the live optimizer, gradient sync and communicator (kept at the start of train.log).
   if (run.main_rank) spdlog::info("{}", precision_chart(*run.session, run.world_size).to_string());

@@ -1,15 +1,18 @@
 #include "lib/train/session.h"
 
 #include <torch/torch.h>  // torch::manual_seed, torch::NoGradGuard
+#include <c10/util/Exception.h>  // c10::OutOfMemoryError
 
 #include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/dist/grad_sync.h"     // dist::GradientSync
 #include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/fp8/rewrite.h"        // fp8::rewrite_to_fp8
 #include "lib/model/gpt.h"          // model::Gpt
-#include "lib/train/grad_clip.h"    // global_grad_norm, clip_divisor
+#include "lib/train/grad_clip.h"    // global_grad_norm, sharded_grad_norm, clip_divisor
 #include "lib/train/loss_scaler.h"  // LossScaler
 #include "lib/train/optimizer.h"    // AdamW
+#include "lib/train/resources.h"    // throw_out_of_memory, maybe_inject_out_of_memory
+#include "lib/dist/launch.h"         // dist::launch_info_from_environment
 #include "lib/train/step_health.h"  // StepHealth
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
@@ -28,10 +31,40 @@ c10::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const c10::Devic
   return at::kFloat;
 }
 
+// ZeRO-1: the element ranges of the parameters (by name) this rank's optimizer updates.
+ShardRanges shard_ranges(const model::Gpt& gpt, const dist::GradientSync& sync) {
+  const auto named = gpt.unique_named_parameters();  // the order of params_
+  ShardRanges ranges;
+  for (const auto& seg : sync.shard_segments()) {
+    ranges[named.at(seg.param).first] = ParamRange{seg.begin, seg.length};
+  }
+  return ranges;
+}
+
+// The data-parallel ranks of this job as torchrun describes them (1 alone), for the memory
+// estimate of an out-of-memory message.
+int launched_world_size() {
+  try {
+    return dist::launch_info_from_environment().world_size;
+  } catch (const Error&) {
+    return 1;
+  }
+}
+
 }  // namespace
 
 Session::Session(const ExperimentConfig& cfg, const c10::Device& device)
     : cfg_(cfg), device_(device), autocast_dtype_(autocast_dtype_for(cfg, device)) {
+  try {
+    build();
+  } catch (const c10::OutOfMemoryError& e) {  // exit 2 with the estimate and the levers, no trace
+    gpt_.reset();
+    throw_out_of_memory(cfg_, launched_world_size(), "building the model", e.what_without_backtrace());
+  }
+}
+
+void Session::build() {
+  maybe_inject_out_of_memory("build");
   torch::manual_seed(cfg_.run.seed);
   gpt_ = std::make_shared<model::Gpt>(cfg_.model);
   gpt_->to(device_);
@@ -66,6 +99,17 @@ const AdamW& Session::optimizer() const {
 
 void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
   FP8T_CHECK(!opt_, "Session::prepare_training called twice");
+  try {
+    allocate_training_state(std::move(comm));
+  } catch (const c10::OutOfMemoryError& e) {
+    const int world = comm_ ? comm_->world_size() : 1;
+    opt_.reset();
+    grad_sync_.reset();
+    throw_out_of_memory(cfg_, world, "allocating the gradients and the optimizer state", e.what_without_backtrace());
+  }
+}
+
+void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) {
   comm_ = std::move(comm);
   if (comm_) {
     {
@@ -73,19 +117,39 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
       comm_->broadcast(params_, 0);  // identical starting weights whatever each rank's RNG did
     }
     const auto bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * 1024.0 * 1024.0);
-    grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1));
+    grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1),
+                                                      /*shard=*/cfg_.dist.zero == 1);
     if (scaling_ && cfg_.fp8.reduce_amax) {  // fp8.reduce_amax false: every rank keeps its own scales
       dist::Communicator* c = comm_.get();
       scaling_->set_amax_reducer([c](at::Tensor& row0) { c->all_reduce(row0, dist::ReduceOp::kMax); });
     }
   }
-  opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
+  if (grad_sync_ && grad_sync_->sharded()) {  // ZeRO-1: moments for this rank's segments only
+    opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train),
+                                   shard_ranges(*gpt_, *grad_sync_));
+  } else {
+    opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
+  }
   health_ = std::make_unique<StepHealth>(device_, std::max<int64_t>(cfg_.train.max_skipped_steps, 1));
 }
 
 at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
                          const std::function<void(const char*)>& mark, int64_t step_number) {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");
+  if (steps_done_++ > 0) return train_step(next_batch, lr, loss_sum, mark, step_number);
+  // The first step allocates the activations, the FP8 copies and the workspaces: running out of
+  // memory there means the config does not fit (later, it is an error like any other).
+  try {
+    maybe_inject_out_of_memory("step");
+    return train_step(next_batch, lr, loss_sum, mark, step_number);
+  } catch (const c10::OutOfMemoryError& e) {
+    throw_out_of_memory(cfg_, comm_ ? comm_->world_size() : 1, "running the first training step",
+                        e.what_without_backtrace());
+  }
+}
+
+at::Tensor Session::train_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                               const std::function<void(const char*)>& mark, int64_t step_number) {
   auto phase = [&](const char* name) {
     if (mark) mark(name);
   };
@@ -112,7 +176,10 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
   }
   if (grad_sync_) grad_sync_->finish();  // gradients now averaged over the ranks
   phase("grad_sync");
-  at::Tensor grad_norm = global_grad_norm(params_);
+  // ZeRO-1: each rank holds the averaged gradients of its shard only; one all-reduce of the
+  // squared norms gives the global norm, identical on every rank.
+  const bool zero = grad_sync_ && grad_sync_->sharded();
+  at::Tensor grad_norm = zero ? sharded_grad_norm(grad_sync_->gradient_shards(), *comm_) : global_grad_norm(params_);
   if (loss_scaler_) {  // fp16: the norm of the unscaled gradients; inf/NaN gradients skip the step
     grad_norm = loss_scaler_->unscale_norm(grad_norm);
     health_->flag(loss_scaler_->found_inf());
@@ -132,6 +199,7 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
   at::Tensor divisor = cfg_.train.grad_clip > 0.0 ? clip_divisor(grad_norm, cfg_.train.grad_clip) : at::Tensor();
   if (loss_scaler_) divisor = loss_scaler_->grad_divisor(divisor);
   opt_->step(lr, divisor, health_->found_inf());
+  if (zero) grad_sync_->gather_parameters();  // every rank's updated segments to every rank
   if (loss_scaler_) loss_scaler_->update();  // backoff or growth of S, GradScaler's rules
   loss_sum += health_->unless_skipped(step_loss);
   health_->end_step(step_number);

@@ -36,7 +36,9 @@ class StepHealth;
 class Session {
  public:
   // Seeds the RNG with run.seed, builds the model on `device` and, for precision fp8, rewrites
-  // it onto FP8 modules (the rewrite report is kept for printing).
+  // it onto FP8 modules (the rewrite report is kept for printing). Running out of memory here,
+  // in prepare_training or in the first step() throws fp8t::Error kBadInput with the memory
+  // estimate and the levers (lib/train/resources.h throw_out_of_memory).
   Session(const ExperimentConfig& cfg, const c10::Device& device);
   ~Session();
   Session(const Session&) = delete;
@@ -93,6 +95,13 @@ class Session {
   const std::vector<at::Tensor>& parameters() const { return params_; }
 
  private:
+  // The constructor's, prepare_training's and step's work; the public functions turn a CUDA
+  // out-of-memory error there (first step only) into an actionable one (lib/train/resources.h).
+  void build();
+  void allocate_training_state(std::shared_ptr<dist::Communicator> comm);
+  at::Tensor train_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                        const std::function<void(const char*)>& mark, int64_t step_number);
+
   ExperimentConfig cfg_;
   c10::Device device_;
   std::shared_ptr<model::Gpt> gpt_;
@@ -106,6 +115,7 @@ class Session {
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::GradientSync> grad_sync_;
   std::unique_ptr<StepHealth> health_;
+  int64_t steps_done_ = 0;
 };
 
 }  // namespace train

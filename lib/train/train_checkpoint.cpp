@@ -5,6 +5,7 @@
 #include <torch/torch.h>    // torch::NoGradGuard, at::detail::getDefaultCPUGenerator
 
 #include <map>     // std::map
+#include <set>     // std::set
 #include <string>  // std::string
 #include <vector>  // std::vector
 
@@ -14,7 +15,9 @@
 #include "lib/train/checkpoint.h"     // Checkpoint, save_checkpoint, load_checkpoint
 #include "lib/train/metrics.h"        // truncate_metrics_after
 #include "lib/train/loss_scaler.h"    // LossScaler
+#include "lib/dist/communicator.h"    // dist::Communicator
 #include "lib/train/optimizer.h"      // AdamW
+#include "lib/train/optimizer_checkpoint.h"  // OptimizerStateLoader, shard files
 #include "lib/train/step_health.h"    // StepHealth
 #include "lib/util/error.h"           // FP8T_INPUT_CHECK
 
@@ -26,7 +29,10 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   Checkpoint ck;
   const Session& session = *run.session;
   for (const auto& [name, p] : session.model().unique_named_parameters()) ck.tensors["model." + name] = p.detach();
-  for (const auto& [k, v] : session.optimizer().state_dict()) ck.tensors["optim." + k] = v;
+  // ZeRO-1: the optimizer state is in the ranks' shard files (save_shards), this file is their manifest.
+  if (!session.optimizer().sharded()) {
+    for (const auto& [k, v] : session.optimizer().state_dict()) ck.tensors["optim." + k] = v;
+  }
   if (const auto* scaling = session.scaling()) {
     for (const auto& [k, v] : scaling->state_dict()) ck.tensors[k] = v;
   }
@@ -43,6 +49,20 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   return ck;
 }
 
+// The optimizer state from checkpoint.pt (optim.* tensors, whole parameters) or from the ZeRO-1
+// shard files it lists, resharded onto this job's layout (any world size, DDP or ZeRO-1).
+void restore_optimizer(Run& run, const Checkpoint& ck, const std::filesystem::path& path) {
+  std::set<std::string> names;
+  for (const auto& [name, p] : run.session->model().unique_named_parameters()) names.insert(name);
+  OptimizerStateLoader loader(run.session->optimizer(), std::move(names));
+  if (ck.meta.contains("zero")) {
+    load_optimizer_shards(path.parent_path(), ck.meta["zero"], loader);
+  } else {
+    loader.add(ck.tensors, {}, path.string());
+  }
+  loader.finish();
+}
+
 void restore_checkpoint(Run& run, const Checkpoint& ck) {
   torch::NoGradGuard no_grad;
   for (auto& [name, p] : run.session->model().unique_named_parameters()) {
@@ -53,12 +73,10 @@ void restore_checkpoint(Run& run, const Checkpoint& ck) {
                      it->second.sizes(), " but the model has ", p.sizes());
     p.copy_(it->second);
   }
-  std::map<std::string, at::Tensor> optim, fp8_state;
+  std::map<std::string, at::Tensor> fp8_state;
   for (const auto& [k, v] : ck.tensors) {
-    if (k.rfind("optim.", 0) == 0) optim[k.substr(6)] = v;
     if (k.rfind("fp8.", 0) == 0) fp8_state[k] = v;
   }
-  run.session->optimizer().load_state_dict(optim);
   if (auto* scaling = run.session->scaling()) scaling->load_state_dict(fp8_state);
   if (LossScaler* scaler = run.session->loss_scaler()) scaler->load_state_dict(ck.tensors);
   const auto rng = ck.tensors.find("rng.cpu");
@@ -76,9 +94,16 @@ void Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
   const Checkpoint ck = load_checkpoint(path_);
   const int saved_world = ck.meta.value("world_size", 1);
-  FP8T_INPUT_CHECK(saved_world == run_.world_size, "the checkpoint ", path_.string(), " was written by a job of ",
-                   saved_world, " rank(s); resume it with the same number (now ", run_.world_size, ")");
+  const bool saved_zero = ck.meta.contains("zero");
+  if (saved_world != run_.world_size || saved_zero != run_.session->optimizer().sharded()) {
+    // The optimizer state is resharded; the data position counts global batches, so the rows
+    // continue where they stopped when the global batch (ranks x micro_batch_size) is kept.
+    spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world,
+                 saved_zero ? " (ZeRO-1)" : "", run_.world_size, run_.session->optimizer().sharded() ? " (ZeRO-1)" : "");
+  }
   restore_checkpoint(run_, ck);
+  restore_optimizer(run_, ck, path_);
+  committed_step_ = ck.meta.at("step").get<int64_t>();
   const int64_t start_step = ck.meta.at("step").get<int64_t>();
   progress.restore(ck.meta, start_step);
   run_.session->health().restore_skipped(progress.skipped_steps);
@@ -91,9 +116,53 @@ void Checkpointer::resume(Progress& progress) {
 
 bool Checkpointer::due(int64_t step) const {
   const TrainSection& t = run_.cfg.train;
-  const bool by_time = t.checkpoint_every_min > 0 && since_save_.seconds() >= 60.0 * t.checkpoint_every_min;
+  bool by_time = t.checkpoint_every_min > 0 && since_save_.seconds() >= 60.0 * t.checkpoint_every_min;
+  if (run_.comm && run_.session->optimizer().sharded()) {
+    // ZeRO-1: all ranks write, so they must agree: rank 0's clock decides, read at log
+    // steps only (one small collective where the host syncs anyway).
+    if (t.checkpoint_every_min <= 0 || step % t.log_interval != 0) {
+      by_time = false;
+    } else {
+      const at::Tensor flag = at::full({1}, by_time && run_.main_rank ? 1.0f : 0.0f,
+                                       at::TensorOptions().device(run_.device));
+      run_.comm->all_reduce(flag, dist::ReduceOp::kMax);
+      by_time = flag.item<float>() > 0;
+    }
+    return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps || by_time;
+  }
   return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps ||
          (by_time && run_.main_rank);
+}
+
+nlohmann::json Checkpointer::save_shards(int64_t step) {
+  dist::Communicator& comm = *run_.comm;
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::string file = shard_file_name(rank, world, step);
+  // Each rank's outcome and CRC32C go to every rank in one SUM all-reduce: [failed..., crc...].
+  at::Tensor report = at::zeros({2 * world}, at::TensorOptions().dtype(at::kLong).device(run_.device));
+  std::string error;
+  try {
+    const uint32_t crc = save_checkpoint(path_.parent_path() / file,
+                                         make_optimizer_shard(run_.session->optimizer(), rank, world, step),
+                                         /*keep_previous=*/false);
+    report[world + rank] = static_cast<int64_t>(crc);
+  } catch (const Error& e) {
+    error = e.what();
+    report[rank] = 1;
+  }
+  comm.all_reduce(report, dist::ReduceOp::kSum);
+  const at::Tensor host = report.cpu();
+  for (int r = 0; r < world; ++r) {
+    if (host[r].item<int64_t>() == 0) continue;
+    FP8T_THROW(ExitCode::kTrainingFailed, !error.empty() ? error : fmt::format("rank {} could not write its "
+               "optimizer shard", r), " (the previous checkpoint ", path_.string(), " and its shards are intact; "
+               "free space and continue with --resume)");
+  }
+  nlohmann::json shards = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) {
+    shards.push_back({{"file", shard_file_name(r, world, step)}, {"crc32c", host[world + r].item<int64_t>()}});
+  }
+  return {{"world_size", world}, {"step", step}, {"shards", shards}};
 }
 
 std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
@@ -110,17 +179,28 @@ std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
 }
 
 void Checkpointer::save(int64_t step, const Progress& progress) {
-  if (!run_.main_rank) return;
+  const bool sharded = run_.session->optimizer().sharded() && run_.comm;
+  if (!run_.main_rank && !sharded) return;
+  // ZeRO-1: every rank decides the same (the counters and the weights are the same everywhere).
   const StepHealth::Counts health = run_.session->health().read();  // the host's read before a write
   if (const std::string why = unsafe_state(health); !why.empty()) {
-    spdlog::warn("not writing the checkpoint after step {}: {}; {} keeps the last good state", step, why,
-                 path_.string());
+    if (run_.main_rank) {
+      spdlog::warn("not writing the checkpoint after step {}: {}; {} keeps the last good state", step, why,
+                   path_.string());
+    }
     return;
   }
-  Checkpoint ck = make_checkpoint(run_, step, progress);
-  ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
+  Checkpoint ck;
+  if (run_.main_rank) {
+    ck = make_checkpoint(run_, step, progress);
+    ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
+  }
+  if (sharded) ck.meta["zero"] = save_shards(step);  // every rank writes its shard first
+  if (!run_.main_rank) return;
   try {
     save_checkpoint(path_, ck);
+    if (sharded) remove_stale_shards(path_.parent_path(), {step, committed_step_});
+    committed_step_ = step;
   } catch (const Error& e) {
     // Disk full or an I/O error: the training itself cannot go on safely without checkpoints.
     std::error_code ec;

@@ -1,11 +1,16 @@
 // The checkpoint phase of a training run: what goes into checkpoint.pt (model, optimizer, FP8
 // scaling state, CPU RNG, data position, progress totals), when it is written, and resuming
-// from it. Only rank 0 writes; every rank reads on resume.
+// from it. Only rank 0 writes checkpoint.pt; every rank reads on resume. ZeRO-1: every rank
+// also writes its optimizer shard first, and checkpoint.pt is their manifest
+// (lib/train/optimizer_checkpoint.h). Resuming on another number of ranks, or between DDP and
+// ZeRO-1, reshards the optimizer state.
 #pragma once
 
 #include <cstdint>     // int64_t
 #include <filesystem>  // std::filesystem::path
 #include <string>      // std::string
+
+#include <nlohmann/json.hpp>  // nlohmann::json
 
 #include "lib/train/progress.h"   // Progress
 #include "lib/train/run_dir.h"    // RunDir
@@ -39,11 +44,15 @@ class Checkpointer {
  private:
   // Why the state must not be written ("" when it may).
   std::string unsafe_state(const StepHealth::Counts& health) const;
+  // ZeRO-1: every rank writes its optimizer shard; returns the manifest for checkpoint.pt (every
+  // rank learns every shard's CRC32C). A rank that fails makes all of them throw kTrainingFailed.
+  nlohmann::json save_shards(int64_t step);
 
   Run& run_;
   const RunDir& dir_;
   std::filesystem::path path_;
   Stopwatch since_save_;  // for train.checkpoint_every_min
+  int64_t committed_step_ = -1;  // the step of checkpoint.pt (its ZeRO-1 shards are kept)
 };
 
 }  // namespace fp8t::train

@@ -8,8 +8,13 @@
 #   (b) every rank uses identical FP8 scales after every step (fp8_scale_spread_across_ranks);
 #   (c) only rank 0 writes, and only one run folder;
 #   (d) a rank that never arrives ends the job with an error after dist.timeout_s, not a hang;
-#   (e) stop and resume with the same number of ranks continues bit for bit; another number is
-#       refused;
+#   (e) stop and resume with the same number of ranks continues bit for bit;
+#   (g) ZeRO-1 (--zero 1): the fp32 losses match one process within 1e-5; stop and resume on 2
+#       ranks continues bit for bit; resuming its sharded checkpoint on 1 process (2 -> 1), and
+#       a 1-process checkpoint on 2 ZeRO-1 ranks (1 -> 2), continue with the unbroken run's
+#       losses within 1e-5 (the global batch kept: 1 x 8 rows = 2 x 4 rows);
+#   (h) an out-of-memory error (injected: FP8TRAIN_TEST_OOM) is exit 2 with the memory estimate
+#       and the levers, no stack trace;
 #   (f) a rank killed mid-run makes the other exit at once with an error (exit 3).
 # Launched by torchrun when the project's Python has it, and by hand (RANK, WORLD_SIZE, ...).
 source "$(dirname "$0")/lib.sh"
@@ -91,12 +96,46 @@ launch_by_hand 2 "${common[@]}" --run-name split-fp32 --set train.micro_batch_si
   || { cat rank*.log; fail "resumed run failed"; }
 diff <(losses runs/two-fp32/metrics.jsonl) <(losses runs/split-fp32/metrics.jsonl) \
   || fail "the resumed two-rank loss sequence differs"
-set +e
-OMP_NUM_THREADS=1 "$FP8TRAIN" "${common[@]}" --run-name split-fp32 --resume --steps 10 > oneresume.log 2>&1
-rc=$?
-set -e
-[ "$rc" = 2 ] && grep -q "written by a job of 2 rank(s)" oneresume.log || { cat oneresume.log; fail "resume with another world size: rc $rc"; }
 rm -rf runs/split-fp32
+
+# ZeRO-1: against one process, then stop/resume on 2 ranks (bit for bit) and resharding.
+launch_by_hand 2 "${common[@]}" --run-name zero-fp32 --set train.micro_batch_size=4 --zero 1 \
+  || { cat rank*.log; fail "ZeRO-1 run failed"; }
+relclose runs/zero-fp32/metrics.jsonl runs/one-fp32/metrics.jsonl 1e-5 || fail "ZeRO-1: losses differ from one process"
+launch_by_hand 2 "${common[@]}" --run-name zsplit --set train.micro_batch_size=4 --zero 1 --stop-after 3 \
+  || { cat rank*.log; fail "ZeRO-1 stop-after run failed"; }
+ls runs/zsplit/checkpoint.shard-0-of-2.step-3.pt runs/zsplit/checkpoint.shard-1-of-2.step-3.pt > /dev/null \
+  || fail "ZeRO-1: no shard files: $(ls runs/zsplit)"
+[ "$(json_get runs/zsplit/summary.json 'd["status"]')" = stopped ] || fail "ZeRO-1 stop-after status"
+cp -r runs/zsplit runs/zsplit-to1
+launch_by_hand 2 "${common[@]}" --run-name zsplit --set train.micro_batch_size=4 --zero 1 --resume \
+  || { cat rank*.log; fail "ZeRO-1 resumed run failed"; }
+diff <(losses runs/zero-fp32/metrics.jsonl) <(losses runs/zsplit/metrics.jsonl) \
+  || fail "the resumed ZeRO-1 loss sequence differs"
+[ "$(ls runs/zsplit | grep -c 'checkpoint.shard-')" = 4 ] || fail "stale shard files kept: $(ls runs/zsplit)"
+OMP_NUM_THREADS=1 "$FP8TRAIN" "${common[@]}" --run-name zsplit-to1 --set train.micro_batch_size=8 --resume \
+  > to1.log 2>&1 || { cat to1.log; fail "resharding 2 -> 1 failed"; }
+grep -q "resharding the checkpoint of 2 rank(s) (ZeRO-1) onto 1 rank(s)" runs/zsplit-to1/train.log || fail "no resharding line"
+relclose runs/zsplit-to1/metrics.jsonl runs/zero-fp32/metrics.jsonl 1e-5 || fail "2 -> 1: losses differ"
+OMP_NUM_THREADS=1 "$FP8TRAIN" "${common[@]}" --run-name split-to2 --set train.micro_batch_size=8 --stop-after 3
+launch_by_hand 2 "${common[@]}" --run-name split-to2 --set train.micro_batch_size=4 --zero 1 --resume \
+  || { cat rank*.log; fail "resharding 1 -> 2 failed"; }
+relclose runs/split-to2/metrics.jsonl runs/one-fp32/metrics.jsonl 1e-5 || fail "1 -> 2: losses differ"
+rm -rf runs/zero-fp32 runs/zsplit runs/zsplit-to1 runs/split-to2
+
+# Out of memory (injected where a CUDA allocation fails: building the model, the first step).
+for point in build step; do
+  set +e
+  FP8TRAIN_TEST_OOM=$point "$FP8TRAIN" "${common[@]}" --run-name oom-$point --zero 1 > oom.log 2>&1
+  rc=$?
+  set -e
+  [ "$rc" = 2 ] || { cat oom.log; fail "OOM at $point: expected exit 2, got $rc"; }
+  for want in "out of memory while" "bytes/parameter" dist.zero train.recompute train.micro_batch_size; do
+    grep -q "$want" oom.log || { cat oom.log; fail "OOM at $point: the message lacks '$want'"; }
+  done
+  ! grep -q "Exception raised from\|frame #" oom.log || { cat oom.log; fail "OOM at $point: a stack trace"; }
+done
+rm -rf runs/oom-build runs/oom-step
 
 # A rank that never arrives: rank 0 of 2 alone fails with a clear error after the timeout.
 set +e
