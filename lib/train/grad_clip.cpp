@@ -5,6 +5,7 @@
 #include <utility>    // std::pair
 
 #include <ATen/ATen.h>  // at::_foreach_norm, at::_foreach_mul_, at::stack
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
 #include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/util/error.h"         // FP8T_CHECK

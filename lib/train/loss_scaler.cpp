@@ -1,6 +1,7 @@
 #include "lib/train/loss_scaler.h"
 
 #include <ATen/ATen.h>  // at::_amp_update_scale_, at::_amp_foreach_non_finite_check_and_unscale_
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
 #include <algorithm>  // std::find_if
 #include <iterator>   // std::prev

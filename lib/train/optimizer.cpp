@@ -4,6 +4,7 @@
 #include <set>       // std::set
 
 #include <ATen/ATen.h>  // at::_fused_adamw_, at::_foreach_add_, at::zeros
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
 #include "lib/util/error.h"  // FP8T_CHECK, FP8T_INPUT_CHECK
 

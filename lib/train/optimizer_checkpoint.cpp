@@ -7,6 +7,7 @@
 #include <utility>    // std::pair
 
 #include <ATen/ATen.h>  // at::zeros_like, at::NoGradGuard
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
 #include "lib/util/error.h"  // FP8T_INPUT_CHECK
 
