@@ -40,6 +40,12 @@ cudaError_t fp8t_delayed_scaling_update(float* history, float* scale, float* sca
                                         float two_pow_margin, int use_max, int recompute,
                                         cudaStream_t stream);
 
+// ---- current scaling (kernels/current_scaling.cu) ------------------------------------------
+// *scale = scaling_math.h current_scale(*amax, fp8_max, two_pow_margin), *scale_inv = 1 / *scale;
+// one thread, so a cast launched after it on the stream reads the new scale (no host read).
+cudaError_t fp8t_current_scale(const float* amax, float fp8_max, float two_pow_margin, float* scale,
+                               float* scale_inv, cudaStream_t stream);
+
 // ---- cast (kernels/cast.cu) ------------------------------------------------------------------
 // out[i] = fp8(x[i] * *scale) for n elements of x (fp32 or bf16), any shape (flat).
 // amax (nullable): max-accumulates max|x[i]| of the UNSCALED input. scale_inv_out (nullable):
@@ -104,6 +110,33 @@ cudaError_t fp8t_cast_transpose_act(int act, const void* x, const void* h, int d
 cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out,
                                  cudaStream_t stream);
 
+// ---- SwiGLU casts (kernels/swiglu_cast.cu) ---------------------------------------------------
+// h [rows, 2 * cols] = [gate | up] (row-major, fp32 or bf16). The values are lib/fp8/swiglu_math.h
+// swiglu / swiglu_backward, rounded to the dtype where at::silu(gate) * up and its autograd
+// round, so the codes equal those of casting the unfused result of the CPU emulation.
+//
+// Forward: casts y = silu(gate) * up [rows, cols] like fp8t_cast_transpose (out_rowwise [rows,
+// cols], out_columnwise [cols, rows], either may be null; both null: amax only, and scale may be
+// null too: current scaling's amax pass), without writing y.
+cudaError_t fp8t_swiglu_cast_transpose(const void* h, int dtype, int64_t rows, int64_t cols,
+                                       const float* scale, int fp8_format, uint8_t* out_rowwise,
+                                       uint8_t* out_columnwise, float* amax, float* scale_inv_out,
+                                       cudaStream_t stream);
+
+// Bytes of device workspace fp8t_dswiglu_cast_transpose needs for dbias.
+size_t fp8t_dswiglu_cast_transpose_workspace_bytes(int64_t rows, int64_t cols);
+
+// Backward: from dy [rows, cols] (h's dtype) and h, casts the gradient of h, dh = [dgate | dup]
+// [rows, 2 * cols]: out_rowwise [rows, 2 * cols], out_columnwise [2 * cols, rows] (either may be
+// null; both null: amax only, scale nullable), without writing dh. dbias (nullable) [2 * cols] = column sums of dh in FP32, in
+// fp8t_cast_transpose_dbias's order (bit-equal to it on the materialised dh), with a workspace of
+// fp8t_dswiglu_cast_transpose_workspace_bytes(rows, cols), 16-byte aligned.
+cudaError_t fp8t_dswiglu_cast_transpose(const void* dy, const void* h, int dtype, int64_t rows,
+                                        int64_t cols, const float* scale, int fp8_format,
+                                        uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                        float* scale_inv_out, float* dbias, void* workspace,
+                                        cudaStream_t stream);
+
 // ---- normalisation (kernels/norm.cu) -----------------------------------------------------------
 // LayerNorm (rms = 0) or RMSNorm (rms = 1) over the last dim of x[rows, cols] (fp32 or bf16),
 // FP32 statistics:
@@ -112,8 +145,9 @@ cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols, 
 // y has x's dtype. gamma [cols] float32; beta [cols] float32 or null (no bias; ignored for RMS).
 // mean [rows] (LayerNorm; may be null for RMS) and rstd [rows] float32.
 // FP8 output when scale != null: y_fp8[rows, cols] = fp8(y * *scale) of the STORED y (so it equals
-// a cast of y), amax (nullable) max-accumulates max|y|, scale_inv_out (nullable) = 1 / *scale.
-// With an FP8 output, y may be null: then only the FP8 copy is written.
+// a cast of y), scale_inv_out (nullable) = 1 / *scale. amax (nullable) max-accumulates max|y| of
+// the stored y, with or without an FP8 output (current scaling casts y afterwards with a scale
+// from this amax). With an FP8 output, y may be null: then only the FP8 copy is written.
 cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t cols,
                               const float* gamma, const float* beta, float eps, int rms, void* y,
                               float* mean, float* rstd, const float* scale, int fp8_format,

@@ -1,0 +1,223 @@
+// SwiGLU fused into the FP8 casts around it (the MLP of a LLaMA block, between c_fc and c_proj):
+//
+//   forward:  h [rows, 2F] = [gate | up]  ->  y = silu(gate) * up  [rows, F], cast to FP8 with the
+//             consumer's input scale: rowwise [rows, F] and columnwise [F, rows];
+//   backward: dy [rows, F] and h  ->  dh = [dgate | dup]  [rows, 2F], cast to FP8 with the
+//             producer's gradient scale: rowwise [rows, 2F] and columnwise [2F, rows], plus
+//             dbias [2F] = column sums of dh in FP32.
+//
+// Neither y nor dh is written in high precision. The values are lib/fp8/swiglu_math.h's, rounded
+// to the input dtype at the points where the unfused LibTorch composition rounds, so the codes
+// are those of casting the unfused result computed on the CPU.
+//
+// Tiling (kernels/cast_tile.cuh): a block owns a 64x64 tile of the [rows, F] activation space and
+// reads each input element once: the forward reads gate and up, the backward dy, gate and up, and
+// writes both gradient halves from the same registers (two shared tiles), so no input is read
+// twice. dbias partials follow cast_transpose's summation order exactly, so dbias equals
+// fp8t_cast_transpose_dbias of the materialised gradient bit for bit.
+#include "cast_tile.cuh"           // tile::*, load_chunk, store_transposed, reduce_dbias
+#include "dispatch.cuh"            // dispatch_dtype_format, dispatch_bool
+#include "fp8_device.cuh"          // round_to_dtype, to_fp8x2, abs_bits, block_amax_commit
+#include "fp8t_kernels.h"          // the C API
+#include "lib/fp8/swiglu_math.h"   // swiglu, swiglu_backward
+#include "precondition.cuh"        // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
+
+// ---- kernels --------------------------------------------------------------------------------
+
+namespace {
+
+using namespace fp8t::kern;
+using namespace fp8t::kern::tile;
+
+// Everything a launch needs besides its template choices.
+struct SwigluArgs {
+  const void* dy;  // backward only: [rows, cols]
+  const void* h;   // [rows, 2 * cols] = [gate | up]
+  int64_t rows, cols;
+  const float* scale;
+  uint8_t* out_row;  // forward [rows, cols], backward [rows, 2 * cols]; may be null
+  uint8_t* out_col;  // forward [cols, rows], backward [2 * cols, rows]; may be null
+  float* amax;
+  float* scale_inv_out;
+  float* partial;  // dbias partial sums [n_tiles(rows), 2 * cols] (kDbias only)
+  bool vec;
+};
+
+// The activation dtype as a rounding of FP32 values (swiglu_math.h's Round).
+template <int kDtype>
+struct DtypeRound {
+  __device__ __forceinline__ float operator()(float v) const { return round_to_dtype<kDtype>(v); }
+};
+
+// The values the cast sees at (row, col..col+7): y (kOut = 1) or [dgate, dup] (kOut = 2).
+template <int kDtype, bool kBackward, int kOut>
+__device__ __forceinline__ void swiglu_chunk(const SwigluArgs& a, int64_t row, int64_t col, bool vec,
+                                             float (&v)[kOut][kChunk]) {
+  float gate[kChunk], up[kChunk];
+  load_chunk<kDtype>(a.h, 2 * a.cols, a.rows, a.cols, row, col, vec, gate);
+  load_chunk<kDtype>(static_cast<const char*>(a.h) + a.cols * elem_bytes<kDtype>(), 2 * a.cols, a.rows, a.cols,
+                     row, col, vec, up);
+  const DtypeRound<kDtype> round;
+  if constexpr (kBackward) {
+    float dy[kChunk];
+    load_chunk<kDtype>(a.dy, a.cols, a.rows, a.cols, row, col, vec, dy);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward(dy[j], gate[j], up[j], round);
+      v[0][j] = g.gate;
+      v[kOut - 1][j] = g.up;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) v[0][j] = fp8t::fp8::swiglu(gate[j], up[j], round);
+  }
+}
+
+template <int kFormat>
+__device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], float scale, uint8_t (&q)[kChunk]) {
+#pragma unroll
+  for (int j = 0; j < kChunk; j += 2) {
+    const uint32_t two = to_fp8x2<kFormat>(v[j] * scale, v[j + 1] * scale);
+    q[j] = static_cast<uint8_t>(two & 0xffu);
+    q[j + 1] = static_cast<uint8_t>(two >> 8);
+  }
+}
+
+template <int kDtype, int kFormat, bool kDbias, bool kBackward>
+__global__ void __launch_bounds__(kThreads) swiglu_cast_transpose_kernel(const SwigluArgs a) {
+  constexpr int kOut = kBackward ? 2 : 1;  // output halves: y, or dgate and dup
+  __shared__ uint8_t tiles[kOut][kTile][kTileStride];
+  __shared__ float col_sums[kDbias ? kOut : 1][kDbias ? kRowsPerPass : 1][kDbias ? kSumStride : 1];
+
+  const float scale = a.scale != nullptr ? *a.scale : 1.0f;  // null: amax only, no codes
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && a.scale != nullptr && a.scale_inv_out != nullptr) {
+    *a.scale_inv_out = 1.0f / scale;
+  }
+  const Geom g = geom(a.rows, a.cols);
+  const bool vec = g.full && a.vec;
+  const int tc = threadIdx.x % kChunksPerRow;
+  const int tr = threadIdx.x / kChunksPerRow;
+  const int64_t col = g.c0 + kChunk * tc;
+
+  int local_max = 0;
+  float sum[kOut][kChunk];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) sum[o][j] = 0.0f;
+  }
+
+#pragma unroll
+  for (int pass = 0; pass < kTile / kRowsPerPass; ++pass) {
+    const int r = tr + pass * kRowsPerPass;
+    const int64_t row = g.r0 + r;
+    float v[kOut][kChunk];
+    swiglu_chunk<kDtype, kBackward, kOut>(a, row, col, vec, v);
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      uint8_t q[kChunk];
+      quantize_chunk<kFormat>(v[o], scale, q);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        local_max = max(local_max, abs_bits(v[o][j]));
+        tiles[o][r][kChunk * tc + j] = q[j];
+        // __fadd_rn: v may be a product, which must not be contracted into this add.
+        if constexpr (kDbias) sum[o][j] = __fadd_rn(sum[o][j], v[o][j]);
+      }
+      // Output half o of row `row` starts at column o * cols of the [rows, kOut * cols] output.
+      if (a.out_row != nullptr) store_chunk(q, a.out_row + o * a.cols, kOut * a.cols, a.rows, a.cols, row, col, vec);
+    }
+  }
+  if constexpr (kDbias) {
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) col_sums[o][tr][kChunk * tc + j] = sum[o][j];
+    }
+  }
+  __syncthreads();
+
+  if (a.out_col != nullptr) {
+    // Half o of the columnwise output is the [cols, rows] block starting at row o * cols.
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) store_transposed(tiles[o], a.out_col + o * a.cols * a.rows, a.rows, a.cols, g, a.vec);
+  }
+  if constexpr (kDbias) {
+    const int o = threadIdx.x / kTile;
+    if (o < kOut) {
+      write_partial_sums(col_sums[o], a.partial + o * a.cols, kOut * a.cols, a.rows, a.cols, g, threadIdx.x % kTile);
+    }
+  }
+  block_amax_commit(local_max, a.amax);
+}
+
+void launch(bool backward, int dtype, bool want_dbias, int fp8_format, cudaStream_t stream, const SwigluArgs& a) {
+  dispatch_bool(backward, [&](auto backward_tag) {
+    dispatch_bool(want_dbias, [&](auto dbias_tag) {
+      // The forward has no dbias: its kDbias = true instance is never launched, so do not build it.
+      if constexpr (decltype(backward_tag)::value || !decltype(dbias_tag)::value) {
+        dispatch_dtype_format(dtype, fp8_format, [&](auto dt, auto format) {
+          swiglu_cast_transpose_kernel<decltype(dt)::value, decltype(format)::value, decltype(dbias_tag)::value,
+                                       decltype(backward_tag)::value>
+              <<<grid(a.rows, a.cols), kThreads, 0, stream>>>(a);
+        });
+      }
+    });
+  });
+}
+
+// The checks and the launch behind both launchers; `launcher` names the entry point in a failed
+// check. backward: dy is read and the outputs are [rows, 2 * cols].
+cudaError_t swiglu_impl(const char* launcher, bool backward, const void* dy, const void* h, int dtype,
+                        int64_t rows, int64_t cols, const float* scale, int fp8_format, uint8_t* out_row,
+                        uint8_t* out_col, float* amax, float* scale_inv_out, float* dbias, void* workspace,
+                        cudaStream_t stream) {
+  FP8T_LAUNCHER(launcher);
+  const bool want_dbias = dbias != nullptr;
+  FP8T_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "a dimension is negative");
+  FP8T_KERNEL_REQUIRE(scale != nullptr || (out_row == nullptr && out_col == nullptr), "no scale for an FP8 output");
+  FP8T_KERNEL_REQUIRE(rows * cols == 0 || h != nullptr, "no SwiGLU input h for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(!backward || rows * cols == 0 || dy != nullptr, "no incoming gradient dy for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(valid_dtype(dtype), "the input dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(valid_format(fp8_format), "the FP8 format is not E4M3 or E5M2");
+  FP8T_KERNEL_REQUIRE(!want_dbias || workspace != nullptr, "dbias needs a workspace");
+  FP8T_KERNEL_REQUIRE(!want_dbias || aligned(workspace, 16), "the dbias workspace is not 16-byte aligned");
+  FP8T_KERNEL_REQUIRE(n_tiles(rows) <= kMaxRowTiles, "rows need more than 65535 tiles of 64 (the grid's y limit)");
+  FP8T_KERNEL_REQUIRE(n_tiles(cols) <= kMaxColTiles, "cols need more than 2^31-1 tiles of 64");
+  // Vector accesses need every chunk aligned: 8 elements of gate, up and dy (16 or 32 bytes; the
+  // up half starts cols elements into each row) and 8 codes in every output row.
+  const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(h, 16) && (dy == nullptr || aligned(dy, 16)) &&
+                   (out_row == nullptr || aligned(out_row, 8)) && (out_col == nullptr || aligned(out_col, 8));
+  float* partial = want_dbias ? static_cast<float*>(workspace) : nullptr;
+  const SwigluArgs args{dy, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec};
+  launch(backward, dtype, want_dbias, fp8_format, stream, args);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || !want_dbias) return err;
+  return reduce_dbias(partial, rows, 2 * cols, dbias, stream);
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------
+
+extern "C" cudaError_t fp8t_swiglu_cast_transpose(const void* h, int dtype, int64_t rows, int64_t cols,
+                                                  const float* scale, int fp8_format, uint8_t* out_rowwise,
+                                                  uint8_t* out_columnwise, float* amax, float* scale_inv_out,
+                                                  cudaStream_t stream) {
+  return swiglu_impl("fp8t_swiglu_cast_transpose", false, nullptr, h, dtype, rows, cols, scale, fp8_format,
+                     out_rowwise, out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream);
+}
+
+extern "C" size_t fp8t_dswiglu_cast_transpose_workspace_bytes(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 16;
+  return static_cast<size_t>(n_tiles(rows)) * static_cast<size_t>(2 * cols) * sizeof(float);
+}
+
+extern "C" cudaError_t fp8t_dswiglu_cast_transpose(const void* dy, const void* h, int dtype, int64_t rows,
+                                                   int64_t cols, const float* scale, int fp8_format,
+                                                   uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                                   float* scale_inv_out, float* dbias, void* workspace,
+                                                   cudaStream_t stream) {
+  return swiglu_impl("fp8t_dswiglu_cast_transpose", true, dy, h, dtype, rows, cols, scale, fp8_format, out_rowwise,
+                     out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
+}

@@ -1,0 +1,262 @@
+// kernels/swiglu_cast.cu: the SwiGLU forward and backward fused into the FP8 casts give, bit for
+// bit, the codes, amax and dbias of casting what the CPU emulation computes (the unfused
+// at::silu(gate) * up and its autograd), without writing it in high precision.
+#if defined(FP8T_WITH_CUDA)
+
+#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
+
+#include <cmath>       // std::ldexp
+#include <cstdio>      // std::printf
+#include <cstring>     // std::strstr
+#include <functional>  // std::function
+#include <vector>      // std::vector
+
+#include "fp8t_kernels.h"  // fp8t_swiglu_cast_transpose, fp8t_dswiglu_cast_transpose, fp8t_cast_transpose_dbias
+#include "tests/fp8/swiglu_test_util.h"    // unfused_swiglu*, math_swiglu*, bit_diff
+#include "tests/kernels/cuda_test_util.h"  // require_gpu, host_encode, host_amax, require_same_codes
+
+namespace {
+
+using fp8t::fp8::Format;
+using namespace fp8t::test;
+
+// [rows, F] (h is [rows, 2F]): tiny, scalar edges (F and rows not multiples of 8), one tile,
+// partial edge tiles, rows = 0, and a large one (several row and column tiles, vector path).
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},   {13, 7},    {64, 64},   {100, 72}, {60, 160},
+                                                          {217, 256}, {130, 200}, {0, 16},    {2056, 2080}};
+
+int dtype_code(at::ScalarType t) { return t == at::kFloat ? FP8T_DTYPE_F32 : FP8T_DTYPE_BF16; }
+int format_code(Format f) { return f == Format::kE4M3 ? FP8T_FORMAT_E4M3 : FP8T_FORMAT_E5M2; }
+
+// h = [gate | up] ~ 3 * N(0, 1), with zeros, huge and saturating values sprinkled in.
+at::Tensor make_h(int64_t rows, int64_t f, at::ScalarType dt) {
+  at::manual_seed(rows * 131 + f);
+  at::Tensor h = at::randn({rows, 2 * f}) * 3.0;
+  if (h.numel() > 0) {
+    h.view({-1}).slice(0, 0, h.numel(), 13).zero_();
+    h.view({-1}).slice(0, 5, h.numel(), 101).mul_(40.0);
+  }
+  return h.to(dt);
+}
+
+// dy spread over 2^-8 .. 2^8 (gradients span binades), some zeros.
+at::Tensor make_dy(int64_t rows, int64_t f, at::ScalarType dt) {
+  at::manual_seed(rows * 7 + f * 3 + 1);
+  at::Tensor dy = at::randn({rows, f}) * at::pow(2.0, at::randint(-8, 8, {rows, f}));
+  if (dy.numel() > 0) dy.view({-1}).slice(0, 0, dy.numel(), 11).zero_();
+  return dy.to(dt);
+}
+
+// Whether ATen's CPU silu runs only whole vectors on one thread for a [rows, F] half of h (F a
+// multiple of 64, at most 16384 elements): then the CPU emulation's unfused result is itself the
+// reference, and must equal swiglu_math.h's (tests/fp8/test_swiglu_math.cpp shows why).
+bool emulation_is_vectorised(int64_t rows, int64_t f) {
+  return aten_cpu_uses_vector_exp() && f % 64 == 0 && rows * f <= 16384;
+}
+
+// The CPU reference of a result: swiglu_math.h on the host, checked against the CPU emulation
+// (the unfused LibTorch composition) where ATen's kernel is vectorised throughout.
+at::Tensor reference(const at::Tensor& math, const at::Tensor& emulation, int64_t rows, int64_t f) {
+  if (emulation_is_vectorised(rows, f)) {
+    const BitDiff d = bit_diff(math, emulation);
+    INFO("CPU emulation vs swiglu_math.h: " << d.count << " elements differ, first at " << d.first);
+    REQUIRE(d.count == 0);
+  }
+  return math;
+}
+
+struct Outputs {
+  at::Tensor row, col, amax, scale_inv;
+};
+
+Outputs sentinel_outputs(int64_t rows, int64_t width) {
+  return {at::full({rows, width}, 0xAB, on_cuda(at::kByte)), at::full({width, rows}, 0xCD, on_cuda(at::kByte)),
+          at::full({}, 0.125f, on_cuda(at::kFloat)), at::full({}, -1.0f, on_cuda(at::kFloat))};
+}
+
+void require_outputs(const Outputs& o, const at::Tensor& want, float scale, Format f) {
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  require_same_codes(o.row, host_encode(want, scale, f), want, scale);
+  const at::Tensor want_t = want.t().contiguous();
+  require_same_codes(o.col, host_encode(want_t, scale, f), want_t, scale);
+  REQUIRE(same_bits(o.amax.item<float>(), host_amax(want, 0.125f)));
+  REQUIRE(same_bits(o.scale_inv.item<float>(), 1.0f / scale));
+}
+
+// dbias of the fused backward: the unfused path's gradient cast (fp8t_cast_transpose_dbias) of the
+// same gradient sums in the same order, so the two agree bit for bit; and both are within the FP32
+// summation bound of the exact column sums (64 + ceil(rows / 64) terms in sequence, as in the
+// cast_transpose_dbias test).
+void require_dbias(const at::Tensor& dbias, const at::Tensor& want, const at::Tensor& scale, Format fmt) {
+  const int64_t rows = want.size(0), cols = want.size(1);
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  const at::Tensor wg = want.cuda();
+  at::Tensor dbias_ref = at::full({cols}, -9.0f, on_cuda(at::kFloat));
+  at::Tensor codes = at::empty({rows, cols}, on_cuda(at::kByte));
+  at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_cast_transpose_dbias_workspace_bytes(rows, cols))},
+                            on_cuda(at::kByte));
+  REQUIRE(fp8t_cast_transpose_dbias(wg.data_ptr(), dtype_code(want.scalar_type()), rows, cols, scale.data_ptr<float>(),
+                                    format_code(fmt), codes.data_ptr<uint8_t>(), nullptr, nullptr, nullptr,
+                                    dbias_ref.data_ptr<float>(), ws.data_ptr(), s) == cudaSuccess);
+  const BitDiff d = bit_diff(dbias.cpu(), dbias_ref.cpu());
+  INFO("dbias: " << d.count << " of " << cols << " differ from cast_transpose_dbias's, first at " << d.first);
+  REQUIRE(d.count == 0);
+  const at::Tensor wd = want.to(at::kDouble);
+  const at::Tensor bound = wd.abs().sum(0) * ((64.0 + (rows + 63) / 64) * std::ldexp(1.0, -24)) + 1e-30;
+  const at::Tensor err = (dbias.cpu().to(at::kDouble) - wd.sum(0)).abs();
+  REQUIRE((err <= bound).logical_or(wd.sum(0).isnan()).all().item<bool>());
+}
+
+}  // namespace
+
+TEST_CASE("swiglu cast: forward codes (both layouts), amax and scale_inv bit-exact against the CPU emulation",
+          "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  for (Format fmt : {Format::kE4M3, Format::kE5M2}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      for (const auto& [rows, f] : kShapes) {
+        if (skip_large(rows * f)) continue;
+        CAPTURE(fp8t::fp8::format_name(fmt), dtype_name(dt), rows, f);
+        const float scale = fmt == Format::kE4M3 ? 16.0f : 512.0f;
+        const at::Tensor h = make_h(rows, f, dt);
+        const at::Tensor want = reference(math_swiglu(h), unfused_swiglu(h), rows, f);
+        const at::Tensor hg = h.cuda();
+        const at::Tensor scale_t = at::full({}, scale, on_cuda(at::kFloat));
+        Outputs o = sentinel_outputs(rows, f);
+        REQUIRE(fp8t_swiglu_cast_transpose(hg.data_ptr(), dtype_code(dt), rows, f, scale_t.data_ptr<float>(),
+                                           format_code(fmt), o.row.data_ptr<uint8_t>(), o.col.data_ptr<uint8_t>(),
+                                           o.amax.data_ptr<float>(), o.scale_inv.data_ptr<float>(), s) == cudaSuccess);
+        require_outputs(o, want, scale, fmt);
+
+        // Amax only (current scaling's first pass): no codes, no scale, the same amax.
+        at::Tensor amax_only = at::full({}, 0.125f, on_cuda(at::kFloat));
+        REQUIRE(fp8t_swiglu_cast_transpose(hg.data_ptr(), dtype_code(dt), rows, f, nullptr, format_code(fmt), nullptr,
+                                           nullptr, amax_only.data_ptr<float>(), nullptr, s) == cudaSuccess);
+        REQUIRE(same_bits(amax_only.item<float>(), o.amax.item<float>()));
+      }
+    }
+  }
+}
+
+TEST_CASE("swiglu cast: backward codes (both layouts) and amax bit-exact against the CPU emulation, dbias "
+          "bit-equal to cast_transpose_dbias of the gradient",
+          "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  for (Format fmt : {Format::kE5M2, Format::kE4M3}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      for (const auto& [rows, f] : kShapes) {
+        if (skip_large(rows * f)) continue;
+        CAPTURE(fp8t::fp8::format_name(fmt), dtype_name(dt), rows, f);
+        const float scale = fmt == Format::kE5M2 ? 1024.0f : 64.0f;
+        const at::Tensor h = make_h(rows, f, dt), dy = make_dy(rows, f, dt);
+        const at::Tensor want = reference(math_swiglu_backward(dy, h), unfused_swiglu_backward(dy, h), rows, f);
+        const at::Tensor hg = h.cuda(), dyg = dy.cuda();
+        const at::Tensor scale_t = at::full({}, scale, on_cuda(at::kFloat));
+        Outputs o = sentinel_outputs(rows, 2 * f);
+        at::Tensor dbias = at::full({2 * f}, -7.0f, on_cuda(at::kFloat));
+        at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_dswiglu_cast_transpose_workspace_bytes(rows, f))},
+                                  on_cuda(at::kByte));
+        REQUIRE(fp8t_dswiglu_cast_transpose(dyg.data_ptr(), hg.data_ptr(), dtype_code(dt), rows, f,
+                                            scale_t.data_ptr<float>(), format_code(fmt), o.row.data_ptr<uint8_t>(),
+                                            o.col.data_ptr<uint8_t>(), o.amax.data_ptr<float>(),
+                                            o.scale_inv.data_ptr<float>(), dbias.data_ptr<float>(), ws.data_ptr(),
+                                            s) == cudaSuccess);
+        require_outputs(o, want, scale, fmt);
+        require_dbias(dbias, want, scale_t, fmt);
+
+        // Amax only (current scaling's first pass): no codes, no scale, the same amax.
+        at::Tensor amax_only = at::full({}, 0.125f, on_cuda(at::kFloat));
+        REQUIRE(fp8t_dswiglu_cast_transpose(dyg.data_ptr(), hg.data_ptr(), dtype_code(dt), rows, f, nullptr,
+                                            format_code(fmt), nullptr, nullptr, amax_only.data_ptr<float>(), nullptr,
+                                            nullptr, nullptr, s) == cudaSuccess);
+        REQUIRE(same_bits(amax_only.item<float>(), o.amax.item<float>()));
+      }
+    }
+  }
+}
+
+TEST_CASE("swiglu cast: precondition violations return cudaErrorInvalidValue and are named", "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  const at::Tensor h = at::ones({16, 32}, on_cuda(at::kFloat));
+  const at::Tensor scale = at::ones({}, on_cuda(at::kFloat));
+  at::Tensor codes = at::empty({16, 32}, on_cuda(at::kByte));
+  at::Tensor dbias = at::empty({32}, on_cuda(at::kFloat));
+  REQUIRE(fp8t_swiglu_cast_transpose(h.data_ptr(), FP8T_DTYPE_F32, 16, 16, nullptr, FP8T_FORMAT_E4M3,
+                                     codes.data_ptr<uint8_t>(), nullptr, nullptr, nullptr, s) == cudaErrorInvalidValue);
+  REQUIRE(std::strstr(fp8t_last_precondition(), "fp8t_swiglu_cast_transpose: no scale for an FP8 output") !=
+          nullptr);
+  REQUIRE(fp8t_dswiglu_cast_transpose(nullptr, h.data_ptr(), FP8T_DTYPE_F32, 16, 16, scale.data_ptr<float>(),
+                                      FP8T_FORMAT_E5M2, codes.data_ptr<uint8_t>(), nullptr, nullptr, nullptr, nullptr,
+                                      nullptr, s) == cudaErrorInvalidValue);
+  REQUIRE(std::strstr(fp8t_last_precondition(), "no incoming gradient dy") != nullptr);
+  REQUIRE(fp8t_dswiglu_cast_transpose(h.data_ptr(), h.data_ptr(), FP8T_DTYPE_F32, 16, 16, scale.data_ptr<float>(),
+                                      FP8T_FORMAT_E5M2, codes.data_ptr<uint8_t>(), nullptr, nullptr, nullptr,
+                                      dbias.data_ptr<float>(), nullptr, s) == cudaErrorInvalidValue);
+  REQUIRE(std::strstr(fp8t_last_precondition(), "dbias needs a workspace") != nullptr);
+  REQUIRE(fp8t_dswiglu_cast_transpose_workspace_bytes(130, 100) == 3 * 200 * sizeof(float));
+}
+
+TEST_CASE("swiglu cast: LLaMA-1B MLP size [8192, 8192] bf16 (timing with FP8T_TEST_REPORT)", "[kernels][cuda]") {
+  require_gpu();
+  const int64_t rows = 8192, f = 8192;
+  if (skip_large(rows * f) || !reporting()) return;
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  const at::Tensor h = (at::randn({rows, 2 * f}, on_cuda(at::kFloat)) * 3.0).to(at::kBFloat16);
+  const at::Tensor dy = at::randn({rows, f}, on_cuda(at::kFloat)).to(at::kBFloat16);
+  const at::Tensor scale = at::ones({}, on_cuda(at::kFloat));
+  at::Tensor amax = at::zeros({}, on_cuda(at::kFloat)), sinv = at::zeros({}, on_cuda(at::kFloat));
+  at::Tensor row = at::empty({rows, 2 * f}, on_cuda(at::kByte)), col = at::empty({2 * f, rows}, on_cuda(at::kByte));
+  at::Tensor dbias = at::empty({2 * f}, on_cuda(at::kFloat));
+  at::Tensor ws = at::empty({static_cast<int64_t>(fp8t_dswiglu_cast_transpose_workspace_bytes(rows, f))},
+                            on_cuda(at::kByte));
+  auto forward = [&] {
+    return fp8t_swiglu_cast_transpose(h.data_ptr(), FP8T_DTYPE_BF16, rows, f, scale.data_ptr<float>(),
+                                      FP8T_FORMAT_E4M3, row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(),
+                                      amax.data_ptr<float>(), sinv.data_ptr<float>(), s);
+  };
+  auto backward = [&] {
+    return fp8t_dswiglu_cast_transpose(dy.data_ptr(), h.data_ptr(), FP8T_DTYPE_BF16, rows, f, scale.data_ptr<float>(),
+                                       FP8T_FORMAT_E5M2, row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(),
+                                       amax.data_ptr<float>(), sinv.data_ptr<float>(), dbias.data_ptr<float>(),
+                                       ws.data_ptr(), s);
+  };
+  // A plain cast+transpose of the same h, for the bandwidth a pure copy-like kernel reaches.
+  auto plain = [&] {
+    return fp8t_cast_transpose(h.data_ptr(), FP8T_DTYPE_BF16, rows, 2 * f, scale.data_ptr<float>(), FP8T_FORMAT_E4M3,
+                               row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(), amax.data_ptr<float>(),
+                               sinv.data_ptr<float>(), s);
+  };
+  const double n = static_cast<double>(rows * f);
+  // Bytes moved: forward reads 2n bf16 and writes 2 x n codes; backward reads 3n bf16 and writes
+  // 2 x 2n codes; the plain cast reads 2n bf16 and writes 2 x 2n codes.
+  const struct {
+    const char* name;
+    std::function<cudaError_t()> run;
+    double bytes;
+  } cases[] = {{"swiglu forward", forward, 4 * n + 2 * n},
+               {"swiglu backward+dbias", backward, 6 * n + 4 * n},
+               {"plain cast_transpose of h", plain, 4 * n + 4 * n}};
+  for (const auto& c : cases) {
+    REQUIRE(c.run() == cudaSuccess);  // warm-up
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    constexpr int kIters = 20;
+    cudaEventRecord(e0, s);
+    for (int i = 0; i < kIters; ++i) REQUIRE(c.run() == cudaSuccess);
+    cudaEventRecord(e1, s);
+    REQUIRE(cudaEventSynchronize(e1) == cudaSuccess);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    ms /= kIters;
+    std::printf("%s bf16 [%ld, %ld]: %.3f ms, %.0f GB/s\n", c.name, static_cast<long>(rows), static_cast<long>(f), ms,
+                c.bytes / ms / 1e6);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+}
+
+#endif  // FP8T_WITH_CUDA
