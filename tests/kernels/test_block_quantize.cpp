@@ -134,7 +134,7 @@ TEST_CASE("block_quantize: refused launches name the failed check", "[kernels][c
   REQUIRE_THAT(std::string(fp8t_last_precondition()), FP8T_CONTAINS("fp8t_block_quantize_128x128"));
 }
 
-TEST_CASE("block_quantize: bandwidth of the block casts with both layouts (hidden; GPU)", "[.bench-block]") {
+TEST_CASE("bandwidth of the block casts, both layouts (hidden; GPU)", "[.bench-block]") {
   require_gpu();
   if (sanitizer_run()) return;
   const int64_t rows = 16384, cols = 8192;
