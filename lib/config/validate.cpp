@@ -122,6 +122,15 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "train.min_lr") + ": " + num(t.min_lr) + " is above " + named(s, "train.lr") + " = " + num(t.lr) +
          "; expected min_lr <= lr");
   }
+  if (t.recompute != Recompute::kNone && m.dropout > 0.0) {
+    // The recompute runs a part of the forward a second time; it would need the first pass's
+    // dropout masks (lib/model/recompute.h).
+    const Field& f = *find_field("train.recompute");
+    fail(named(s, "train.recompute") + " = " + format_value(f, f.get(c)) +
+         " runs parts of the forward again in the backward, which would draw other dropout masks; " +
+         named(s, "model.dropout") + " = " + num(m.dropout) +
+         ": expected model.dropout 0 with recompute (or train.recompute none)");
+  }
   if (t.eval_interval > 0 && t.eval_batches < 1) {
     fail(named(s, "train.eval_batches") + ": expected >= 1 while " + named(s, "train.eval_interval") + " = " +
          str(t.eval_interval) + " (set train.eval_interval to 0 to disable periodic evaluation), got " +

@@ -4,6 +4,7 @@
 #include <unordered_set>  // std::unordered_set
 
 #include "lib/model/hf_layout.h"    // load_weights
+#include "lib/model/recompute.h"    // recompute_in_backward
 #include "lib/ops/cross_entropy.h"  // ops::cross_entropy
 
 namespace fp8t {
@@ -86,10 +87,35 @@ Block::Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary) {
   mlp = register_module("mlp", std::make_shared<Mlp>(cfg));
 }
 
+void Block::set_recompute(Recompute mode) { recompute_ = mode; }
+
 at::Tensor Block::forward(const at::Tensor& x) {
-  const at::Tensor h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  if (recompute_ != Recompute::kBlock) return forward_parts(x);
+  // Keeps only the block's input (the residual stream).
+  return recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return forward_parts(in[0]); }, {x});
 }
+
+// Each sub-layer's part includes its residual add: the residual's gradient is then summed from
+// its uses (the add and the norm's, which are two with RMSNorm) in the same order as without
+// recompute, so the sum is the same bit for bit.
+at::Tensor Block::forward_parts(const at::Tensor& x) {
+  at::Tensor h;
+  if (recompute_ == Recompute::kAttention) {
+    // Keeps only x: not ln_1's output, q/k/v, RoPE's rotated q and k, nor what attention keeps
+    // (its output and log-sum-exp), nor c_proj's input.
+    h = recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return attention_residual(in[0]); },
+                              {x});
+  } else {
+    h = attention_residual(x);
+  }
+  if (recompute_ != Recompute::kMlp) return mlp_residual(h);
+  // Keeps only h: not ln_2's output, c_fc's output (ff or 2ff wide) nor c_proj's input.
+  return recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return mlp_residual(in[0]); }, {h});
+}
+
+at::Tensor Block::attention_residual(const at::Tensor& x) { return x + attn->forward(ln_1->forward(x)); }
+
+at::Tensor Block::mlp_residual(const at::Tensor& h) { return h + mlp->forward(ln_2->forward(h)); }
 
 Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
   wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.d_model));
@@ -131,6 +157,11 @@ at::Tensor Gpt::forward(const at::Tensor& idx) {
   x = drop_->forward(x);
   for (auto& b : blocks) x = b->forward(x);
   return lm_head->forward(ln_f->forward(x));
+}
+
+void Gpt::set_recompute(Recompute mode) {
+  recompute_ = mode;
+  for (auto& b : blocks) b->set_recompute(mode);
 }
 
 at::Tensor Gpt::loss(const at::Tensor& logits, const at::Tensor& targets) {

@@ -7,6 +7,11 @@
 // grouped-query attention (each K/V head serves n_head / n_kv_head query heads); q, k, v come from
 // one fused GEMM (c_attn, rows [q | k | v]) or three (q_proj, k_proj, v_proj, model.fused_qkv false).
 // model.init_from loads the starting weights from a safetensors file (lib/model/hf_layout.h).
+//
+// train.recompute (set_recompute) chooses the part of every block whose activations the backward
+// recomputes instead of keeping (lib/model/recompute.h): attention = ln_1, the attention and its
+// residual add; mlp = ln_2, the MLP and its residual add; block = the whole block. A norm hands its
+// output to the following Linear (in FP8 runs as an FP8 copy), so it is always in its Linear's part.
 #pragma once
 
 #include <torch/torch.h>  // torch::nn
@@ -14,7 +19,7 @@
 #include <memory>  // std::shared_ptr
 #include <vector>  // std::vector
 
-#include "lib/config/experiment.h"  // ModelSection
+#include "lib/config/experiment.h"  // ModelSection, Recompute
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
 #include "lib/model/rope.h"         // Rotary
 
@@ -55,10 +60,17 @@ class Block : public SlotModule {
  public:
   Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary);
   at::Tensor forward(const at::Tensor& x);
+  void set_recompute(Recompute mode);
   std::shared_ptr<UnaryModule> ln_1;
   std::shared_ptr<UnaryModule> ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<Mlp> mlp;
+
+ private:
+  at::Tensor forward_parts(const at::Tensor& x);       // the block inside a block-level recompute
+  at::Tensor attention_residual(const at::Tensor& x);  // x + attn(ln_1(x))
+  at::Tensor mlp_residual(const at::Tensor& h);        // h + mlp(ln_2(h))
+  Recompute recompute_ = Recompute::kNone;
 };
 
 class Gpt : public SlotModule {
@@ -66,6 +78,9 @@ class Gpt : public SlotModule {
   explicit Gpt(const ModelSection& cfg);
   // idx: int64 [B, T] -> logits [B, T, vocab]
   at::Tensor forward(const at::Tensor& idx);
+  // train.recompute: what every block recomputes in the backward (none by default).
+  void set_recompute(Recompute mode);
+  Recompute recompute() const { return recompute_; }
   // Mean next-token cross-entropy in FP32 (ops::cross_entropy: fused kernels on the GPU).
   static at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
 
@@ -87,6 +102,7 @@ class Gpt : public SlotModule {
  private:
   ModelSection cfg_;
   torch::nn::Dropout drop_{nullptr};
+  Recompute recompute_ = Recompute::kNone;
 };
 
 }  // namespace model

@@ -68,6 +68,7 @@ void Session::build() {
   torch::manual_seed(cfg_.run.seed);
   gpt_ = std::make_shared<model::Gpt>(cfg_.model);
   gpt_->to(device_);
+  gpt_->set_recompute(cfg_.train.recompute);  // activations recomputed in the backward (lib/model/recompute.h)
   if (cfg_.precision == Precision::kFp8) {
     auto rewritten = fp8::rewrite_to_fp8(*gpt_, cfg_.fp8, device_);
     scaling_ = rewritten.scaling;
