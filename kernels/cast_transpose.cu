@@ -1,64 +1,20 @@
 // Cast + transpose: one read of x[rows, cols] writes the rowwise FP8 codes [rows, cols] and the
 // columnwise codes [cols, rows] (what dgrad/wgrad need on Hopper, docs/fp8-formats.md),
 // with the fused amax and, for gradients, dbias = column sums in FP32 (TE's bgrad_quantize).
-//
-// Tiling: a block of 256 threads owns a 64x64 tile. Load phase: thread (tr, tc) reads 8
-// consecutive elements of rows tr and tr+32 (16/32-byte loads), writes their codes rowwise (one
-// 8-byte store per row) and into a shared tile. Store phase: thread (oc, tr8) gathers 8 codes
-// of column oc (rows 8*tr8 .. 8*tr8+7) from the shared tile and writes them with one 8-byte
-// store into the transposed output. The shared tile's rows are 65 bytes apart, so the column
-// gathers of a warp touch 16 distinct banks (no conflicts); see the note at kTileStride.
-#include "dispatch.cuh"      // dispatch_dtype_format, dispatch_bool
-#include "fp8_device.cuh"    // load/convert helpers, block_amax_commit
-#include "fp8t_kernels.h"    // the C API
-#include "packed.cuh"        // Packed, ldg_floats
-#include "precondition.cuh"  // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
+// Tiling, the transposed store and the dbias order: kernels/cast_tile.cuh.
+#include "cast_tile.cuh"      // tile::*, load_chunk, store_chunk, store_transposed, reduce_dbias
+#include "dispatch.cuh"       // dispatch_dtype_format, dispatch_bool
+#include "fp8_device.cuh"     // load/convert helpers, block_amax_commit
+#include "fp8t_kernels.h"     // the C API
+#include "packed.cuh"         // Packed
+#include "precondition.cuh"   // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 
 namespace {
 
 using namespace fp8t::kern;
-
-constexpr int kTile = 64;
-constexpr int kThreads = 256;
-constexpr int kChunk = 8;                     // elements per thread per row
-constexpr int kChunksPerRow = kTile / kChunk;  // 8 threads cover one tile row
-constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // 32
-using CodeChunk = Packed<kChunk>;  // the codes of one chunk: one 8-byte access
-// 65-byte rows: in the store phase a warp reads byte (8*t + j, oc..oc+3) for t = 0..7, i.e.
-// word 130*t + const, bank 2*t + const: 8 threads x up to 2 words = 16 distinct banks.
-constexpr int kTileStride = kTile + 1;
-constexpr int kSumStride = kTile + 1;  // float partial sums [32][65]: 2-way at worst
-
-struct TileGeom {
-  int64_t r0, c0;
-  bool full;  // whole 64x64 tile in bounds
-};
-
-__device__ __forceinline__ TileGeom tile_geom(int64_t rows, int64_t cols) {
-  TileGeom g;
-  g.r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  g.c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  g.full = g.r0 + kTile <= rows && g.c0 + kTile <= cols;
-  return g;
-}
-
-// Loads 8 consecutive elements x[row, col..col+7]; vector loads when `vec`, else bounds-checked
-// scalars (missing elements read as 0, which leaves amax and sums unchanged).
-template <int kDtype>
-__device__ __forceinline__ void load8(const void* x, int64_t cols, int64_t rows, int64_t row,
-                                      int64_t col, bool vec, float (&v)[kChunk]) {
-  const int64_t base = row * cols + col;
-  if (vec) {
-    ldg_floats<kDtype>(x, base, v);
-  } else {
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      v[j] = (row < rows && col + j < cols) ? load_elem<kDtype>(x, base + j) : 0.0f;
-    }
-  }
-}
+using namespace fp8t::kern::tile;
 
 // What the kernel casts: x itself, gelu(x), or the GELU backward dy * gelu'(h) (x = dy). The
 // tanh approximation in FP32 with LibTorch's operation order (at::gelu(x, "tanh") and
@@ -93,40 +49,15 @@ __device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
 template <int kDtype, int kAct>
 __device__ __forceinline__ void load8_act(const void* x, const void* h, int64_t cols, int64_t rows,
                                           int64_t row, int64_t col, bool vec, float (&v)[kChunk]) {
-  load8<kDtype>(x, cols, rows, row, col, vec, v);
+  load_chunk<kDtype>(x, cols, rows, cols, row, col, vec, v);
   if constexpr (kAct == kActGelu) {
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) v[j] = round_to_dtype<kDtype>(gelu_tanh(v[j]));
   } else if constexpr (kAct == kActDgelu) {
     float hv[kChunk];
-    load8<kDtype>(h, cols, rows, row, col, vec, hv);
+    load_chunk<kDtype>(h, cols, rows, cols, row, col, vec, hv);
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) v[j] = round_to_dtype<kDtype>(gelu_tanh_backward(v[j], hv[j]));
-  }
-}
-
-// Store phase shared by the cast and the plain transpose: the block's shared tile (codes of
-// x[r0.., c0..]) goes to out_t[c0 + oc, r0 + r] (out_t is [cols, rows]).
-__device__ __forceinline__ void store_transposed(const uint8_t (*tile)[kTileStride], uint8_t* out_t,
-                                                 int64_t rows, int64_t cols, const TileGeom& g,
-                                                 bool vec) {
-  const int tr8 = threadIdx.x % kChunksPerRow;  // rows 8*tr8 .. 8*tr8+7 of the tile
-#pragma unroll
-  for (int pass = 0; pass < kTile / kRowsPerPass; ++pass) {
-    const int oc = threadIdx.x / kChunksPerRow + pass * kRowsPerPass;
-    uint8_t b[kChunk];
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) b[j] = tile[kChunk * tr8 + j][oc];
-    const int64_t orow = g.c0 + oc;
-    const int64_t ocol = g.r0 + kChunk * tr8;
-    if (g.full && vec) {
-      CodeChunk::from_bytes(b).store(out_t + orow * rows + ocol);
-    } else if (orow < cols) {
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        if (ocol + j < rows) out_t[orow * rows + ocol + j] = b[j];
-      }
-    }
   }
 }
 
@@ -143,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_inv_out != nullptr) {
     *scale_inv_out = 1.0f / scale;
   }
-  const TileGeom g = tile_geom(rows, cols);
+  const Geom g = geom(rows, cols);
   const int tc = threadIdx.x % kChunksPerRow;
   const int tr = threadIdx.x / kChunksPerRow;
   const int64_t col = g.c0 + kChunk * tc;
@@ -172,16 +103,7 @@ __global__ void __launch_bounds__(kThreads)
       tile[r][kChunk * tc + j] = q[j];
       if constexpr (kDbias) sum[j] += v[j];
     }
-    if (out_row != nullptr) {
-      if (g.full && vec) {
-        CodeChunk::from_bytes(q).store(out_row + row * cols + col);
-      } else if (row < rows) {
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-          if (col + j < cols) out_row[row * cols + col + j] = q[j];
-        }
-      }
-    }
+    if (out_row != nullptr) store_chunk(q, out_row, cols, rows, cols, row, col, g.full && vec);
   }
   if constexpr (kDbias) {
 #pragma unroll
@@ -192,31 +114,16 @@ __global__ void __launch_bounds__(kThreads)
   if (out_col != nullptr) store_transposed(tile, out_col, rows, cols, g, vec);
 
   if constexpr (kDbias) {
-    // One thread per tile column adds the 32 row-group sums in a fixed order.
-    if (threadIdx.x < kTile && g.r0 < rows && g.c0 + threadIdx.x < cols) {
-      float s = 0.0f;
-      for (int i = 0; i < kRowsPerPass; ++i) s += col_sums[i][threadIdx.x];
-      dbias_partial[static_cast<int64_t>(blockIdx.y) * cols + g.c0 + threadIdx.x] = s;
-    }
+    if (threadIdx.x < kTile) write_partial_sums(col_sums, dbias_partial, cols, rows, cols, g, threadIdx.x);
   }
   block_amax_commit(local_max, amax);
-}
-
-// dbias[c] = sum over row tiles t (in order) of partial[t][c].
-__global__ void dbias_reduce_kernel(const float* __restrict__ partial, int n_tiles, int64_t cols,
-                                    float* __restrict__ dbias) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float s = 0.0f;
-  for (int t = 0; t < n_tiles; ++t) s += partial[t * cols + c];
-  dbias[c] = s;
 }
 
 __global__ void __launch_bounds__(kThreads)
     transpose_codes_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols,
                            uint8_t* __restrict__ out, bool vec) {
   __shared__ uint8_t tile[kTile][kTileStride];
-  const TileGeom g = tile_geom(rows, cols);
+  const Geom g = geom(rows, cols);
   const int tc = threadIdx.x % kChunksPerRow;
   const int tr = threadIdx.x / kChunksPerRow;
   const int64_t col = g.c0 + kChunk * tc;
@@ -277,27 +184,6 @@ void launch_cast_transpose(int act, int x_dtype, bool want_dbias, int fp8_format
   });
 }
 
-int64_t n_tiles(int64_t extent) { return (extent + kTile - 1) / kTile; }
-
-// The grid of 64x64 tiles: x over column tiles, y over row tiles. Launchers first check
-// kMaxRowTiles / kMaxColTiles.
-constexpr int64_t kMaxRowTiles = 65535;  // gridDim.y
-constexpr int64_t kMaxColTiles = 0x7fffffff;
-dim3 tile_grid(int64_t rows, int64_t cols) {
-  const int64_t gx = n_tiles(cols), gy = n_tiles(rows);
-  return dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(gy < 1 ? 1 : gy));
-}
-
-// The dbias of the cast from the per-tile partial sums (or zeros for an empty x).
-cudaError_t reduce_dbias(const float* partial, int64_t rows, int64_t cols, float* dbias, cudaStream_t stream) {
-  if (cols == 0) return cudaSuccess;
-  if (rows == 0) return cudaMemsetAsync(dbias, 0, cols * sizeof(float), stream);
-  constexpr int kReduceThreads = 256;
-  const dim3 rgrid(static_cast<unsigned>((cols + kReduceThreads - 1) / kReduceThreads));
-  dbias_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(partial, static_cast<int>(n_tiles(rows)), cols, dbias);
-  return cudaGetLastError();
-}
-
 // The checks and the launch behind every cast+transpose launcher; `launcher` names the entry point
 // in a failed check.
 cudaError_t cast_transpose_impl(const char* launcher, int act, const void* x, const void* h, int x_dtype,
@@ -323,7 +209,7 @@ cudaError_t cast_transpose_impl(const char* launcher, int act, const void* x, co
                    (out_col == nullptr || aligned(out_col, 8));
   float* partial = want_dbias ? static_cast<float*>(workspace) : nullptr;
   const CastArgs args{x, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec};
-  launch_cast_transpose(act, x_dtype, want_dbias, fp8_format, tile_grid(rows, cols), stream, args);
+  launch_cast_transpose(act, x_dtype, want_dbias, fp8_format, grid(rows, cols), stream, args);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !want_dbias) return err;
   return reduce_dbias(partial, rows, cols, dbias, stream);
@@ -394,6 +280,6 @@ extern "C" cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int
   FP8T_KERNEL_REQUIRE(n_tiles(rows) <= kMaxRowTiles, "rows need more than 65535 tiles of 64 (the grid's y limit)");
   FP8T_KERNEL_REQUIRE(n_tiles(cols) <= kMaxColTiles, "cols need more than 2^31-1 tiles of 64");
   const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(in, 8) && aligned(out, 8);
-  transpose_codes_kernel<<<tile_grid(rows, cols), kThreads, 0, stream>>>(in, rows, cols, out, vec);
+  transpose_codes_kernel<<<grid(rows, cols), kThreads, 0, stream>>>(in, rows, cols, out, vec);
   return cudaGetLastError();
 }
