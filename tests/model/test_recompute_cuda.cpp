@@ -1,0 +1,93 @@
+// train.recompute on the GPU (bf16 autocast and fp8 through train::Session): the backward runs on
+// CUDA's autograd worker thread, which must get the forward's autocast state; every mode trains
+// like none and keeps less memory. The GPU's backward kernels (flash attention's, atomics in
+// reductions) are not bit-reproducible run to run, so the comparison with none is within a
+// tolerance (below). FP8: every slot's history holds as many amaxes as with none (the first pass
+// records nothing, so the recompute on the worker thread must).
+#include <torch/torch.h>  // torch::cuda::is_available
+
+#include <vector>  // std::vector
+
+#include "lib/fp8/delayed_scaling.h"  // the recipe state session.scaling() returns
+#include "lib/model/gpt.h"      // model::Gpt
+#include "lib/train/session.h"  // train::Session
+#include "lib/util/memory.h"    // reset_peak_memory, peak_memory_bytes
+#include "tests/catch.h"
+
+using namespace fp8t;
+
+namespace {
+
+ExperimentConfig small_gpu(Precision precision, Recompute mode) {
+  ExperimentConfig c;
+  c.precision = precision;
+  c.run.device = DeviceKind::kCuda;
+  c.model.vocab_size = 512;
+  c.model.n_layer = 4;
+  c.model.d_model = 256;
+  c.model.n_head = 4;
+  c.model.seq_len = 256;
+  c.model.position = PositionKind::kRope;  // RoPE's rotated q/k are part of what attention drops
+  c.train.micro_batch_size = 8;
+  c.train.grad_accum_steps = 2;
+  c.train.recompute = mode;
+  return c;
+}
+
+struct Outcome {
+  double loss;
+  std::vector<at::Tensor> grads;  // of one more forward/backward after the steps, on the CPU
+  int64_t peak;                   // bytes allocated at most during the last step
+  at::Tensor recorded_rows;       // fp8: per slot, the history rows holding an amax
+};
+
+Outcome train_two_steps(Precision precision, Recompute mode) {
+  const at::Device cuda(at::kCUDA);
+  train::Session session(small_gpu(precision, mode), cuda);
+  session.prepare_training(nullptr);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  auto next = [&] {
+    const at::Tensor t = at::randint(512, {8, 257}, gen, at::kLong);
+    return data::Batch{t.narrow(1, 0, 256).contiguous(), t.narrow(1, 1, 256).contiguous()};
+  };
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(cuda));
+  session.step(next, 1e-3, loss_sum);
+  torch::cuda::synchronize();
+  release_cached_memory(cuda);
+  reset_peak_memory(cuda);
+  session.step(next, 1e-3, loss_sum);
+  torch::cuda::synchronize();
+  Outcome o{loss_sum.item<double>(), {}, peak_memory_bytes(cuda), at::Tensor()};
+  const data::Batch b = next();
+  model::Gpt::loss(session.model().forward(b.inputs.to(cuda)), b.targets.to(cuda)).backward();
+  for (const at::Tensor& p : session.parameters()) o.grads.push_back(p.grad().cpu().to(at::kDouble));
+  if (session.scaling() != nullptr) o.recorded_rows = (session.scaling()->amax_history() != 0).sum(0).cpu();
+  return o;
+}
+
+double rel_err(const at::Tensor& a, const at::Tensor& ref) {
+  return ((a - ref).norm() / (ref.norm() + 1e-30)).item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("recompute on CUDA: bf16 and fp8 train like none and keep less memory", "[model][cuda]") {
+  REQUIRE(torch::cuda::is_available());
+  const Precision precision = GENERATE(Precision::kBf16, Precision::kFp8);
+  INFO("precision " << static_cast<int>(precision));
+  const Outcome none = train_two_steps(precision, Recompute::kNone);
+  for (Recompute mode : {Recompute::kAttention, Recompute::kMlp, Recompute::kBlock}) {
+    INFO("recompute " << static_cast<int>(mode));
+    const Outcome o = train_two_steps(precision, mode);
+    WARN("recompute " << static_cast<int>(mode) << ": peak " << o.peak << " B (none " << none.peak << " B)");
+    // The same kernels on the same inputs; only the backward's run-to-run noise differs, which
+    // bf16 rounding and FP8 casts turn into relative differences of at most about 1e-2.
+    CHECK(o.loss == Approx(none.loss).epsilon(1e-3));
+    for (size_t i = 0; i < o.grads.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(rel_err(o.grads[i], none.grads[i]) < 2e-2);
+    }
+    if (none.recorded_rows.defined()) CHECK(at::equal(o.recorded_rows, none.recorded_rows));
+    CHECK(o.peak < none.peak);
+  }
+}

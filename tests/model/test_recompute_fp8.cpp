@@ -1,0 +1,100 @@
+// train.recompute under precision fp8 (CPU emulation, through train::Session): every mode gives the
+// losses, parameters, gradients, amax histories, scales and FP8 statistics of none, bit for bit,
+// after three optimizer steps of two micro-batches, in both fp8.amax_update modes. The first pass of
+// a recomputed part runs in eval mode and records nothing; the recompute records once, with the
+// scales the first pass used (lib/model/recompute.h).
+#include <torch/torch.h>  // at::randint
+
+#include <cmath>   // std::isfinite
+#include <string>  // std::string
+#include <vector>  // std::vector
+
+#include "lib/fp8/delayed_scaling.h"  // the recipe state session.scaling() returns
+#include "lib/model/gpt.h"      // model::Gpt
+#include "lib/train/session.h"  // train::Session
+#include "tests/catch.h"
+
+using namespace fp8t;
+
+namespace {
+
+enum class Shape { kGpt2, kLlama, kGpt2WgradOverride };
+
+ExperimentConfig tiny_fp8(Shape shape, fp8::AmaxUpdate update, Recompute mode) {
+  ExperimentConfig c;
+  c.precision = Precision::kFp8;
+  c.model.n_layer = 2;
+  c.model.d_model = 32;
+  c.model.n_head = 2;
+  c.model.seq_len = 16;
+  if (shape == Shape::kLlama) {  // RMSNorm -> c_attn and -> c_fc hand-overs, SwiGLU, RoPE, GQA
+    c.model.position = PositionKind::kRope;
+    c.model.norm = NormKind::kRMSNorm;
+    c.model.activation = Activation::kSwiGLU;
+    c.model.bias = false;
+    c.model.tie_embeddings = false;
+    c.model.n_kv_head = 1;
+  }
+  // The norms then hand over real outputs in training but carriers in eval mode (the first pass).
+  if (shape == Shape::kGpt2WgradOverride) c.fp8.override_linear_precision.wgrad = true;
+  c.train.micro_batch_size = 2;
+  c.train.grad_accum_steps = 2;
+  c.train.recompute = mode;
+  c.fp8.amax_history_len = 4;
+  c.fp8.amax_update = update;
+  return c;
+}
+
+struct Snapshot {
+  at::Tensor loss_sum;
+  std::vector<at::Tensor> tensors;  // parameters, their gradients, amax history, scale, statistics
+};
+
+// Three steps with FP8 statistics on, then one more forward and backward whose gradients and
+// recorded amaxes are kept.
+Snapshot train_three_steps(const ExperimentConfig& cfg) {
+  train::Session session(cfg, at::Device(at::kCPU));
+  REQUIRE(session.model().recompute() == cfg.train.recompute);  // wired from train.recompute
+  session.prepare_training(nullptr);
+  auto& scaling = *session.scaling();
+  scaling.set_collect_stats(true);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto next = [&] {
+    const at::Tensor t = at::randint(64, {2, 17}, gen, at::kLong);
+    return data::Batch{t.narrow(1, 0, 16).contiguous(), t.narrow(1, 1, 16).contiguous()};
+  };
+  Snapshot s{at::zeros({}), {}};
+  for (int step = 0; step < 3; ++step) session.step(next, 1e-2, s.loss_sum);
+  const data::Batch b = next();
+  model::Gpt::loss(session.model().forward(b.inputs), b.targets).backward();
+  for (const at::Tensor& p : session.parameters()) {
+    s.tensors.push_back(p.detach().clone());
+    s.tensors.push_back(p.grad().clone());
+  }
+  s.tensors.push_back(scaling.amax_history().clone());
+  s.tensors.push_back(scaling.scale().clone());
+  for (const auto& st : scaling.read_stats()) {
+    s.tensors.push_back(at::tensor({st.amax, st.scale, st.saturated, st.underflow}));
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("recompute fp8: every mode matches none bit for bit (grads, amax history, scales, stats)", "[model]") {
+  const Shape shape = GENERATE(Shape::kGpt2, Shape::kLlama, Shape::kGpt2WgradOverride);
+  const fp8::AmaxUpdate update = GENERATE(fp8::AmaxUpdate::kStep, fp8::AmaxUpdate::kMicrobatch);
+  INFO("shape " << static_cast<int>(shape) << ", amax_update " << fp8::to_string(update));
+  const Snapshot reference = train_three_steps(tiny_fp8(shape, update, Recompute::kNone));
+  REQUIRE(std::isfinite(reference.loss_sum.item<double>()));
+  for (Recompute mode : {Recompute::kAttention, Recompute::kMlp, Recompute::kBlock}) {
+    INFO("recompute " << static_cast<int>(mode));
+    const Snapshot s = train_three_steps(tiny_fp8(shape, update, mode));
+    REQUIRE(at::equal(s.loss_sum, reference.loss_sum));
+    REQUIRE(s.tensors.size() == reference.tensors.size());
+    for (size_t i = 0; i < s.tensors.size(); ++i) {
+      INFO("tensor " << i << " of " << s.tensors.size());
+      REQUIRE(at::equal(s.tensors[i], reference.tensors[i]));
+    }
+  }
+}
