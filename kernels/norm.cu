@@ -38,6 +38,7 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
   __shared__ float scratch[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * cols;
   const bool fp8 = scale_ptr != nullptr;
+  const bool want_amax = amax != nullptr;  // block-uniform: every thread reaches the commit or none
   const float scale = fp8 ? *scale_ptr : 1.0f;
   if (fp8 && blockIdx.x == 0 && threadIdx.x == 0 && scale_inv_out != nullptr) {
     *scale_inv_out = 1.0f / scale;
@@ -93,10 +94,8 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
     if (!rms && beta != nullptr) yv += beta[c];
     const float ys = round_to_dtype<kDtype>(yv);  // the value y will read back as
     if (y != nullptr) store_elem<kDtype>(y, base + c, ys);
-    if (fp8) {
-      y_fp8[base + c] = to_fp8<kFormat>(ys * scale);
-      local_max = max(local_max, abs_bits(ys));
-    }
+    if (fp8) y_fp8[base + c] = to_fp8<kFormat>(ys * scale);
+    if (want_amax) local_max = max(local_max, abs_bits(ys));
   };
   if constexpr (kPer > 0) {
 #pragma unroll
@@ -107,7 +106,7 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
   } else {
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) emit(c, value(c));
   }
-  if (fp8) block_amax_commit(local_max, amax);
+  if (want_amax) block_amax_commit(local_max, amax);
 }
 
 template <int kDyDtype, int kDtype, int kPer>

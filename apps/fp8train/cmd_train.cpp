@@ -6,7 +6,7 @@
 #include "apps/fp8train/commands.h"  // add_train_command
 #include "lib/config/cli_flags.h"    // config::add_config_flags
 #include "lib/config/loader.h"       // config::load
-#include "lib/config/print.h"        // config::to_yaml, describe_keys
+#include "lib/config/print.h"        // config::to_yaml, recipe_note, describe_keys
 #include "lib/train/trainer.h"       // train::run_training
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
@@ -50,7 +50,7 @@ void add_train_command(CLI::App& app) {
     }
     const config::LoadedConfig loaded = config::load(args->config_path, args->overrides);
     if (args->print_config) {
-      std::cout << config::to_yaml(loaded.config);
+      std::cout << config::to_yaml(loaded.config) << config::recipe_note(loaded.config);
       return;
     }
     // Contradictory requests: continuing a run folder and replacing it.

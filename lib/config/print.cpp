@@ -4,7 +4,8 @@
 #include <algorithm>  // std::max
 #include <sstream>    // std::ostringstream
 
-#include "lib/config/fields.h"  // fields(), format_value, top_level_names
+#include "lib/config/fields.h"      // fields(), format_value, top_level_names
+#include "lib/fp8/recipe_fields.h"  // recipe_fields_in_effect, recipe_fields_without_effect
 
 namespace fp8t {
 namespace config {
@@ -26,6 +27,19 @@ std::string to_yaml(const ExperimentConfig& config) {
     os << "  " << f.name() << ": " << format_value(f, f.get(config)) << "\n";
   }
   return os.str();
+}
+
+std::string recipe_note(const ExperimentConfig& config) {
+  if (config.precision != Precision::kFp8) return "";
+  auto list = [](const std::vector<std::string>& keys) {
+    std::string s;
+    for (const std::string& k : keys) s += (s.empty() ? "" : ", ") + k;
+    return s.empty() ? std::string("none") : s;
+  };
+  const fp8::RecipeKind kind = config.fp8.kind;
+  return std::string("# fp8.recipe ") + fp8::to_string(kind) + ": recipe keys in effect: " +
+         list(fp8::recipe_fields_in_effect(kind)) + "\n# ignored under " + fp8::to_string(kind) + ": " +
+         list(fp8::recipe_fields_without_effect(kind)) + "\n";
 }
 
 std::string describe_keys() {

@@ -12,6 +12,7 @@
 #include "lib/config/fields.h"  // fields(), format_value, to_string
 #include "lib/config/parse.h"   // fail
 #include "lib/config/text.h"    // format_float
+#include "lib/fp8/recipe_fields.h"  // recipe_fields_without_effect, why_no_effect
 
 namespace fp8t {
 namespace config {
@@ -66,6 +67,24 @@ void warn_unused_fp8_flags(const ExperimentConfig& c, const ConfigSources& s) {
   }
 }
 
+// A recipe key without effect under fp8.recipe (lib/fp8/recipe_fields.h) is an error when it
+// was set explicitly: by a flag or --set, or in the file with a value other than the built-in
+// default. A file value equal to the default is ignored: the shipped configs spell out every
+// key, so that `--fp8-recipe current` works with them.
+void check_recipe_fields(const ExperimentConfig& c, const ConfigSources& s) {
+  if (c.precision != Precision::kFp8) return;  // warn_unused_fp8_flags covers the other precisions
+  const ExperimentConfig defaults;
+  const fp8::RecipeKind kind = c.fp8.kind;
+  for (const std::string& key : fp8::recipe_fields_without_effect(kind)) {
+    const Field* f = find_field(key);
+    if (f == nullptr || s.is_default(key)) continue;
+    const bool flag = s.origin(key).rfind("--", 0) == 0;
+    if (!flag && f->get(c) == f->get(defaults)) continue;
+    fail(named(s, key) + " = " + format_value(*f, f->get(c)) + " has no effect under " + named(s, "fp8.recipe") +
+         " = " + fp8::to_string(kind) + ": " + fp8::why_no_effect(kind, key) + "; remove it or choose a recipe it applies to");
+  }
+}
+
 }  // namespace
 
 void validate(const ExperimentConfig& c, const ConfigSources& s) {
@@ -93,6 +112,7 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
          echo(name) + "' (" + str(static_cast<int64_t>(name.size())) + " bytes)");
   }
   warn_unused_fp8_flags(c, s);
+  check_recipe_fields(c, s);
   if (c.run.out_dir.empty()) fail(named(s, "run.out_dir") + ": expected a directory, got an empty string");
   for (const auto& layer : c.fp8.skip_layers) {
     if (layer.empty()) fail(named(s, "fp8.skip_layers") + ": expected module names, got an empty name");

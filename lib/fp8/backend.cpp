@@ -1,7 +1,10 @@
 #include "lib/fp8/backend.h"
 
-#include "lib/fp8/cpu_backend.h"  // cpu_backend
-#include "lib/util/error.h"       // FP8T_THROW
+#include <cmath>  // std::fabs
+
+#include "lib/fp8/cpu_backend.h"   // cpu_backend
+#include "lib/fp8/scaling_math.h"  // amax_combine
+#include "lib/util/error.h"        // FP8T_THROW
 #if defined(FP8T_WITH_CUDA)
 #include "lib/fp8/cuda_backend.h"  // cuda_backend
 #endif
@@ -25,6 +28,41 @@ Fp8Tensor Backend::gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool 
 Fp8Tensor Backend::dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
                                        bool want_dbias, at::Tensor* dbias) {
   return quantize_grad(at::gelu_backward(dy.to(h.scalar_type()), h, "tanh"), slot, want_dbias, dbias);
+}
+
+at::Tensor materialize(const CastSource& src) {
+  switch (src.op) {
+    case CastOp::kIdentity: return src.x;
+    case CastOp::kGelu: return at::gelu(src.x, "tanh");
+    case CastOp::kDgelu: return at::gelu_backward(src.x.to(src.h.scalar_type()), src.h, "tanh");
+  }
+  FP8T_THROW(ExitCode::kFailure, "materialize: unknown cast operation ", static_cast<int>(src.op));
+}
+
+Fp8Tensor Backend::cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise,
+                        at::Tensor* dbias) {
+  switch (src.op) {
+    case CastOp::kIdentity:
+      return dbias != nullptr ? quantize_grad(src.x, slot, true, dbias) : quantize(src.x, slot, rowwise, columnwise);
+    case CastOp::kGelu: return gelu_quantize(src.x, slot, rowwise, columnwise);
+    case CastOp::kDgelu: return dgelu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
+  }
+  FP8T_THROW(ExitCode::kFailure, "fp8 cast: unknown cast operation ", static_cast<int>(src.op));
+}
+
+void Backend::record_amax(const CastSource& src, const at::Tensor& amax) {
+  const at::Tensor v = materialize(src).to(at::kFloat).contiguous().cpu();
+  const float* p = v.data_ptr<float>();
+  float m = 0.0f;
+  for (int64_t i = 0; i < v.numel(); ++i) m = amax_combine(m, std::fabs(p[i]));
+  const float prev = amax.item<float>();
+  amax.fill_(amax_combine(prev, m));
+}
+
+Fp8Tensor Backend::block_quantize(const at::Tensor& x, int block_rows, bool /*rowwise*/, bool /*columnwise*/,
+                                  bool /*pow2_scales*/) {
+  FP8T_THROW(ExitCode::kBadInput, "fp8.recipe block: the ", name(), " backend has no block-scaled casts in this build (",
+             block_rows, "x128 blocks of a ", x.sizes(), " tensor)");
 }
 
 #if defined(FP8T_WITH_CUDA)

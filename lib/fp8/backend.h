@@ -1,14 +1,16 @@
 // FP8 compute backend: HOW tensors are cast to FP8 and multiplied.
 //
-// The delayed-scaling state machine (delayed_scaling.h), the FP8 modules and the rewrite pass
-// are shared; a backend only casts, multiplies and normalises. CpuBackend emulates FP8 exactly
-// (quantize -> dequantize, FP32 GEMMs); CudaBackend (cuda_backend_cuda.cpp) uses kernels/
-// and cuBLASLt (lib/gemm/). backend_for(device) picks one.
+// The recipes' state classes (scaling.h: delayed, current, block), the FP8 modules and the
+// rewrite pass are shared; a backend only casts, multiplies and normalises, and a recipe composes
+// these primitives (lib/fp8/scaling.h says which recipe uses which). CpuBackend emulates FP8
+// exactly (quantize -> dequantize, FP32 GEMMs); CudaBackend (cuda_backend_cuda.cpp) uses
+// kernels/ and cuBLASLt (lib/gemm/). backend_for(device) picks one.
 #pragma once
 
 #include <ATen/ATen.h>  // at::Tensor
 
 #include <optional>  // std::optional
+#include <utility>   // std::move
 
 #include "lib/fp8/format.h"  // Format
 
@@ -22,22 +24,58 @@ inline std::optional<at::Tensor> optional_tensor(const at::Tensor& t) {
 }
 
 
-// One scaling slot as the casts see it: views into the DelayedScaling state tensors.
+// One per-tensor scaling slot as a cast sees it: views into a recipe's state tensors (delayed:
+// the scale and amax_history[0][slot]; current: the scale computed for this cast).
 struct SlotRef {
   at::Tensor scale;      // 0-d float32: q = fp8(x * scale)
-  at::Tensor amax;       // 0-d float32 view of amax_history[0][slot]; the cast max-accumulates |x| here
+  at::Tensor amax;       // 0-d float32; the cast max-accumulates |x| here
   Format format = Format::kE4M3;
-  int index = -1;        // slot index in the DelayedScaling state (for stats and error messages)
+  int index = -1;        // slot index in the recipe state (for stats and error messages)
 };
 
+// How an operand's scale_inv is laid out (the cuBLASLt scale modes of the GEMM that reads it).
+//   kTensor:       0-d float32, one factor for the whole tensor (delayed, current; SCALAR_32F).
+//   kBlock1x128:   the view [rows, ceil(K/128)] float32 with strides (1, round_up4(rows)): one
+//                  factor per 128 consecutive values along K, the rows dim contiguous and padded
+//                  to a multiple of 4 (VEC128_32F).
+//   kBlock128x128: the view [ceil(rows/128), ceil(K/128)] float32 with strides
+//                  (round_up4(ceil(K/128)), 1): row-major, the row stride padded to a multiple of
+//                  4 (16-byte aligned rows): one factor per 128x128 block (BLK128x128_32F).
+//   1x128 x 128x128 pairs are allowed, 128x128 x 128x128 is not (lib/fp8/block_math.h).
+enum class ScaleLayout { kTensor, kBlock1x128, kBlock128x128 };
+
 // One FP8 operand of a GEMM: uint8 codes of a row-major 2-D tensor whose last dim is the GEMM's K
-// (K contiguous, the "T"/"N" layout Hopper needs), plus the factor that dequantizes it.
+// (K contiguous, the "T"/"N" layout Hopper needs), plus the factors that dequantize it.
 struct Fp8Operand {
   at::Tensor codes;      // uint8 [rows, K], contiguous
-  at::Tensor scale_inv;  // 0-d float32: the scale_inv the codes were cast with (a snapshot)
+  at::Tensor scale_inv;  // float32 in `scale_layout`: the factors the codes were cast with (a snapshot)
   Format format = Format::kE4M3;
+  ScaleLayout scale_layout = ScaleLayout::kTensor;
   bool defined() const { return codes.defined(); }
 };
+
+// What a cast reads. A fused producer describes its output this way and the recipe's state
+// class casts it; the backend evaluates the operation inside its cast kernels, so the value is
+// never written in high precision. Gradient sources (kDgelu, and the backward ops added next
+// to it) always produce both layouts.
+enum class CastOp {
+  kIdentity,  // x itself
+  kGelu,      // gelu(x) (tanh approximation, in x's dtype), x = the GELU input h
+  kDgelu,     // at::gelu_backward(x, h, "tanh") in h's dtype: x = dy, h = the GELU input
+};
+struct CastSource {
+  CastOp op = CastOp::kIdentity;
+  at::Tensor x;  // 2-D
+  at::Tensor h;  // the activation input of a backward op (kDgelu), else undefined
+
+  static CastSource tensor(at::Tensor x) { return {CastOp::kIdentity, std::move(x), at::Tensor()}; }
+  static CastSource gelu(at::Tensor h) { return {CastOp::kGelu, std::move(h), at::Tensor()}; }
+  static CastSource dgelu(at::Tensor dy, at::Tensor h) { return {CastOp::kDgelu, std::move(dy), std::move(h)}; }
+};
+
+// The value of `src` in high precision, computed with LibTorch ops (the CPU emulation's
+// reference, the health statistics, and casts a backend cannot fuse).
+at::Tensor materialize(const CastSource& src);
 
 // A tensor cast to FP8 in one or both layouts from ONE read of the input.
 struct Fp8Tensor {
@@ -84,17 +122,43 @@ class Backend {
   virtual Fp8Tensor dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
                                         bool want_dbias, at::Tensor* dbias);
 
+  // The per-tensor cast of any source (one read of the source): routes to quantize,
+  // quantize_grad (when dbias is given), gelu_quantize or dgelu_quantize_grad.
+  Fp8Tensor cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias);
+
+  // max-accumulates max|value of src| into amax (0-d float32 on src's device; NaN elements
+  // ignored, inf counted: amax_combine) without writing the value: current scaling's amax pass.
+  // The default materializes the value (CPU); CUDA runs it in the cast kernels with no output.
+  virtual void record_amax(const CastSource& src, const at::Tensor& amax);
+
+  // Current scaling: scale = current_scale(*amax, fp8_max, two_pow_margin) (scaling_math.h) and
+  // scale_inv = 1 / scale, all 0-d float32 on one device; no host synchronisation on the GPU.
+  virtual void current_scale(const at::Tensor& amax, const at::Tensor& scale, const at::Tensor& scale_inv,
+                             float fp8_max, float two_pow_margin) = 0;
+
+  // Block scaling (implemented with the block recipe): x [rows, K] (any float dtype) cast to
+  // E4M3 codes with one FP32 scale per block, computed from the block's own amax:
+  // block_rows = 1 -> 1x128 blocks along K (ScaleLayout::kBlock1x128), 128 -> 128x128 blocks
+  // (kBlock128x128). The columnwise copy (of x^T) is quantized from x itself with blocks along
+  // its own K (a 1x128-quantized tensor cannot be transposed). pow2_scales rounds each scale
+  // down to a power of 2. The default throws (a backend without block casts).
+  virtual Fp8Tensor block_quantize(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
+                                   bool pow2_scales);
+
   // out[M,N] = dequant(a)[M,K] * dequant(b)[N,K]^T (+ bias[N]), out in out_dtype.
   virtual at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
                           at::ScalarType out_dtype, GemmKind kind, bool fast_accum) = 0;
 
   // Layer/RMS normalisation over the last dim of a 2-D x with FP32 statistics. beta may be
   // undefined (no bias; always for RMSNorm). When slot is given, also writes y in FP8; then
-  // write_y = false skips the high-precision y (only its FP8 copy is wanted).
+  // write_y = false skips the high-precision y (only its FP8 copy is wanted). y_amax (0-d
+  // float32, optional, only without a slot): max-accumulates max|y| there in the same pass (the
+  // amax a current-scaling cast of y needs).
   // norm_backward: dy may have another float dtype than x; grad_x has x's dtype.
   virtual NormForwardResult norm_forward(const at::Tensor& x, const at::Tensor& gamma,
                                          const at::Tensor& beta, double eps, bool rms,
-                                         const SlotRef* slot, bool write_y = true) = 0;
+                                         const SlotRef* slot, bool write_y = true,
+                                         const at::Tensor& y_amax = at::Tensor()) = 0;
   virtual NormBackwardResult norm_backward(const at::Tensor& dy, const at::Tensor& x,
                                            const at::Tensor& gamma, const at::Tensor& beta,
                                            const at::Tensor& mean, const at::Tensor& rstd,

@@ -8,7 +8,7 @@
 
 #include "lib/fp8/format.h"           // encode, decode
 #include "lib/fp8/saturation_math.h"  // saturates, flushes_to_zero
-#include "lib/fp8/scaling_math.h"     // update_slot, amax_combine
+#include "lib/fp8/scaling_math.h"     // update_slot, amax_combine, current_scale
 #include "lib/model/rms_norm.h"       // model::rms_norm (the plain model's formula)
 #include "lib/util/error.h"           // FP8T_CHECK
 
@@ -33,7 +33,7 @@ const std::array<float, 256>& lut_for(Format f) {
 
 // max-accumulate max|x| into the slot: NaN elements are ignored, inf counts (amax_combine,
 // TE's fmaxf-based cast amax; the CUDA casts do the same through abs_bits).
-void record_amax(const at::Tensor& xf, const SlotRef& slot) {
+void accumulate_amax(const at::Tensor& xf, const SlotRef& slot) {
   const float* p = xf.data_ptr<float>();
   const int64_t n = xf.numel();
   float amax = 0.0f;
@@ -62,7 +62,7 @@ class CpuBackend final : public Backend {
   Fp8Tensor quantize(const at::Tensor& x, const SlotRef& slot, bool rowwise, bool columnwise) override {
     FP8T_CHECK(x.dim() == 2, "quantize expects a 2-D tensor, got ", x.sizes());
     const at::Tensor xf = x.to(at::kFloat).contiguous();
-    record_amax(xf, slot);
+    accumulate_amax(xf, slot);
     const float scale = slot.scale.item<float>();
     const float scale_inv = 1.0f / scale;  // the snapshot stored with the data, as on the GPU
     Fp8Tensor out;
@@ -91,7 +91,8 @@ class CpuBackend final : public Backend {
   }
 
   NormForwardResult norm_forward(const at::Tensor& x, const at::Tensor& gamma, const at::Tensor& beta,
-                                 double eps, bool rms, const SlotRef* slot, bool write_y) override {
+                                 double eps, bool rms, const SlotRef* slot, bool write_y,
+                                 const at::Tensor& y_amax) override {
     NormForwardResult r;
     const at::Tensor xf = x.to(at::kFloat);
     if (rms) {
@@ -106,6 +107,7 @@ class CpuBackend final : public Backend {
       r.rstd = std::get<2>(res).view({-1});
     }
     if (slot != nullptr) r.y_fp8 = quantize(r.y, *slot, true, true);
+    if (slot == nullptr && y_amax.defined()) record_amax(CastSource::tensor(r.y), y_amax);
     if (!write_y && slot != nullptr) r.y = at::Tensor();
     return r;
   }
@@ -141,6 +143,13 @@ class CpuBackend final : public Backend {
     float* si = scale_inv.data_ptr<float>();
     const float* m = fp8_max.data_ptr<float>();
     for (int i = 0; i < S; ++i) update_slot(h + i, L, S, s + i, si + i, m[i], two_pow_margin, use_max, recompute);
+  }
+
+  void current_scale(const at::Tensor& amax, const at::Tensor& scale, const at::Tensor& scale_inv, float fp8_max,
+                     float two_pow_margin) override {
+    const float s = fp8::current_scale(amax.item<float>(), fp8_max, two_pow_margin);
+    scale.fill_(s);
+    scale_inv.fill_(1.0f / s);
   }
 
   at::Tensor saturation_stats(const at::Tensor& x, const SlotRef& slot) override {

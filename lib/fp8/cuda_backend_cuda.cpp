@@ -8,7 +8,7 @@
 
 #include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
 
-#include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose_act, fp8t_norm_*, ...
+#include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose_act, fp8t_norm_*, fp8t_current_scale, ...
 #include "lib/gemm/gemm_engine.h"   // gemm::fp8_gemm
 #include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"         // FP8T_CHECK
@@ -33,7 +33,7 @@ at::Tensor kernel_input(const at::Tensor& x) {
 
 int format_code(Format f) { return f == Format::kE4M3 ? FP8T_FORMAT_E4M3 : FP8T_FORMAT_E5M2; }
 
-// A float32 scalar on x's device (slot tensors are views into the DelayedScaling state).
+// A float32 scalar on x's device (slot tensors are views into a recipe's state).
 float* device_scalar(const at::Tensor& t, const at::Tensor& x, const char* what, const SlotRef& slot) {
   FP8T_CHECK(t.defined() && t.numel() == 1 && t.scalar_type() == at::kFloat && t.device() == x.device(),
              "fp8 slot ", slot.index, ": ", what, " must be a 1-element float32 tensor on ", x.device().str(),
@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   }
 
   NormForwardResult norm_forward(const at::Tensor& x_in, const at::Tensor& gamma, const at::Tensor& beta, double eps,
-                                 bool rms, const SlotRef* slot, bool write_y) override {
+                                 bool rms, const SlotRef* slot, bool write_y, const at::Tensor& y_amax) override {
     FP8T_CHECK(x_in.dim() == 2 && x_in.is_cuda(), "norm_forward expects a 2-D CUDA tensor, got ", x_in.sizes(), " on ",
                x_in.device().str());
     const c10::cuda::CUDAGuard guard(x_in.device());
@@ -107,6 +107,8 @@ class CudaBackend final : public Backend {
       amax = device_scalar(slot->amax, x, "amax", *slot);
       codes = at::empty({rows, cols}, bytes_on(x));
       scale_inv = at::empty({}, floats_on(x));
+    } else if (y_amax.defined()) {
+      amax = device_scalar(y_amax, x, "y_amax", SlotRef{});
     }
     const cudaStream_t stream = stream_of(x);
     FP8T_KERNEL_CHECK(fp8t_norm_forward(x.data_ptr(), dtype_code(x), rows, cols, g.data_ptr<float>(),
@@ -185,6 +187,36 @@ class CudaBackend final : public Backend {
                                                   two_pow_margin, use_max ? 1 : 0, recompute ? 1 : 0,
                                                   stream_of(history)),
                       "update_scaling of ", slots, " slots, history ", history.size(0));
+  }
+
+  // The amax pass of current scaling: the cast kernels with both outputs null read the source
+  // (evaluating GELU or its backward in the kernel) and only max-accumulate the amax. A separate
+  // launch, not yet fused into the producers (the norm's amax is: norm_forward's y_amax).
+  void record_amax(const CastSource& src, const at::Tensor& amax) override {
+    FP8T_CHECK(src.x.is_cuda() && src.x.dim() == 2, "fp8 amax pass expects a 2-D CUDA tensor, got ", src.x.sizes(),
+               " on ", src.x.device().str());
+    const c10::cuda::CUDAGuard guard(src.x.device());
+    const Act act = src.op == CastOp::kGelu ? Act::kGelu : (src.op == CastOp::kDgelu ? Act::kDgelu : Act::kNone);
+    FP8T_CHECK(src.op == CastOp::kIdentity || act != Act::kNone, "fp8 amax pass: no CUDA kernel for cast operation ",
+               static_cast<int>(src.op));
+    const at::Tensor h = act == Act::kDgelu ? kernel_input(src.h) : at::Tensor();
+    const at::Tensor x = act == Act::kDgelu ? src.x.to(h.scalar_type()).contiguous() : kernel_input(src.x);
+    const at::Tensor unit = at::ones({}, floats_on(x));  // the kernels need a scale; no code is written
+    FP8T_KERNEL_CHECK(fp8t_cast_transpose_act(static_cast<int>(act), x.data_ptr(), h.defined() ? h.data_ptr() : nullptr,
+                                              dtype_code(x), x.size(0), x.size(1), unit.data_ptr<float>(),
+                                              FP8T_FORMAT_E4M3, nullptr, nullptr,
+                                              device_scalar(amax, x, "amax", SlotRef{}), nullptr, nullptr, nullptr,
+                                              stream_of(x)),
+                      "fp8 amax pass of ", x.scalar_type(), " ", x.sizes());
+  }
+
+  void current_scale(const at::Tensor& amax, const at::Tensor& scale, const at::Tensor& scale_inv, float fp8_max,
+                     float two_pow_margin) override {
+    const c10::cuda::CUDAGuard guard(amax.device());
+    FP8T_KERNEL_CHECK(fp8t_current_scale(device_scalar(amax, amax, "amax", SlotRef{}), fp8_max, two_pow_margin,
+                                         device_scalar(scale, amax, "scale", SlotRef{}),
+                                         device_scalar(scale_inv, amax, "scale_inv", SlotRef{}), stream_of(amax)),
+                      "current scale from an amax on ", amax.device().str());
   }
 
   at::Tensor saturation_stats(const at::Tensor& x_in, const SlotRef& slot) override {

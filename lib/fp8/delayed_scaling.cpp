@@ -8,32 +8,22 @@
 namespace fp8t {
 namespace fp8 {
 
-DelayedScaling::DelayedScaling(const Recipe& recipe) : recipe_(recipe) {
+DelayedScaling::DelayedScaling(const Recipe& recipe) : Scaling(recipe) {
   FP8T_CHECK(recipe.amax_history_len >= 1, "fp8.amax_history_len must be >= 1");
   FP8T_CHECK(recipe.interval >= 1, "fp8.interval must be >= 1");
   FP8T_CHECK(recipe.margin >= -kMaxMargin && recipe.margin <= kMaxMargin, "fp8.margin must be in [-", kMaxMargin,
              ", ", kMaxMargin, "]");
 }
 
-int DelayedScaling::add_slot(const std::string& name, Format format) {
-  FP8T_CHECK(!finalized(), "slots must be added before finalize()");
-  names_.push_back(name);
-  formats_.push_back(format);
-  return static_cast<int>(names_.size()) - 1;
-}
-
-void DelayedScaling::finalize(const at::Device& device) {
+void DelayedScaling::allocate(const at::Device& device) {
   const int64_t S = num_slots();
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
   history_ = at::zeros({recipe_.amax_history_len, S}, opts);
   scale_ = at::ones({S}, opts);
   scale_inv_ = at::ones({S}, opts);
-  std::vector<float> maxes;
-  for (Format f : formats_) maxes.push_back(format_max(f));
-  fp8_max_ = at::tensor(maxes, at::kFloat).to(device);
+  fp8_max_ = fp8_max_tensor();
   last_amax_ = at::zeros({S}, opts);
   scratch_amax_ = at::zeros({S}, opts);
-  stats_sum_ = at::zeros({S, 3}, opts);
 }
 
 SlotRef DelayedScaling::slot(int index, bool record) const {
@@ -41,10 +31,18 @@ SlotRef DelayedScaling::slot(int index, bool record) const {
   FP8T_CHECK(index >= 0 && index < num_slots(), "bad FP8 slot index ", index);
   SlotRef ref;
   ref.scale = scale_[index];
-  ref.amax = record ? history_[0][index] : scratch_amax_[index];
-  ref.format = formats_[index];
+  ref.amax = recording(record) ? history_[0][index] : scratch_amax_[index];
+  ref.format = slot_format(index);
   ref.index = index;
   return ref;
+}
+
+Fp8Tensor DelayedScaling::quantize(int index, const CastSource& src, const CastOptions& opt) {
+  const SlotRef ref = slot(index, opt.record);
+  Backend& backend = backend_for(src.x.device());
+  Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias);
+  if (recording(opt.record) && collect_stats()) add_stats(index, backend.saturation_stats(materialize(src), ref));
+  return out;
 }
 
 void DelayedScaling::update(const at::Tensor& skip) {
@@ -97,22 +95,15 @@ int64_t DelayedScaling::weight_epoch() const {
   return recipe_.amax_update == AmaxUpdate::kMicrobatch ? steps_ended_ : update_count_;
 }
 
-void DelayedScaling::add_stats(int index, const at::Tensor& fractions) {
-  at::Tensor row = stats_sum_[index];
-  row.narrow(0, 0, 2).add_(fractions.to(row.device()));
-  row[2].add_(1.0);
-}
-
-std::vector<DelayedScaling::SlotStats> DelayedScaling::read_stats() {
-  const at::Tensor amax = last_amax_.cpu(), scale = scale_.cpu(), sums = stats_sum_.cpu();
+std::vector<SlotStats> DelayedScaling::read_stats() {
+  const at::Tensor amax = last_amax_.cpu(), scale = scale_.cpu(), sums = stats_sums().cpu();
   std::vector<SlotStats> out;
   for (int i = 0; i < num_slots(); ++i) {
-    const float n = sums[i][2].item<float>();
-    out.push_back(SlotStats{names_[i], format_name(formats_[i]), amax[i].item<float>(),
-                            scale[i].item<float>(), n > 0 ? sums[i][0].item<float>() / n : 0.0f,
-                            n > 0 ? sums[i][1].item<float>() / n : 0.0f});
+    const auto [saturated, underflow] = stats_fractions(sums, i);
+    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
+                            saturated, underflow, std::nullopt, std::nullopt});
   }
-  stats_sum_.zero_();
+  reset_stats();
   return out;
 }
 

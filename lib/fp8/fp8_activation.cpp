@@ -25,14 +25,11 @@ class Fp8GeluFunction : public torch::autograd::Function<Fp8GeluFunction> {
     const bool training = layer->is_training() && h.requires_grad();
     if (consumer == nullptr || !consumer->takes_fp8_input_only(training)) return at::gelu(h, "tanh");
 
-    Backend& backend = backend_for(h.device());
     const at::Tensor h2 = h.reshape({-1, h.size(-1)});
-    const SlotRef slot = consumer->input_slot(/*record=*/training);
-    Fp8Tensor y_fp8 = backend.gelu_quantize(h2, slot, /*rowwise=*/true, consumer->needs_input_columnwise(training));
-    DelayedScaling& scaling = consumer->scaling();
-    if (training && scaling.collect_stats()) {
-      scaling.add_stats(slot.index, backend.saturation_stats(at::gelu(h2, "tanh"), slot));
-    }
+    CastOptions opt;
+    opt.columnwise = consumer->needs_input_columnwise(training);
+    opt.record = training;
+    Fp8Tensor y_fp8 = consumer->scaling().quantize(consumer->slot_input(), CastSource::gelu(h2), opt);
     at::Tensor carrier = nan_carrier(h.sizes(), h.options());
     consumer->set_pending_input(carrier, std::move(y_fp8));
     return carrier;
@@ -47,18 +44,14 @@ class Fp8GeluFunction : public torch::autograd::Function<Fp8GeluFunction> {
       return {at::gelu_backward(grads[0].to(h.scalar_type()), h, "tanh"), at::Tensor()};
     }
     Fp8LinearGradState& producer = *compat::from_ivalue<Fp8LinearGradState>(found->second);
-    Backend& backend = backend_for(h.device());
     const int64_t n = h.size(-1);
     const at::Tensor h2 = h.reshape({-1, n});
     const at::Tensor dy = grads[0].reshape({-1, n});
-    const SlotRef slot = producer.grad_slot();
     at::Tensor dbias;
-    Fp8Tensor g_fp8 = backend.dgelu_quantize_grad(dy, h2, slot, producer.has_bias, &dbias);
-    DelayedScaling& scaling = *producer.scaling;
-    if (scaling.collect_stats()) {
-      scaling.add_stats(slot.index,
-                        backend.saturation_stats(at::gelu_backward(dy.to(h.scalar_type()), h2, "tanh"), slot));
-    }
+    CastOptions opt;
+    opt.columnwise = true;
+    opt.dbias = producer.has_bias ? &dbias : nullptr;
+    Fp8Tensor g_fp8 = producer.scaling->quantize(producer.slot_grad, CastSource::dgelu(dy, h2), opt);
     at::Tensor carrier = nan_carrier(h.sizes(), h.options());
     producer.pending = {carrier, std::move(g_fp8), std::move(dbias)};
     return {carrier, at::Tensor()};

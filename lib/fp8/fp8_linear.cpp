@@ -37,7 +37,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       y = at::linear(x.to(hp), weight.to(hp), bias.defined() ? bias.to(hp) : bias);
     } else {
       y = backend_for(x.device()).gemm(x_fp8.rowwise, w_fp8.rowwise, bias, hp, GemmKind::kFprop,
-                                       layer->scaling().recipe().fast_accumulation.fprop);
+                                       layer->scaling().fast_accumulation(GemmKind::kFprop));
     }
     if (training) save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, x_fp8, w_fp8);
     return y;
@@ -46,8 +46,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto state = compat::from_ivalue<Fp8LinearGradState>(ctx->saved_data["grad_state"]);
-    const Recipe& recipe = state->scaling->recipe();
-    const auto& ovr = recipe.override_linear_precision;
+    const Scaling& scaling = *state->scaling;
+    const auto& ovr = scaling.recipe().override_linear_precision;
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const auto hp = static_cast<at::ScalarType>(ctx->saved_data["hp"].toInt());
     const auto saved = ctx->get_saved_variables();
@@ -61,7 +61,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
         dx = at::mm(g.dy.to(hp), saved[1].to(hp));
       } else {
         dx = backend.gemm(g.dy_fp8.rowwise, saved_operand(ctx, "w"), at::Tensor(), hp, GemmKind::kDgrad,
-                          recipe.fast_accumulation.dgrad);
+                          scaling.fast_accumulation(GemmKind::kDgrad));
       }
     }
     if (ctx->needs_input_grad(1)) {
@@ -69,7 +69,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
         dw = at::mm(g.dy.to(hp).t(), saved[0].to(hp)).to(at::kFloat);
       } else {
         dw = backend.gemm(g.dy_fp8.columnwise, saved_operand(ctx, "x"), at::Tensor(), at::kFloat, GemmKind::kWgrad,
-                          recipe.fast_accumulation.wgrad);
+                          scaling.fast_accumulation(GemmKind::kWgrad));
       }
     }
     return {dx, dw, has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor()};
@@ -85,12 +85,11 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       return *given;
     }
     if (!x_row && !x_col) return Fp8Tensor{};
-    DelayedScaling& scaling = layer.scaling();
-    Backend& backend = backend_for(x.device());
-    const SlotRef slot = scaling.slot(layer.slot_input(), training);
-    Fp8Tensor x_fp8 = backend.quantize(x, slot, x_row, x_col);
-    if (training && scaling.collect_stats()) scaling.add_stats(slot.index, backend.saturation_stats(x, slot));
-    return x_fp8;
+    CastOptions opt;
+    opt.rowwise = x_row;
+    opt.columnwise = x_col;
+    opt.record = training;
+    return layer.scaling().quantize(layer.slot_input(), CastSource::tensor(x), opt);
   }
 
   // Saves only what the backward GEMMs read: FP8 copies, or the high-precision operand of an
@@ -111,11 +110,13 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     ctx->saved_data[name + "_col"] = op.codes;
     ctx->saved_data[name + "_col_sinv"] = op.scale_inv;
     ctx->saved_data[name + "_fmt"] = static_cast<int64_t>(op.format);
+    ctx->saved_data[name + "_layout"] = static_cast<int64_t>(op.scale_layout);
   }
 
   static Fp8Operand saved_operand(torch::autograd::AutogradContext* ctx, const std::string& name) {
     return Fp8Operand{ctx->saved_data[name + "_col"].toTensor(), ctx->saved_data[name + "_col_sinv"].toTensor(),
-                      static_cast<Format>(ctx->saved_data[name + "_fmt"].toInt())};
+                      static_cast<Format>(ctx->saved_data[name + "_fmt"].toInt()),
+                      static_cast<ScaleLayout>(ctx->saved_data[name + "_layout"].toInt())};
   }
 
   // The output gradient in high precision and in FP8 (with dbias when has_bias).
@@ -136,10 +137,10 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     }
     GradInput g{grad.contiguous(), Fp8Tensor{}};
     if (!ovr.dgrad || !ovr.wgrad) {
-      Backend& backend = backend_for(g.dy.device());
-      const SlotRef slot = state.grad_slot();
-      g.dy_fp8 = backend.quantize_grad(g.dy, slot, has_bias, dbias);
-      if (state.scaling->collect_stats()) state.scaling->add_stats(slot.index, backend.saturation_stats(g.dy, slot));
+      CastOptions opt;
+      opt.columnwise = true;
+      opt.dbias = has_bias ? dbias : nullptr;
+      g.dy_fp8 = state.scaling->quantize(state.slot_grad, CastSource::tensor(g.dy), opt);
     } else if (has_bias) {
       *dbias = g.dy.to(at::kFloat).sum(0);
     }
@@ -152,14 +153,13 @@ bool Fp8LinearGradState::takes_fp8_grad_only() const {
   return !ovr.dgrad && !ovr.wgrad;
 }
 
-Fp8Linear::Fp8Linear(const model::Linear& src, const std::string& name, std::shared_ptr<DelayedScaling> scaling)
+Fp8Linear::Fp8Linear(const model::Linear& src, const std::string& name, std::shared_ptr<Scaling> scaling)
     : in_features(src.in_features), out_features(src.out_features), name_(name), scaling_(std::move(scaling)) {
   weight = register_parameter("weight", src.weight);
   if (src.bias.defined()) bias = register_parameter("bias", src.bias);
-  const Recipe& r = scaling_->recipe();
-  slot_input_ = scaling_->add_slot(name + ":input", r.forward_format());
-  slot_weight_ = scaling_->add_slot(name + ":weight", r.forward_format());
-  slot_grad_ = scaling_->add_slot(name + ":grad_output", r.backward_format());
+  slot_input_ = scaling_->add_slot(name + ":input", TensorRole::kInput);
+  slot_weight_ = scaling_->add_slot(name + ":weight", TensorRole::kWeight);
+  slot_grad_ = scaling_->add_slot(name + ":grad_output", TensorRole::kGradOutput);
   grad_ = c10::make_intrusive<Fp8LinearGradState>();
   grad_->scaling = scaling_;
   grad_->slot_grad = slot_grad_;
@@ -192,14 +192,14 @@ const Fp8Tensor& Fp8Linear::weight_fp8(bool record, bool rowwise, bool columnwis
     c.fp8 = Fp8Tensor{};
     return c.fp8;
   }
-  const SlotRef slot = scaling_->slot(slot_weight_, record);
-  c.fp8 = backend_for(weight.device()).quantize(weight.detach(), slot, rowwise, columnwise);
-  if (record && scaling_->collect_stats()) {
-    scaling_->add_stats(slot.index, backend_for(weight.device()).saturation_stats(weight.detach(), slot));
-  }
+  CastOptions opt;
+  opt.rowwise = rowwise;
+  opt.columnwise = columnwise;
+  opt.record = record;
+  c.fp8 = scaling_->quantize(slot_weight_, CastSource::tensor(weight.detach()), opt);
   c.weight_version = version;
   c.update_count = scaling_->weight_epoch();
-  c.recorded = record;
+  c.recorded = record && !NoRecordScope::active();
   return c.fp8;
 }
 

@@ -1,4 +1,5 @@
-// Fp8Linear: y = x W^T + b with its three GEMMs in FP8 under delayed scaling.
+// Fp8Linear: y = x W^T + b with its three GEMMs in FP8 under the model's scaling recipe
+// (lib/fp8/scaling.h; the layer never names a concrete recipe).
 //
 //   fprop  y  = x  . W^T    x (E4M3, slot "input")  x W (E4M3, slot "weight")
 //   dgrad  dx = dy . W      dy (E5M2 under HYBRID, slot "grad_output") x W^T (column-wise copy)
@@ -16,8 +17,10 @@
 #include <memory>  // std::shared_ptr
 #include <string>  // std::string
 
-#include "lib/fp8/backend.h"          // Fp8Tensor, SlotRef
-#include "lib/fp8/delayed_scaling.h"  // DelayedScaling
+#include "lib/fp8/backend.h"          // Fp8Tensor
+#include "lib/fp8/delayed_scaling.h"  // DelayedScaling, for callers that build layers on the default
+                                      // recipe's state by hand (the layer itself holds a Scaling)
+#include "lib/fp8/scaling.h"          // Scaling
 #include "lib/model/layers.h"         // model::Linear, model::UnaryModule
 
 namespace fp8t {
@@ -29,10 +32,10 @@ namespace fp8 {
 // backward that runs after the layer was destroyed or replaced still finds it; the reference is
 // one pointer copy per forward.
 struct Fp8LinearGradState : torch::CustomClassHolder {
-  std::shared_ptr<DelayedScaling> scaling;
+  std::shared_ptr<Scaling> scaling;
   int slot_grad = -1;
   bool has_bias = false;
-  // Set by the following activation's backward: the output gradient cast with grad_slot() (and
+  // Set by the following activation's backward: the output gradient cast for slot_grad (and
   // its dbias when has_bias), for the backward call that receives `carrier`.
   struct PendingGrad {
     at::Tensor carrier;
@@ -40,7 +43,6 @@ struct Fp8LinearGradState : torch::CustomClassHolder {
     at::Tensor dbias;
   } pending;
 
-  SlotRef grad_slot() const { return scaling->slot(slot_grad, /*record=*/true); }
   // Whether the backward reads only the FP8 copies of the output gradient (dgrad and wgrad in FP8).
   bool takes_fp8_grad_only() const;
 };
@@ -49,13 +51,13 @@ class Fp8Linear : public model::UnaryModule {
  public:
   // Shares src's weight and bias (same tensors, same parameter names). Registers the slots
   // "<name>:input", "<name>:weight", "<name>:grad_output" in `scaling`.
-  Fp8Linear(const model::Linear& src, const std::string& name, std::shared_ptr<DelayedScaling> scaling);
+  Fp8Linear(const model::Linear& src, const std::string& name, std::shared_ptr<Scaling> scaling);
 
   at::Tensor forward(const at::Tensor& x) override;
 
-  // Handed over by a preceding Fp8Norm: its output y, already cast with input_slot().
+  // Handed over by a preceding Fp8Norm or fused activation: its output y (or the carrier that
+  // stands for it), already cast for slot_input().
   void set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8);
-  SlotRef input_slot(bool record) const { return scaling_->slot(slot_input_, record); }
   // Whether the backward needs the column-wise FP8 copy of the input (wgrad in FP8).
   bool needs_input_columnwise(bool training) const;
   // Whether no GEMM of this layer reads the high-precision input (fprop, and wgrad when
@@ -68,14 +70,13 @@ class Fp8Linear : public model::UnaryModule {
   // What the backward needs (see Fp8LinearGradState); the following activation's backward hands
   // the output gradient over through it.
   const c10::intrusive_ptr<Fp8LinearGradState>& grad_state() const { return grad_; }
-  SlotRef grad_slot() const { return grad_->grad_slot(); }
   bool has_bias() const { return bias.defined(); }
 
   // The weight in FP8, cast at most once per (weight version, scaling update).
   const Fp8Tensor& weight_fp8(bool record, bool rowwise, bool columnwise);
 
   const std::string& layer_name() const { return name_; }
-  DelayedScaling& scaling() const { return *scaling_; }
+  Scaling& scaling() const { return *scaling_; }
   int slot_input() const { return slot_input_; }
   int slot_weight() const { return slot_weight_; }
   int slot_grad_output() const { return slot_grad_; }
@@ -87,7 +88,7 @@ class Fp8Linear : public model::UnaryModule {
 
  private:
   std::string name_;
-  std::shared_ptr<DelayedScaling> scaling_;
+  std::shared_ptr<Scaling> scaling_;
   int slot_input_, slot_weight_, slot_grad_;
 
   struct Pending {

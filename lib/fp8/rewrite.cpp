@@ -7,6 +7,7 @@
 #include "lib/fp8/fp8_activation.h"  // Fp8Gelu
 #include "lib/fp8/fp8_linear.h"      // Fp8Linear
 #include "lib/fp8/fp8_norm.h"        // Fp8Norm
+#include "lib/fp8/recipe_fields.h"   // recipe_summary
 #include "lib/model/layers.h"        // SlotModule, Linear, Norm
 
 namespace fp8t {
@@ -30,7 +31,8 @@ bool name_listed(const std::string& name, const std::vector<std::string>& list) 
   return false;
 }
 
-std::string skip_reason(const model::Linear& l, const std::string& name, const Recipe& r) {
+std::string skip_reason(const model::Linear& l, const std::string& name, const Scaling& scaling) {
+  const Recipe& r = scaling.recipe();
   if (name_listed(name, r.skip_layers)) return "listed in fp8.skip_layers";
   if (l.in_features % 16 != 0 || l.out_features % 16 != 0) {
     return "features " + std::to_string(l.in_features) + "x" + std::to_string(l.out_features) +
@@ -40,7 +42,7 @@ std::string skip_reason(const model::Linear& l, const std::string& name, const R
     return "in*out " + std::to_string(l.in_features * l.out_features) + " below fp8.min_features_product " +
            std::to_string(r.min_features_product);
   }
-  return "";
+  return scaling.unsupported_linear(l.in_features, l.out_features);
 }
 
 using Containers = std::vector<std::pair<std::string, std::shared_ptr<model::SlotModule>>>;
@@ -60,8 +62,8 @@ Containers slot_containers(torch::nn::Module& root) {
 }
 
 // Pass 1: Linear layers. Returns the converted ones by full name.
-Fp8Linears convert_linears(const Containers& containers, const Recipe& recipe,
-                           const std::shared_ptr<DelayedScaling>& scaling, RewriteReport& report) {
+Fp8Linears convert_linears(const Containers& containers, const std::shared_ptr<Scaling>& scaling,
+                           RewriteReport& report) {
   Fp8Linears fp8_linears;
   double total_macs = 0.0, fp8_macs = 0.0;
   for (const auto& [prefix, container] : containers) {
@@ -70,7 +72,7 @@ Fp8Linears convert_linears(const Containers& containers, const Recipe& recipe,
       if (!linear) continue;
       const std::string name = join(prefix, slot.name);
       LayerDecision d{name, "Linear", std::to_string(linear->in_features) + "x" + std::to_string(linear->out_features),
-                      false, skip_reason(*linear, name, recipe),
+                      false, skip_reason(*linear, name, *scaling),
                       static_cast<double>(linear->in_features * linear->out_features)};
       total_macs += d.gemm_macs_per_token;
       if (d.reason.empty()) {
@@ -149,9 +151,10 @@ void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linear
 
 RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, const at::Device& device) {
   RewriteResult result;
-  result.scaling = std::make_shared<DelayedScaling>(recipe);
+  result.scaling = make_scaling(recipe);
+  result.report.recipe_line = recipe_summary(recipe);
   const Containers containers = slot_containers(root);
-  const Fp8Linears fp8_linears = convert_linears(containers, recipe, result.scaling, result.report);
+  const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, result.report);
   convert_norms(containers, fp8_linears, result.report);
   fuse_activations(containers, fp8_linears, result.report);
   result.scaling->finalize(device);
@@ -162,6 +165,7 @@ std::string RewriteReport::to_string() const {
   std::ostringstream os;
   size_t width = 5;
   for (const auto& l : layers) width = std::max(width, l.name.size());
+  if (!recipe_line.empty()) os << recipe_line << "\n";
   os << "FP8 rewrite: " << converted_linears << " Linear and " << converted_norms << " norm layers converted, "
      << fused_activations << " activations fused into FP8 casts; "
      << std::fixed << std::setprecision(1) << 100.0 * fp8_gemm_share << "% of Linear GEMM FLOPs in FP8\n";

@@ -5,7 +5,8 @@
 //
 // Skip rules, in order: the layer's name is in recipe.skip_layers (exact, or the last name
 // components, e.g. "lm_head" or "attn.c_proj"); in or out features not a multiple of 16
-// (cuBLASLt FP8 requirement); in*out below recipe.min_features_product (too small to gain).
+// (cuBLASLt FP8 requirement); in*out below recipe.min_features_product (too small to gain); the
+// recipe cannot run it (Scaling::unsupported_linear, e.g. the block GEMM's constraints).
 //
 // A GELU activation between two Linears (model::Activation slot) becomes an Fp8Gelu when either
 // neighbour is an Fp8Linear: GELU runs inside the FP8 cast of c_proj's input and of c_fc's
@@ -18,8 +19,8 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/fp8/delayed_scaling.h"  // DelayedScaling
-#include "lib/fp8/recipe.h"           // Recipe
+#include "lib/fp8/recipe.h"   // Recipe
+#include "lib/fp8/scaling.h"  // Scaling
 
 namespace fp8t {
 namespace fp8 {
@@ -39,11 +40,12 @@ struct RewriteReport {
   int converted_norms = 0;
   int fused_activations = 0;  // GELUs fused into the casts of the FP8 Linears around them
   double fp8_gemm_share = 0.0;  // share of Linear GEMM work (per token) now in FP8
+  std::string recipe_line;      // the recipe and the fields that take effect under it
   std::string to_string() const;
 };
 
 struct RewriteResult {
-  std::shared_ptr<DelayedScaling> scaling;  // finalized on `device`
+  std::shared_ptr<Scaling> scaling;  // the recipe's state class (make_scaling), finalized on `device`
   RewriteReport report;
 };
 

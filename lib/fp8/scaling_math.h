@@ -1,4 +1,4 @@
-// The per-slot arithmetic of delayed scaling, written once for host and device. It follows
+// The per-slot arithmetic of delayed and current scaling, written once for host and device. It follows
 // TransformerEngine's default (fused) update kernel, `kernel_bulk` in
 // transformer_engine/common/recipe/delayed_scaling.cu (TE >= 1.7); docs/fp8.md lists where
 // fp8train differs from TE and why.
@@ -43,6 +43,20 @@ FP8T_HOST_DEVICE float compute_scale(float amax, float old_scale, float fp8_max,
   if (is_finite(amax) && amax > 0.0f) s = scaled_max(fp8_max, two_pow_margin) / amax;
   if (is_inf(s)) s = FLT_MAX;
   return s;
+}
+
+// Current scaling (TE Float8CurrentScaling): the scale of a tensor from its own amax, taken in
+// the same step, with delayed scaling's formula and margin (compute_scale, starting from 1):
+//   amax > 0 and finite  -> (fp8_max * 2^-margin) / amax, FLT_MAX if that overflows;
+//   amax == 0            -> 1 (all zeros or NaN: any scale gives the same codes);
+//   amax == inf          -> NaN: the tensor holds +-inf, and with a finite scale the inf would
+//                           saturate to a finite +-fp8_max code unnoticed; a NaN scale makes
+//                           every code NaN, so the loss or the gradients turn non-finite and the
+//                           trainer skips the step (train.max_skipped_steps) instead.
+// (amax itself is never NaN: amax_combine drops NaN elements.)
+FP8T_HOST_DEVICE float current_scale(float amax, float fp8_max, float two_pow_margin) {
+  if (is_inf(amax)) return amax - amax;  // inf - inf = NaN, the same on host and device
+  return compute_scale(amax, 1.0f, fp8_max, two_pow_margin);
 }
 
 // One update of one slot. history points at h[0] of the slot, consecutive entries are

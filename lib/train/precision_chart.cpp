@@ -14,7 +14,7 @@
 #include "lib/config/fields.h"        // config::to_string
 #include "lib/dist/communicator.h"    // dist::Communicator
 #include "lib/dist/grad_sync.h"       // dist::GradientSync
-#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/fp8/scaling.h"          // fp8::Scaling
 #include "lib/fp8/fp8_linear.h"       // fp8::Fp8Linear
 #include "lib/fp8/rewrite.h"          // fp8::RewriteReport
 #include "lib/model/gpt.h"            // model::Gpt, model::CausalSelfAttention
@@ -89,7 +89,7 @@ std::vector<OwnedParam> owned_parameters(const model::Gpt& gpt) {
 // "fprop E4M3 x E4M3, dgrad E5M2 x E4M3, wgrad E5M2 x E4M3" from the layer's scaling slots and
 // the recipe's overrides (an overridden GEMM runs in `hp`).
 std::string fp8_gemms(const fp8::Fp8Linear& l, const std::string& hp, bool* any_fp8) {
-  const fp8::DelayedScaling& s = l.scaling();
+  const fp8::Scaling& s = l.scaling();
   const auto& ov = s.recipe().override_linear_precision;
   auto fmt = [&](int slot) { return std::string(fp8::format_name(s.slot_format(slot))); };
   auto gemm = [&](const char* name, bool high, int a, int b) {
@@ -109,6 +109,12 @@ std::string skip_reason(const fp8::RewriteReport* report, const std::string& nam
   return "";
 }
 
+// Only delayed scaling reduces amaxes across ranks (the other recipes' weight scales agree
+// because the weights do).
+bool reduces_amax(const Session& s) {
+  return s.scaling() != nullptr && s.scaling()->kind() == fp8::RecipeKind::kDelayed && s.config().fp8.reduce_amax;
+}
+
 ChartRow compute_row(const Session& s) {
   RowBuilder row("compute_gemm", "compute (GEMM)");
   const std::string hp = dtype_name(s.autocast_dtype());
@@ -116,10 +122,9 @@ ChartRow compute_row(const Session& s) {
   std::string how = "; emulated on the CPU: FP32 GEMMs of FP8-rounded operands";
   if (!cpu && s.scaling()) {
     // cuBLASLt accumulates in FP32; "fast accumulation" promotes to FP32 less often.
-    const auto& fast = s.scaling()->recipe().fast_accumulation;
     std::string fast_gemms;
-    for (const auto& [name, on] : {std::pair{"fprop", fast.fprop}, {"dgrad", fast.dgrad}, {"wgrad", fast.wgrad}}) {
-      if (on) fast_gemms += std::string(fast_gemms.empty() ? "" : ", ") + name;
+    for (const fp8::GemmKind k : {fp8::GemmKind::kFprop, fp8::GemmKind::kDgrad, fp8::GemmKind::kWgrad}) {
+      if (s.scaling()->fast_accumulation(k)) fast_gemms += std::string(fast_gemms.empty() ? "" : ", ") + fp8::to_string(k);
     }
     how = "; cuBLASLt FP8 GEMMs, FP32 accumulation" +
           (fast_gemms.empty() ? std::string() : " (fast accumulation in " + fast_gemms + ")");
@@ -226,11 +231,18 @@ ChartRow communication_row(const Session& s, int planned_world_size) {
                                            : s.parameters().front().scalar_type());
   const dist::Communicator* comm = s.communicator();
   if (comm != nullptr && s.gradient_sync() != nullptr) {
-    row.add(grads, "gradient all-reduce (average) in " + std::to_string(s.gradient_sync()->num_buckets()) +
+    const bool zero = s.gradient_sync()->sharded();
+    row.add(grads, std::string(zero ? "ZeRO-1: gradient reduce-scatter (average of this rank's shard)"
+                                    : "gradient all-reduce (average)") +
+                       " in " + std::to_string(s.gradient_sync()->num_buckets()) +
                        " buckets of up to " + num(s.config().dist.bucket_mb) + " MiB over " +
                        comm->backend_name() + ", " + std::to_string(comm->world_size()) +
                        " ranks, during the last backward");
-    if (s.scaling() && s.config().fp8.reduce_amax) {
+    if (zero) {
+      row.add(grads, "ZeRO-1: all-gather of the updated weights after AdamW; the AdamW moments are sharded "
+                     "across the ranks (each holds 1/" + std::to_string(comm->world_size()) + ")");
+    }
+    if (reduces_amax(s)) {
       row.add(dtype_name(s.scaling()->amax_history().scalar_type()),
               "FP8 amax MAX all-reduce of " + std::to_string(s.scaling()->num_slots()) +
                   " slots in one collective before each scale update");
@@ -240,7 +252,7 @@ ChartRow communication_row(const Session& s, int planned_world_size) {
   } else if (planned_world_size > 1) {
     row.add(grads, "gradient all-reduce (average) over " + std::to_string(planned_world_size) +
                        " ranks (NCCL between GPUs, Gloo between CPUs)" +
-                       (s.scaling() && s.config().fp8.reduce_amax ? "; FP32 amax MAX all-reduce before scale updates" : ""));
+                       (reduces_amax(s) ? "; FP32 amax MAX all-reduce before scale updates" : ""));
   } else {
     row.add("none", "one process: no collectives");
   }
@@ -256,9 +268,11 @@ ChartRow loss_scaling_row(const Session& s) {
                            std::to_string(o.growth_interval) + " finite steps, x" +
                            num(o.backoff_factor) +
                            " and the step skipped on inf/NaN gradients (torch.amp.GradScaler's rules)");
-  } else if (const fp8::DelayedScaling* ds = s.scaling()) {
-    row.add("none", "the weight gradients are FP32; the FP8 tensors have per-tensor delayed scaling (" +
-                        std::to_string(ds->num_slots()) + " slots)");
+  } else if (const fp8::Scaling* fs = s.scaling()) {
+    const bool block = fs->kind() == fp8::RecipeKind::kBlock;
+    row.add("none", std::string("the weight gradients are FP32; the FP8 tensors have ") +
+                        (block ? "" : "per-tensor ") + fp8::to_string(fs->kind()) + " scaling (" +
+                        std::to_string(fs->num_slots()) + " slots)");
   } else {
     row.add("none", dtype_name(s.autocast_dtype()) + " has FP32's exponent range");
   }

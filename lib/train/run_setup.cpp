@@ -10,7 +10,8 @@
 #include "lib/config/fields.h"        // config::to_string
 #include "lib/dist/communicator.h"    // dist::Communicator
 #include "lib/dist/grad_sync.h"       // dist::GradientSync
-#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/fp8/recipe_fields.h"    // recipe_fields_in_effect, recipe_fields_without_effect
+#include "lib/fp8/scaling.h"          // fp8::Scaling
 #include "lib/model/gpt.h"            // model::Gpt
 #include "lib/train/precision_chart.h"  // precision_chart
 #include "lib/train/resources.h"      // check_memory_fits
@@ -24,6 +25,19 @@ namespace {
 RunDir::Mode run_dir_mode(const ExperimentConfig& cfg, const TrainOptions& options) {
   if (options.resume) return RunDir::Mode::kResume;
   return cfg.run.overwrite ? RunDir::Mode::kOverwrite : RunDir::Mode::kCreate;
+}
+
+// The recipe fields that take effect under the chosen recipe, for the plan line.
+std::string recipe_settings(const fp8::Recipe& r) {
+  switch (r.kind) {
+    case fp8::RecipeKind::kDelayed:
+      return fmt::format("format {}, margin {}, interval {}, amax history {} ({}), ", fp8::to_string(r.fp8_format),
+                         r.margin, r.interval, r.amax_history_len, fp8::to_string(r.amax_compute_algo));
+    case fp8::RecipeKind::kCurrent: return fmt::format("format {}, margin {}, ", fp8::to_string(r.fp8_format), r.margin);
+    case fp8::RecipeKind::kBlock:
+      return fmt::format("E4M3, {} block scales, ", r.block_power_of_2_scales ? "power-of-2" : "FP32");
+  }
+  return "";
 }
 
 // The first lines of every run: what trains where, on which data, with which FP8 recipe.
@@ -42,13 +56,12 @@ void log_plan(const Run& run) {
     spdlog::info("data: entropy floor {:.4f} nats/token (the best achievable loss); ln(vocab) = {:.4f}", *floor,
                  std::log(static_cast<double>(cfg.model.vocab_size)));
   }
-  if (const fp8::DelayedScaling* scaling = run.scaling()) {
+  if (const fp8::Scaling* scaling = run.scaling()) {
     spdlog::info("{}", run.session->rewrite_report());
-    spdlog::info("fp8 recipe: format {}, margin {}, interval {}, amax history {} ({}), override fprop/dgrad/wgrad "
-                 "{}/{}/{}, {} FP8 tensor slots", fp8::to_string(cfg.fp8.fp8_format), cfg.fp8.margin,
-                 cfg.fp8.interval, cfg.fp8.amax_history_len, fp8::to_string(cfg.fp8.amax_compute_algo),
-                 cfg.fp8.override_linear_precision.fprop, cfg.fp8.override_linear_precision.dgrad,
-                 cfg.fp8.override_linear_precision.wgrad, scaling->num_slots());
+    spdlog::info("fp8 recipe {}: {}override fprop/dgrad/wgrad {}/{}/{}, {} FP8 tensor slots",
+                 fp8::to_string(scaling->kind()), recipe_settings(cfg.fp8), cfg.fp8.override_linear_precision.fprop,
+                 cfg.fp8.override_linear_precision.dgrad, cfg.fp8.override_linear_precision.wgrad,
+                 scaling->num_slots());
   }
   spdlog::info("plan: {} steps x {} tokens ({} micro-batches of {}x{}{}), {:.3g} model FLOPs/token", t.steps,
                run.tokens_per_step, t.grad_accum_steps, t.micro_batch_size, cfg.model.seq_len,
@@ -86,6 +99,11 @@ nlohmann::json dry_run_plan(const Run& run) {
   nlohmann::json plan = {{"status", "dry-run"}, {"parameters", run.session->model().parameter_count()},
                          {"device", run.device.str()}, {"precision", config::to_string(run.cfg.precision)}};
   if (!run.session->rewrite_report().empty()) plan["fp8_rewrite"] = run.session->rewrite_report();
+  if (const fp8::Scaling* scaling = run.scaling()) {
+    plan["fp8_recipe"] = {{"recipe", fp8::to_string(scaling->kind())},
+                          {"keys_in_effect", fp8::recipe_fields_in_effect(scaling->kind())},
+                          {"keys_without_effect", fp8::recipe_fields_without_effect(scaling->kind())}};
+  }
   // The optimizer and the process group do not exist yet: the chart applies their rules.
   const PrecisionChart chart = precision_chart(*run.session, run.world_size);
   spdlog::info("{}", chart.to_string());

@@ -30,7 +30,7 @@ struct Run {
   bool main_rank = true;        // rank 0: the only one that writes the run folder
   int64_t tokens_per_step = 0;  // over all ranks
 
-  fp8::DelayedScaling* scaling() const { return session->scaling(); }  // null unless fp8
+  fp8::Scaling* scaling() const { return session->scaling(); }  // null unless fp8
 };
 
 // Resolves the device, checks the run folder (read-only), opens the data, builds the model and

@@ -20,7 +20,7 @@ class Communicator;
 class GradientSync;
 }  // namespace dist
 namespace fp8 {
-class DelayedScaling;
+class Scaling;
 struct RewriteReport;
 }  // namespace fp8
 namespace model {
@@ -75,7 +75,7 @@ class Session {
   const c10::Device& device() const { return device_; }
   model::Gpt& model() { return *gpt_; }
   const model::Gpt& model() const { return *gpt_; }
-  fp8::DelayedScaling* scaling() const { return scaling_.get(); }  // null unless fp8
+  fp8::Scaling* scaling() const { return scaling_.get(); }  // the recipe's state; null unless fp8
   AdamW& optimizer();
   const AdamW& optimizer() const;
   dist::Communicator* communicator() const { return comm_.get(); }
@@ -105,7 +105,7 @@ class Session {
   ExperimentConfig cfg_;
   c10::Device device_;
   std::shared_ptr<model::Gpt> gpt_;
-  std::shared_ptr<fp8::DelayedScaling> scaling_;
+  std::shared_ptr<fp8::Scaling> scaling_;
   std::string rewrite_report_;
   std::shared_ptr<const fp8::RewriteReport> rewrite_;
   std::unique_ptr<LossScaler> loss_scaler_;

@@ -45,6 +45,7 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   ck.meta["step"] = step;
   ck.meta["data_position"] = run.data.train_position();
   ck.meta["precision"] = config::to_string(run.cfg.precision);
+  if (const auto* scaling = session.scaling()) ck.meta["fp8_recipe"] = fp8::to_string(scaling->kind());
   ck.meta["world_size"] = run.world_size;
   return ck;
 }
@@ -61,6 +62,17 @@ void restore_optimizer(Run& run, const Checkpoint& ck, const std::filesystem::pa
     loader.add(ck.tensors, {}, path.string());
   }
   loader.finish();
+}
+
+// The FP8 state in the checkpoint belongs to one recipe (fp8_recipe; older checkpoints: delayed).
+void check_fp8_recipe(const Run& run, const Checkpoint& ck, const std::filesystem::path& path) {
+  const fp8::Scaling* scaling = run.session->scaling();
+  if (scaling == nullptr) return;
+  const std::string saved = ck.meta.value("fp8_recipe", std::string(fp8::to_string(fp8::RecipeKind::kDelayed)));
+  const std::string now = fp8::to_string(scaling->kind());
+  FP8T_INPUT_CHECK(saved == now, "the checkpoint ", path.string(), " was written under fp8.recipe ", saved,
+                   " and this run uses fp8.recipe ", now, ": resume with --fp8-recipe ", saved,
+                   ", or start a new run (--run-name) to train under ", now);
 }
 
 void restore_checkpoint(Run& run, const Checkpoint& ck) {
@@ -101,6 +113,7 @@ void Checkpointer::resume(Progress& progress) {
     spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world,
                  saved_zero ? " (ZeRO-1)" : "", run_.world_size, run_.session->optimizer().sharded() ? " (ZeRO-1)" : "");
   }
+  check_fp8_recipe(run_, ck, path_);
   restore_checkpoint(run_, ck);
   restore_optimizer(run_, ck, path_);
   committed_step_ = ck.meta.at("step").get<int64_t>();

@@ -10,7 +10,7 @@
 #include <csignal>    // std::signal
 
 #include "lib/dist/communicator.h"    // dist::Communicator
-#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/fp8/scaling.h"          // fp8::Scaling
 #include "lib/train/loss_scaler.h"    // LossScaler
 #include "lib/train/lr_schedule.h"    // learning_rate
 #include "lib/train/step_health.h"    // StepHealth
@@ -24,20 +24,38 @@ namespace {
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
-// Largest difference of any FP8 scale between two ranks (0: every rank uses identical scales):
-// one MAX all-reduce of [scale, -scale] gives the maximum and minus the minimum per slot.
-double scale_spread_across_ranks(dist::Communicator& comm, const fp8::DelayedScaling& scaling) {
-  const at::Tensor both = at::cat({scaling.scale(), -scaling.scale()});
+// The per-tensor scales every rank must hold identically: all of them under delayed scaling
+// (its amaxes are reduced), the weights' under current scaling (the weights are identical; the
+// activations and gradients are each rank's own). Undefined for block scaling.
+at::Tensor scales_ranks_share(const fp8::Scaling& scaling) {
+  if (!scaling.scale().defined() || scaling.kind() == fp8::RecipeKind::kBlock) return at::Tensor();
+  if (scaling.kind() == fp8::RecipeKind::kDelayed) return scaling.scale();
+  std::vector<int64_t> weights;
+  for (int i = 0; i < scaling.num_slots(); ++i) {
+    if (scaling.slot_role(i) == fp8::TensorRole::kWeight) weights.push_back(i);
+  }
+  return scaling.scale().index_select(0, at::tensor(weights, at::kLong).to(scaling.scale().device()));
+}
+
+// Largest difference of any shared FP8 scale between two ranks (0: every rank uses identical
+// scales): one MAX all-reduce of [scale, -scale] gives the maximum and minus the minimum per slot.
+double scale_spread_across_ranks(dist::Communicator& comm, const fp8::Scaling& scaling) {
+  const at::Tensor shared = scales_ranks_share(scaling);
+  if (!shared.defined() || shared.numel() == 0) return 0.0;
+  const at::Tensor both = at::cat({shared, -shared});
   comm.all_reduce(both, dist::ReduceOp::kMax);
-  const int64_t slots = scaling.scale().numel();
+  const int64_t slots = shared.numel();
   return (both.narrow(0, 0, slots) + both.narrow(0, slots, slots)).abs().max().item<double>();
 }
 
-nlohmann::json fp8_stats_json(fp8::DelayedScaling& scaling) {
+nlohmann::json fp8_stats_json(fp8::Scaling& scaling) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& s : scaling.read_stats()) {
-    rows.push_back({{"slot", s.name}, {"format", s.format}, {"amax", s.amax}, {"scale", s.scale},
-                    {"saturated", s.saturated}, {"underflow", s.underflow}});
+    nlohmann::json row = {{"slot", s.name}, {"format", s.format}, {"amax", s.amax}, {"scale", s.scale},
+                          {"saturated", s.saturated}, {"underflow", s.underflow}};
+    if (s.min_block_scale) row["block_scale_min"] = *s.min_block_scale;
+    if (s.max_block_scale) row["block_scale_max"] = *s.max_block_scale;
+    rows.push_back(std::move(row));
   }
   return rows;
 }
@@ -137,11 +155,13 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
 
 // The scale spread between ranks (in a job) and the per-slot statistics (fp8.stats).
 void StepLogger::add_fp8_fields(nlohmann::json& row, int64_t step) {
-  fp8::DelayedScaling* scaling = run_.scaling();
+  fp8::Scaling* scaling = run_.scaling();
   if (scaling && run_.comm) {
     const double spread = scale_spread_across_ranks(*run_.comm, *scaling);
     row["fp8_scale_spread_across_ranks"] = spread;
-    progress_.record_scale_spread(spread, step + 1, run_.cfg.fp8.reduce_amax);
+    // Unreduced delayed amaxes (fp8.reduce_amax false) may differ; every other shared scale may not.
+    const bool expect_identical = scaling->kind() != fp8::RecipeKind::kDelayed || run_.cfg.fp8.reduce_amax;
+    progress_.record_scale_spread(spread, step + 1, expect_identical);
   }
   if (scaling && run_.cfg.fp8.stats) {
     row["fp8"] = fp8_stats_json(*scaling);
@@ -200,7 +220,7 @@ StepResult TrainingLoop::train_step(int64_t step) {
   StepResult result;
   result.step = step;
   result.log_step = logger_.is_log_step(step);
-  if (fp8::DelayedScaling* scaling = run_.scaling()) scaling->set_collect_stats(run_.cfg.fp8.stats && result.log_step);
+  if (fp8::Scaling* scaling = run_.scaling()) scaling->set_collect_stats(run_.cfg.fp8.stats && result.log_step);
   result.lr = learning_rate(t, step);
   result.grad_norm = run_.session->step([&] { return run_.data.next_train(t.micro_batch_size); }, result.lr,
                                         logger_.loss_sum(), {}, step + 1);

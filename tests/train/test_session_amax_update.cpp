@@ -49,7 +49,7 @@ TEST_CASE("session: fp8.amax_update step vs microbatch (updates, weight casts)",
     return data::Batch{t.narrow(1, 0, 16).contiguous(), t.narrow(1, 1, 16).contiguous()};
   };
   at::Tensor loss_sum = at::zeros({});
-  const fp8::DelayedScaling& ds = *session.scaling();
+  const auto& ds = dynamic_cast<const fp8::DelayedScaling&>(*session.scaling());
   for (int step = 1; step <= 2; ++step) {
     session.step(next, 1e-3, loss_sum);
     REQUIRE(ds.update_count() == (per_micro ? kMicroBatches * step : step));

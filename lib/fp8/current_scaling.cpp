@@ -1,0 +1,71 @@
+#include "lib/fp8/current_scaling.h"
+
+#include <cmath>  // std::ldexp
+
+#include "lib/fp8/scaling_math.h"  // kMaxMargin
+#include "lib/util/error.h"         // FP8T_CHECK
+
+namespace fp8t {
+namespace fp8 {
+
+CurrentScaling::CurrentScaling(const Recipe& recipe)
+    : Scaling(recipe), two_pow_margin_(std::ldexp(1.0f, recipe.margin)) {
+  FP8T_CHECK(recipe.margin >= -kMaxMargin && recipe.margin <= kMaxMargin, "fp8.margin must be in [-", kMaxMargin,
+             ", ", kMaxMargin, "]");
+}
+
+void CurrentScaling::allocate(const at::Device& device) {
+  const int64_t S = num_slots();
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  amax_ = at::zeros({S}, opts);
+  scale_ = at::ones({S}, opts);
+  scale_inv_ = at::ones({S}, opts);
+  amax_rows_ = amax_.view({1, S});
+  scratch_amax_ = at::zeros({S}, opts);
+  scratch_scale_ = at::ones({S}, opts);
+  scratch_scale_inv_ = at::ones({S}, opts);
+}
+
+CurrentScaling::CastState CurrentScaling::cast_state(int slot, bool record) const {
+  FP8T_CHECK(finalized(), "CurrentScaling used before finalize()");
+  FP8T_CHECK(slot >= 0 && slot < num_slots(), "bad FP8 slot index ", slot);
+  if (recording(record)) return {amax_[slot], scale_[slot], scale_inv_[slot]};
+  return {scratch_amax_[slot], scratch_scale_[slot], scratch_scale_inv_[slot]};
+}
+
+// amax pass (or the producer's amax), the scale on the device, then the fused per-tensor cast.
+Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOptions& opt) {
+  const CastState st = cast_state(slot, opt.record);
+  Backend& backend = backend_for(src.x.device());
+  if (opt.known_amax.defined()) {
+    st.amax.copy_(opt.known_amax);
+  } else {
+    st.amax.zero_();
+    backend.record_amax(src, st.amax);
+  }
+  backend.current_scale(st.amax, st.scale, st.scale_inv, format_max(slot_format(slot)), two_pow_margin_);
+  // The cast max-accumulates the same amax again into st.amax (no change): no separate sink needed.
+  const SlotRef ref{st.scale, st.amax, slot_format(slot), slot};
+  Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias);
+  if (recording(opt.record) && collect_stats()) add_stats(slot, backend.saturation_stats(materialize(src), ref));
+  return out;
+}
+
+void CurrentScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
+  if (last_of_step) ++steps_ended_;
+}
+
+std::vector<SlotStats> CurrentScaling::read_stats() {
+  const at::Tensor amax = amax_.cpu(), scale = scale_.cpu(), sums = stats_sums().cpu();
+  std::vector<SlotStats> out;
+  for (int i = 0; i < num_slots(); ++i) {
+    const auto [saturated, underflow] = stats_fractions(sums, i);
+    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
+                            saturated, underflow, std::nullopt, std::nullopt});
+  }
+  reset_stats();
+  return out;
+}
+
+}  // namespace fp8
+}  // namespace fp8t

@@ -1,0 +1,89 @@
+#include "lib/fp8/scaling.h"
+
+#include "lib/fp8/block_scaling.h"    // BlockScaling
+#include "lib/fp8/current_scaling.h"  // CurrentScaling
+#include "lib/fp8/delayed_scaling.h"  // DelayedScaling
+#include "lib/util/error.h"           // FP8T_CHECK, FP8T_THROW
+
+namespace fp8t {
+namespace fp8 {
+
+namespace {
+
+thread_local int no_record_depth = 0;
+
+}  // namespace
+
+NoRecordScope::NoRecordScope() { ++no_record_depth; }
+NoRecordScope::~NoRecordScope() { --no_record_depth; }
+bool NoRecordScope::active() { return no_record_depth > 0; }
+
+Scaling::Scaling(const Recipe& recipe) : recipe_(recipe) {}
+
+int Scaling::add_slot(const std::string& name, Format format, TensorRole role) {
+  FP8T_CHECK(!finalized(), "slots must be added before finalize()");
+  names_.push_back(name);
+  formats_.push_back(format);
+  roles_.push_back(role);
+  return static_cast<int>(names_.size()) - 1;
+}
+
+Format Scaling::format_for(TensorRole role) const {
+  return role == TensorRole::kGradOutput ? recipe_.backward_format() : recipe_.forward_format();
+}
+
+void Scaling::finalize(const at::Device& device) {
+  FP8T_CHECK(!finalized(), "finalize() called twice");
+  device_ = device;
+  stats_sum_ = at::zeros({num_slots(), 3}, at::TensorOptions().dtype(at::kFloat).device(device));
+  allocate(device);
+}
+
+const at::Device& Scaling::device() const {
+  FP8T_CHECK(finalized(), "FP8 scaling state used before finalize()");
+  return *device_;
+}
+
+std::optional<SlotRef> Scaling::fused_cast_slot(int /*slot*/, bool /*record*/) const { return std::nullopt; }
+
+bool Scaling::fast_accumulation(GemmKind kind) const {
+  const FastAccumulation& f = recipe_.fast_accumulation;
+  switch (kind) {
+    case GemmKind::kFprop: return f.fprop;
+    case GemmKind::kDgrad: return f.dgrad;
+    case GemmKind::kWgrad: return f.wgrad;
+  }
+  return false;
+}
+
+std::string Scaling::unsupported_linear(int64_t /*in_features*/, int64_t /*out_features*/) const { return ""; }
+
+void Scaling::add_stats(int index, const at::Tensor& fractions) {
+  at::Tensor row = stats_sum_[index];
+  row.narrow(0, 0, 2).add_(fractions.to(row.device()));
+  row[2].add_(1.0);
+}
+
+std::pair<float, float> Scaling::stats_fractions(const at::Tensor& sums_cpu, int i) const {
+  const float n = sums_cpu[i][2].item<float>();
+  if (n <= 0) return {0.0f, 0.0f};
+  return {sums_cpu[i][0].item<float>() / n, sums_cpu[i][1].item<float>() / n};
+}
+
+at::Tensor Scaling::fp8_max_tensor() const {
+  std::vector<float> maxes;
+  for (Format f : formats_) maxes.push_back(format_max(f));
+  return at::tensor(maxes, at::kFloat).to(device());
+}
+
+std::shared_ptr<Scaling> make_scaling(const Recipe& recipe) {
+  switch (recipe.kind) {
+    case RecipeKind::kDelayed: return std::make_shared<DelayedScaling>(recipe);
+    case RecipeKind::kCurrent: return std::make_shared<CurrentScaling>(recipe);
+    case RecipeKind::kBlock: return std::make_shared<BlockScaling>(recipe);
+  }
+  FP8T_THROW(ExitCode::kBadInput, "fp8.recipe ", to_string(recipe.kind), " is not available in this build");
+}
+
+}  // namespace fp8
+}  // namespace fp8t
