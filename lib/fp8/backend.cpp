@@ -2,11 +2,13 @@
 
 #include <cmath>  // std::fabs
 
-#include "lib/fp8/cpu_backend.h"   // cpu_backend
-#include "lib/fp8/scaling_math.h"  // amax_combine
-#include "lib/util/error.h"        // FP8T_THROW
+#include "lib/fp8/block_backend.h"  // block_quantize_operands
+#include "lib/fp8/cpu_backend.h"    // cpu_backend
+#include "lib/fp8/scaling_math.h"   // amax_combine
+#include "lib/fp8/swiglu_ops.h"     // swiglu_value, swiglu_gradient
+#include "lib/util/error.h"         // FP8T_THROW
 #if defined(FP8T_WITH_CUDA)
-#include "lib/fp8/cuda_backend.h"  // cuda_backend
+#include "lib/fp8/cuda_backend.h"   // cuda_backend
 #endif
 
 namespace fp8t {
@@ -30,11 +32,22 @@ Fp8Tensor Backend::dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h
   return quantize_grad(at::gelu_backward(dy.to(h.scalar_type()), h, "tanh"), slot, want_dbias, dbias);
 }
 
+Fp8Tensor Backend::swiglu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) {
+  return quantize(swiglu_value(h), slot, rowwise, columnwise);
+}
+
+Fp8Tensor Backend::dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                         bool want_dbias, at::Tensor* dbias) {
+  return quantize_grad(swiglu_gradient(dy, h), slot, want_dbias, dbias);
+}
+
 at::Tensor materialize(const CastSource& src) {
   switch (src.op) {
     case CastOp::kIdentity: return src.x;
     case CastOp::kGelu: return at::gelu(src.x, "tanh");
     case CastOp::kDgelu: return at::gelu_backward(src.x.to(src.h.scalar_type()), src.h, "tanh");
+    case CastOp::kSwiglu: return swiglu_value(src.x);
+    case CastOp::kDswiglu: return swiglu_gradient(src.x, src.h);
   }
   FP8T_THROW(ExitCode::kFailure, "materialize: unknown cast operation ", static_cast<int>(src.op));
 }
@@ -46,6 +59,8 @@ Fp8Tensor Backend::cast(const CastSource& src, const SlotRef& slot, bool rowwise
       return dbias != nullptr ? quantize_grad(src.x, slot, true, dbias) : quantize(src.x, slot, rowwise, columnwise);
     case CastOp::kGelu: return gelu_quantize(src.x, slot, rowwise, columnwise);
     case CastOp::kDgelu: return dgelu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
+    case CastOp::kSwiglu: return swiglu_quantize(src.x, slot, rowwise, columnwise);
+    case CastOp::kDswiglu: return dswiglu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
   }
   FP8T_THROW(ExitCode::kFailure, "fp8 cast: unknown cast operation ", static_cast<int>(src.op));
 }
@@ -59,10 +74,10 @@ void Backend::record_amax(const CastSource& src, const at::Tensor& amax) {
   amax.fill_(amax_combine(prev, m));
 }
 
-Fp8Tensor Backend::block_quantize(const at::Tensor& x, int block_rows, bool /*rowwise*/, bool /*columnwise*/,
-                                  bool /*pow2_scales*/) {
-  FP8T_THROW(ExitCode::kBadInput, "fp8.recipe block: the ", name(), " backend has no block-scaled casts in this build (",
-             block_rows, "x128 blocks of a ", x.sizes(), " tensor)");
+Fp8Tensor Backend::block_quantize(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
+                                  bool pow2_scales) {
+  // One implementation for both devices (lib/fp8/block_quantize.h: the CPU emulation or the kernels).
+  return block_quantize_operands(x, block_rows, rowwise, columnwise, pow2_scales);
 }
 
 #if defined(FP8T_WITH_CUDA)

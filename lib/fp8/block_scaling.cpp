@@ -4,7 +4,6 @@
 #include <limits>  // std::numeric_limits
 #include <string>  // std::to_string
 
-#include "lib/fp8/block_backend.h"   // block_quantize_operands
 #include "lib/fp8/block_math.h"      // kBlockLen
 #include "lib/fp8/block_quantize.h"  // block_cast_stats, BlockCodes
 #include "lib/util/error.h"          // FP8T_CHECK
@@ -34,8 +33,8 @@ Fp8Tensor BlockScaling::quantize(int slot, const CastSource& src, const CastOpti
   FP8T_CHECK(slot >= 0 && slot < num_slots(), "bad FP8 slot index ", slot);
   const at::Tensor x = materialize(src);
   if (opt.dbias != nullptr) *opt.dbias = x.to(at::kFloat).sum(0);
-  Fp8Tensor out = block_quantize_operands(x, block_rows(slot), opt.rowwise, opt.columnwise,
-                                          recipe_.block_power_of_2_scales);
+  Fp8Tensor out = backend_for(x.device()).block_quantize(x, block_rows(slot), opt.rowwise, opt.columnwise,
+                                                         recipe_.block_power_of_2_scales);
   if (recording(opt.record) && collect_stats()) record_stats(slot, x, out);
   return out;
 }

@@ -6,6 +6,7 @@
 #include <array>      // std::array
 #include <cmath>      // std::fabs
 
+#include "lib/fp8/block_backend.h"    // is_block_scaled, block_gemm
 #include "lib/fp8/format.h"           // encode, decode
 #include "lib/fp8/saturation_math.h"  // saturates, flushes_to_zero
 #include "lib/fp8/scaling_math.h"     // update_slot, amax_combine, current_scale
@@ -78,6 +79,7 @@ class CpuBackend final : public Backend {
 
   at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
                   at::ScalarType out_dtype, GemmKind kind, bool /*fast_accum*/) override {
+    if (is_block_scaled(a) || is_block_scaled(b)) return block_gemm(a, b, bias, out_dtype, kind);
     FP8T_CHECK(a.codes.size(1) == b.codes.size(1), "fp8 gemm ", to_string(kind), ": K mismatch ",
                a.codes.sizes(), " vs ", b.codes.sizes());
     FP8T_CHECK(!(a.format == Format::kE5M2 && b.format == Format::kE5M2),

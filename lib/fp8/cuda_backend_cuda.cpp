@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
 
 #include "fp8t_kernels.h"           // fp8t_cast, fp8t_cast_transpose_act, fp8t_norm_*, fp8t_current_scale, ...
+#include "lib/fp8/block_backend.h"  // is_block_scaled, block_gemm
 #include "lib/gemm/gemm_engine.h"   // gemm::fp8_gemm
 #include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"         // FP8T_CHECK
@@ -74,10 +75,23 @@ class CudaBackend final : public Backend {
     return cast(dy, slot, true, true, want_dbias ? dbias : nullptr, Act::kDgelu, &h);
   }
 
+  Fp8Tensor swiglu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) override {
+    if (!swiglu_kernel_dtype(h)) return Backend::swiglu_quantize(h, slot, rowwise, columnwise);
+    return swiglu_cast(at::Tensor(), h, &slot, rowwise, columnwise, nullptr, at::Tensor());
+  }
+
+  Fp8Tensor dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot, bool want_dbias,
+                                  at::Tensor* dbias) override {
+    FP8T_CHECK(!want_dbias || dbias != nullptr, "dswiglu_quantize_grad: want_dbias needs an output tensor");
+    if (!swiglu_kernel_dtype(h)) return Backend::dswiglu_quantize_grad(dy, h, slot, want_dbias, dbias);
+    return swiglu_cast(dy, h, &slot, true, true, want_dbias ? dbias : nullptr, at::Tensor());
+  }
+
   at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias, at::ScalarType out_dtype,
                   GemmKind kind, bool fast_accum) override {
     FP8T_CHECK(a.defined() && b.defined(), "fp8 gemm ", to_string(kind), ": missing FP8 operand (A ",
                a.defined() ? "set" : "missing", ", B ", b.defined() ? "set" : "missing", ")");
+    if (is_block_scaled(a) || is_block_scaled(b)) return block_gemm(a, b, bias, out_dtype, kind);
     return gemm::fp8_gemm(a.codes, a.format, a.scale_inv, b.codes, b.format, b.scale_inv, bias, out_dtype,
                           fast_accum, to_string(kind));
   }
@@ -193,6 +207,13 @@ class CudaBackend final : public Backend {
   // (evaluating GELU or its backward in the kernel) and only max-accumulate the amax. A separate
   // launch, not yet fused into the producers (the norm's amax is: norm_forward's y_amax).
   void record_amax(const CastSource& src, const at::Tensor& amax) override {
+    if (src.op == CastOp::kSwiglu || src.op == CastOp::kDswiglu) {
+      const bool backward = src.op == CastOp::kDswiglu;
+      const at::Tensor& h = backward ? src.h : src.x;
+      if (!swiglu_kernel_dtype(h)) return Backend::record_amax(src, amax);
+      swiglu_cast(backward ? src.x : at::Tensor(), h, nullptr, false, false, nullptr, amax);
+      return;
+    }
     FP8T_CHECK(src.x.is_cuda() && src.x.dim() == 2, "fp8 amax pass expects a 2-D CUDA tensor, got ", src.x.sizes(),
                " on ", src.x.device().str());
     const c10::cuda::CUDAGuard guard(src.x.device());
@@ -234,6 +255,57 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The SwiGLU kernels read fp32 or bf16; other dtypes (fp16 would round where at::silu rounds in
+  // fp16) take the LibTorch composition and a plain cast.
+  static bool swiglu_kernel_dtype(const at::Tensor& h) {
+    return h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16;
+  }
+
+  // One launch of kernels/swiglu_cast.cu: the forward of h [rows, 2F] when dy is undefined, else
+  // the backward of dy [rows, F] at h, cast with the slot's scale. Without a slot: the amax pass of
+  // current scaling into amax_only (no codes, no scale).
+  static Fp8Tensor swiglu_cast(const at::Tensor& dy_in, const at::Tensor& h_in, const SlotRef* slot, bool rowwise,
+                               bool columnwise, at::Tensor* dbias, const at::Tensor& amax_only) {
+    const bool backward = dy_in.defined();
+    const char* what = backward ? "fp8 swiglu-backward cast" : "fp8 swiglu cast";
+    FP8T_CHECK(h_in.is_cuda() && h_in.dim() == 2 && h_in.size(1) % 2 == 0, what,
+               " expects a 2-D CUDA input [rows, 2F] = [gate | up], got ", h_in.sizes(), " on ", h_in.device().str());
+    const c10::cuda::CUDAGuard guard(h_in.device());
+    const at::Tensor h = h_in.contiguous();
+    const int64_t rows = h.size(0), f = h.size(1) / 2, width = backward ? 2 * f : f;
+    FP8T_CHECK(!backward || dy_in.sizes() == at::IntArrayRef({rows, f}), what, ": dy ", dy_in.sizes(),
+               " does not match the input ", h.sizes());
+    // dy in h's dtype, as autograd hands the activation's gradient to silu's backward.
+    const at::Tensor dy = backward ? dy_in.to(h.scalar_type()).contiguous() : at::Tensor();
+    const SlotRef unit_slot;  // names no slot in the amax pass's error messages
+    const SlotRef& s = slot != nullptr ? *slot : unit_slot;
+    at::Tensor codes = rowwise ? at::empty({rows, width}, bytes_on(h)) : at::Tensor();
+    at::Tensor codes_t = columnwise ? at::empty({width, rows}, bytes_on(h)) : at::Tensor();
+    at::Tensor scale_inv = slot != nullptr ? at::empty({}, floats_on(h)) : at::Tensor();
+    at::Tensor ws;
+    if (dbias != nullptr) {
+      *dbias = at::empty({width}, floats_on(h));
+      ws = at::empty({static_cast<int64_t>(fp8t_dswiglu_cast_transpose_workspace_bytes(rows, f))}, bytes_on(h));
+    }
+    const float* scale = slot != nullptr ? device_scalar(s.scale, h, "scale", s) : nullptr;
+    float* amax = device_scalar(slot != nullptr ? s.amax : amax_only, h, "amax", s);
+    uint8_t* row = rowwise ? codes.data_ptr<uint8_t>() : nullptr;
+    uint8_t* col = columnwise ? codes_t.data_ptr<uint8_t>() : nullptr;
+    float* sinv = slot != nullptr ? scale_inv.data_ptr<float>() : nullptr;
+    FP8T_KERNEL_CHECK(backward ? fp8t_dswiglu_cast_transpose(dy.data_ptr(), h.data_ptr(), dtype_code(h), rows, f, scale,
+                                                             format_code(s.format), row, col, amax, sinv,
+                                                             dbias != nullptr ? dbias->data_ptr<float>() : nullptr,
+                                                             dbias != nullptr ? ws.data_ptr() : nullptr, stream_of(h))
+                               : fp8t_swiglu_cast_transpose(h.data_ptr(), dtype_code(h), rows, f, scale,
+                                                            format_code(s.format), row, col, amax, sinv, stream_of(h)),
+                      what, dbias != nullptr ? "+dbias" : "", " of ", h.scalar_type(), " ", h.sizes(), " (slot ",
+                      s.index, ")");
+    Fp8Tensor out;
+    if (rowwise) out.rowwise = make_operand(codes, scale_inv, s.format);
+    if (columnwise) out.columnwise = make_operand(codes_t, scale_inv, s.format);
+    return out;
+  }
+
   // What a cast reads: x, gelu(x), or the GELU backward of x = dy at h (the kernels' codes).
   enum class Act : int { kNone = FP8T_ACT_NONE, kGelu = FP8T_ACT_GELU, kDgelu = FP8T_ACT_DGELU };
 
