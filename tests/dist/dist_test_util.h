@@ -43,17 +43,21 @@ inline dist::LaunchInfo rank_of(int rank, int world, int port) {
   return info;
 }
 
-// Runs body(rank, communicator) on `world` threads joined into one Gloo group; rethrows the
-// first failure on the calling thread (Catch2 assertions stay on this thread).
+// Runs body(rank, communicator) on `world` threads joined into one Gloo group (or, with
+// `gpus`, one NCCL group with rank r on cuda:r); rethrows the first failure on the calling
+// thread (Catch2 assertions stay on this thread).
 inline void run_ranks(int world, std::chrono::seconds timeout,
-                      const std::function<void(int, dist::Communicator&)>& body) {
+                      const std::function<void(int, dist::Communicator&)>& body, bool gpus = false) {
   const int port = free_port();
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = dist::Communicator::connect(rank_of(r, world, port), c10::Device(c10::kCPU), timeout);
+        dist::LaunchInfo info = rank_of(r, world, port);
+        info.local_rank = r;
+        const c10::Device device = gpus ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(r)) : c10::Device(c10::kCPU);
+        auto comm = dist::Communicator::connect(info, device, timeout);
         body(r, *comm);
       } catch (...) {
         errors[r] = std::current_exception();

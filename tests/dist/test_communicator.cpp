@@ -129,3 +129,30 @@ TEST_CASE("Communicator: a collective that another rank never joins fails after 
   CHECK(code == ExitCode::kTrainingFailed);
   CHECK(what.find("data-parallel all-reduce failed") != std::string::npos);
 }
+
+TEST_CASE("Communicator over Gloo: reduce-scatter and all-gather of flat tensors, also in place", "[dist]") {
+  // Small integers in float32: the sums are exact, so the comparisons are exact.
+  std::vector<at::Tensor> scattered(2), in_place(2), gathered(2), gathered_in_place(2);
+  run_ranks(2, std::chrono::seconds(30), [&](int rank, Communicator& comm) {
+    const at::Tensor input = at::arange(6, at::kFloat) + 100 * rank;  // rank 1: 100..105
+    scattered[rank] = at::zeros({3});
+    comm.reduce_scatter(scattered[rank], input);
+    // In place: the output is this rank's half of the input (ZeRO-1's gradient buckets).
+    in_place[rank] = at::arange(6, at::kFloat) + 100 * rank;
+    comm.reduce_scatter(in_place[rank].narrow(0, 3 * rank, 3), in_place[rank]);
+    gathered[rank] = at::zeros({4});
+    comm.all_gather(gathered[rank], at::full({2}, static_cast<float>(rank + 1)));
+    // In place: the input is this rank's slice of the output (ZeRO-1's parameter gather).
+    gathered_in_place[rank] = at::full({4}, -1.0f);
+    gathered_in_place[rank].narrow(0, 2 * rank, 2).fill_(static_cast<float>(10 * (rank + 1)));
+    comm.all_gather_async(gathered_in_place[rank], gathered_in_place[rank].narrow(0, 2 * rank, 2)).wait();
+  });
+  CHECK(at::equal(scattered[0], at::tensor({100.0f, 102.0f, 104.0f})));
+  CHECK(at::equal(scattered[1], at::tensor({106.0f, 108.0f, 110.0f})));
+  CHECK(at::equal(in_place[0].narrow(0, 0, 3), at::tensor({100.0f, 102.0f, 104.0f})));
+  CHECK(at::equal(in_place[1].narrow(0, 3, 3), at::tensor({106.0f, 108.0f, 110.0f})));
+  for (int r = 0; r < 2; ++r) {
+    CHECK(at::equal(gathered[r], at::tensor({1.0f, 1.0f, 2.0f, 2.0f})));
+    CHECK(at::equal(gathered_in_place[r], at::tensor({10.0f, 10.0f, 20.0f, 20.0f})));
+  }
+}

@@ -4,12 +4,14 @@
 
 #include <torch/torch.h>  // torch::autograd
 
+#include <cmath>      // std::isnan, std::sqrt
 #include <exception>  // std::exception_ptr
 #include <functional>  // std::function
 #include <thread>     // std::thread
 
 #include "lib/dist/communicator.h"    // Communicator
 #include "lib/fp8/delayed_scaling.h"  // DelayedScaling
+#include "lib/train/grad_clip.h"      // sharded_grad_norm
 #include "tests/catch.h"
 #include "tests/dist/dist_test_util.h"  // run_ranks
 
@@ -112,4 +114,71 @@ TEST_CASE("FP8 amaxes are reduced with MAX so that every rank computes the same 
   // scale = fp8_max / amax of the job: 448 / 8 and 57344 / 4 (margin 0), exact in float.
   REQUIRE(scales[0][0].item<float>() == 448.0f / 8.0f);
   REQUIRE(scales[0][1].item<float>() == 57344.0f / 4.0f);
+}
+
+TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments, then all the weights", "[dist]") {
+  const int world = 2;
+  std::vector<std::vector<GradientSync::Segment>> segments(world);
+  std::vector<std::vector<at::Tensor>> local(world), synced(world), gathered(world);
+  std::vector<at::Tensor> norms(world), nan_norms(world);
+  run_ranks(world, std::chrono::seconds(60), [&](int rank, Communicator& comm) {
+    TinyNet net(7);
+    TinyNet ref(7);
+    ref.loss(batch_of(rank, 0)).backward();
+    for (auto& p : ref.params) local[rank].push_back(p.grad().clone());
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    // 1000 bytes: buckets whose sizes are not multiples of the world size (padding) and
+    // parameters split between the ranks.
+    GradientSync sync(shared, net.params, /*bucket_bytes=*/1000, /*shard=*/true);
+    REQUIRE(sync.sharded());
+    sync.zero_grad();
+    sync.arm();
+    net.loss(batch_of(rank, 0)).backward();
+    sync.finish();
+    segments[rank] = sync.shard_segments();
+    for (auto& p : net.params) synced[rank].push_back(p.grad().clone());
+    norms[rank] = fp8t::train::sharded_grad_norm(sync.gradient_shards(), comm);
+    // The optimizer's part: this rank writes 10 * (rank + 1) into its segments; the gather
+    // brings every rank's segments to every rank.
+    {
+      torch::NoGradGuard no_grad;
+      for (const auto& s : sync.shard_segments()) {
+        net.params[s.param].view(-1).narrow(0, s.begin, s.length).fill_(10.0f * (rank + 1));
+      }
+    }
+    sync.gather_parameters();
+    for (auto& p : net.params) gathered[rank].push_back(p.detach().clone());
+    // A NaN in one rank's shard: the global norm is NaN on both (the skip decision agrees).
+    sync.zero_grad();
+    if (rank == 1) sync.gradient_shards().front().fill_(std::nanf(""));
+    nan_norms[rank] = fp8t::train::sharded_grad_norm(sync.gradient_shards(), comm);
+  });
+  double total_sq = 0;
+  for (size_t i = 0; i < local[0].size(); ++i) {
+    INFO("parameter " << i);
+    const at::Tensor expect = ((local[0][i] + local[1][i]) / 2).reshape(-1);
+    total_sq += expect.square().sum().item<double>();
+    at::Tensor owner = at::full({expect.numel()}, -1.0f);
+    for (int r = 0; r < world; ++r) {
+      for (const auto& s : segments[r]) {
+        if (s.param != i) continue;
+        // Each element is owned by exactly one rank.
+        REQUIRE(at::equal(owner.narrow(0, s.begin, s.length), at::full({s.length}, -1.0f)));
+        owner.narrow(0, s.begin, s.length).fill_(static_cast<float>(r));
+        // The same float32 sums as the all-reduce test (tolerance: summation order).
+        CHECK(at::allclose(synced[r][i].reshape(-1).narrow(0, s.begin, s.length), expect.narrow(0, s.begin, s.length),
+                           1e-5, 1e-7));
+      }
+    }
+    REQUIRE(owner.min().item<float>() >= 0);  // segments tile the parameter
+    // After the gather every rank holds 10 where rank 0 owns, 20 where rank 1 owns.
+    const at::Tensor want = (owner + 1) * 10;
+    CHECK(at::equal(gathered[0][i].reshape(-1), want));
+    CHECK(at::equal(gathered[1][i].reshape(-1), want));
+  }
+  // The global norm is the norm of the averaged gradients, the same on both ranks (float32).
+  CHECK(at::equal(norms[0], norms[1]));
+  CHECK(norms[0].item<double>() == Approx(std::sqrt(total_sq)).epsilon(1e-5));
+  CHECK(std::isnan(nan_norms[0].item<float>()));
+  CHECK(std::isnan(nan_norms[1].item<float>()));
 }

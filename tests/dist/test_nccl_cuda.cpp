@@ -54,3 +54,44 @@ TEST_CASE("nccl: a one-rank job joins, reduces and broadcasts on the GPU", "[dis
   REQUIRE(sync.launched_during_backward() == 2);
   for (size_t i = 0; i < params.size(); ++i) REQUIRE(at::equal(params[i].grad(), plain[i]));
 }
+
+TEST_CASE("nccl: reduce-scatter and all-gather in place, and ZeRO-1 buckets, on a one-rank job", "[dist][cuda]") {
+  fp8t::test::require_gpu();
+  LaunchInfo info;
+  info.launched = true;
+  info.master_port = fp8t::test::free_port();
+  const c10::Device gpu(c10::kCUDA, 0);
+  auto comm = Communicator::connect(info, gpu, std::chrono::seconds(60));
+  // One rank: the shard is the whole tensor; in place (output = input) must leave it as it is.
+  const at::Tensor t = at::arange(6, at::TensorOptions().dtype(at::kFloat).device(gpu));
+  comm->reduce_scatter(t, t);
+  comm->all_gather(t, t);
+  const at::Tensor out = at::zeros({6}, t.options());
+  comm->all_gather(out, t);
+  REQUIRE(at::equal(t.cpu(), at::arange(6, at::kFloat)));
+  REQUIRE(at::equal(out.cpu(), at::arange(6, at::kFloat)));
+
+  // ZeRO-1 buckets of one rank: one segment per parameter, covering all of it; the gradients
+  // equal autograd's, and gather_parameters leaves the weights as they are.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  std::vector<at::Tensor> params = {at::randn({64, 32}, gen).to(gpu).requires_grad_(),
+                                    at::randn({32}, gen).to(gpu).requires_grad_()};
+  const at::Tensor x = at::randn({16, 64}, gen).to(gpu);
+  auto loss = [&] { return (at::matmul(x, params[0]) + params[1]).pow(2).mean(); };
+  loss().backward();
+  std::vector<at::Tensor> plain, weights;
+  for (auto& p : params) {
+    plain.push_back(p.grad().clone());
+    weights.push_back(p.detach().clone());
+    p.mutable_grad().reset();
+  }
+  fp8t::dist::GradientSync sync(comm, params, /*bucket_bytes=*/64, /*shard=*/true);
+  REQUIRE(sync.shard_segments().size() == 2);
+  sync.zero_grad();
+  sync.arm();
+  loss().backward();
+  sync.finish();
+  for (size_t i = 0; i < params.size(); ++i) REQUIRE(at::equal(params[i].grad(), plain[i]));
+  sync.gather_parameters();
+  for (size_t i = 0; i < params.size(); ++i) REQUIRE(at::equal(params[i].detach(), weights[i]));
+}

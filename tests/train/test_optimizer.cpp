@@ -293,3 +293,46 @@ TEST_CASE("AdamW on CUDA matches the CPU fused kernel without a host sync", "[tr
   REQUIRE(gpu.state_dict().at("w.step").item<float>() == 5.0f);
 }
 #endif
+
+TEST_CASE("AdamW sharded (ZeRO-1): two ranges of a parameter give the unsharded update; decay per parameter",
+          "[train]") {
+  // The same matrix and bias, optimized whole and as two ranges by two sharded optimizers (the
+  // two ranks of ZeRO-1). The range [0, 5) of the bias is 1-D like a matrix range would be: the
+  // decay decision must come from the parameter (matrix: decay, bias: none), not the range.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor w0 = at::randn({4, 6}, gen), b0 = at::randn({9}, gen);
+  const at::Tensor gw = at::randn({4, 6}, gen), gb = at::randn({9}, gen);
+  auto make = [&](at::Tensor& w, at::Tensor& b) {
+    w = w0.clone().requires_grad_();
+    b = b0.clone().requires_grad_();
+    w.mutable_grad() = gw.clone();
+    b.mutable_grad() = gb.clone();
+  };
+  at::Tensor wf, bf, w1, b1, w2, b2;
+  make(wf, bf);
+  make(w1, b1);
+  make(w2, b2);
+  AdamWOptions o;
+  o.weight_decay = 0.5;  // large, so that a wrong decay decision shows
+  AdamW full({{"w", wf}, {"b", bf}}, o);
+  AdamW first({{"w", w1}, {"b", b1}}, o, {{"w", {0, 10}}, {"b", {0, 5}}});
+  AdamW second({{"w", w2}, {"b", b2}}, o, {{"w", {10, 14}}, {"b", {5, 4}}});
+  REQUIRE(first.sharded());
+  REQUIRE(first.state_dict().at("w.exp_avg").numel() == 10);
+  REQUIRE(second.ranges().at("b").begin == 5);
+  REQUIRE(first.decay_names() == std::vector<std::string>{"w"});
+  REQUIRE(first.no_decay_names() == std::vector<std::string>{"b"});
+  for (int step = 0; step < 3; ++step) {
+    full.step(1e-2);
+    first.step(1e-2);
+    second.step(1e-2);
+  }
+  // Elementwise the same formula on the same float32 values: equal within float32 rounding
+  // (the fused kernel may vectorize a range differently from the whole tensor).
+  const at::Tensor w_sharded = at::cat({w1.detach().view(-1).narrow(0, 0, 10), w2.detach().view(-1).narrow(0, 10, 14)});
+  const at::Tensor b_sharded = at::cat({b1.detach().narrow(0, 0, 5), b2.detach().narrow(0, 5, 4)});
+  CHECK(at::allclose(w_sharded, wf.detach().view(-1), 1e-6, 1e-7));
+  CHECK(at::allclose(b_sharded, bf.detach(), 1e-6, 1e-7));
+  // Elements outside a rank's ranges are untouched until the all-gather.
+  CHECK(at::equal(w1.detach().view(-1).narrow(0, 10, 14), w0.view(-1).narrow(0, 10, 14)));
+}
