@@ -56,21 +56,25 @@ struct Fp8Operand {
 
 // What a cast reads. A fused producer describes its output this way and the recipe's state
 // class casts it; the backend evaluates the operation inside its cast kernels, so the value is
-// never written in high precision. Gradient sources (kDgelu, and the backward ops added next
-// to it) always produce both layouts.
+// never written in high precision. Gradient sources (kDgelu, kDswiglu) always produce both
+// layouts.
 enum class CastOp {
   kIdentity,  // x itself
   kGelu,      // gelu(x) (tanh approximation, in x's dtype), x = the GELU input h
   kDgelu,     // at::gelu_backward(x, h, "tanh") in h's dtype: x = dy, h = the GELU input
+  kSwiglu,    // silu(gate) * up [rows, F] in x's dtype, x = h [rows, 2F] = [gate | up] (swiglu_ops.h)
+  kDswiglu,   // the gradient of h [rows, 2F] = [dgate | dup] in h's dtype: x = dy [rows, F]
 };
 struct CastSource {
   CastOp op = CastOp::kIdentity;
   at::Tensor x;  // 2-D
-  at::Tensor h;  // the activation input of a backward op (kDgelu), else undefined
+  at::Tensor h;  // the activation input of a backward op (kDgelu, kDswiglu), else undefined
 
   static CastSource tensor(at::Tensor x) { return {CastOp::kIdentity, std::move(x), at::Tensor()}; }
   static CastSource gelu(at::Tensor h) { return {CastOp::kGelu, std::move(h), at::Tensor()}; }
   static CastSource dgelu(at::Tensor dy, at::Tensor h) { return {CastOp::kDgelu, std::move(dy), std::move(h)}; }
+  static CastSource swiglu(at::Tensor h) { return {CastOp::kSwiglu, std::move(h), at::Tensor()}; }
+  static CastSource dswiglu(at::Tensor dy, at::Tensor h) { return {CastOp::kDswiglu, std::move(dy), std::move(h)}; }
 };
 
 // The value of `src` in high precision, computed with LibTorch ops (the CPU emulation's
@@ -122,8 +126,15 @@ class Backend {
   virtual Fp8Tensor dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
                                         bool want_dbias, at::Tensor* dbias);
 
+  // The same for SwiGLU (lib/fp8/swiglu_ops.h): quantize() of silu(gate) * up for h [rows, 2F] =
+  // [gate | up], and quantize_grad() of its gradient [dgate | dup] [rows, 2F] for dy [rows, F].
+  // The defaults cast the unfused LibTorch result (the CPU emulation); the GPU fuses both.
+  virtual Fp8Tensor swiglu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise);
+  virtual Fp8Tensor dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                          bool want_dbias, at::Tensor* dbias);
+
   // The per-tensor cast of any source (one read of the source): routes to quantize,
-  // quantize_grad (when dbias is given), gelu_quantize or dgelu_quantize_grad.
+  // quantize_grad (when dbias is given) or the fused activation casts above.
   Fp8Tensor cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias);
 
   // max-accumulates max|value of src| into amax (0-d float32 on src's device; NaN elements

@@ -4,7 +4,7 @@
 #include <map>      // std::map
 #include <sstream>  // std::ostringstream
 
-#include "lib/fp8/fp8_activation.h"  // Fp8Gelu
+#include "lib/fp8/fp8_activation.h"  // Fp8Gelu, Fp8Swiglu
 #include "lib/fp8/fp8_linear.h"      // Fp8Linear
 #include "lib/fp8/fp8_norm.h"        // Fp8Norm
 #include "lib/fp8/recipe_fields.h"   // recipe_summary
@@ -115,7 +115,7 @@ void convert_norms(const Containers& containers, const Fp8Linears& fp8_linears, 
   }
 }
 
-// Pass 3: GELU activations next to an Fp8Linear: fused into that Linear's casts.
+// Pass 3: activations (GELU, SwiGLU) next to an Fp8Linear: fused into that Linear's casts.
 void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linears, RewriteReport& report) {
   for (const auto& [prefix, container] : containers) {
     for (const auto& slot : container->slots()) {
@@ -130,12 +130,13 @@ void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linear
         return it == fp8_linears.end() ? nullptr : it->second;
       };
       std::shared_ptr<Fp8Linear> producer = find_fp8(slot.fed_by), consumer = find_fp8(slot.feeds);
-      if (!gelu) {
-        d.reason = "only GELU is fused";
-      } else if (!producer && !consumer) {
+      if (!producer && !consumer) {
         d.reason = "neither neighbouring Linear is in FP8";
       } else {
-        container->replace_slot(slot.name, std::make_shared<Fp8Gelu>(producer, consumer));
+        const std::shared_ptr<Fp8Activation> fused =
+            gelu ? std::shared_ptr<Fp8Activation>(std::make_shared<Fp8Gelu>(producer, consumer))
+                 : std::make_shared<Fp8Swiglu>(producer, consumer);
+        container->replace_slot(slot.name, fused);
         d.converted = true;
         d.reason = std::string("fused into ") + (consumer ? join(prefix, slot.feeds) + "'s input cast" : "") +
                    (producer && consumer ? " and " : "") +

@@ -8,9 +8,9 @@
 // (cuBLASLt FP8 requirement); in*out below recipe.min_features_product (too small to gain); the
 // recipe cannot run it (Scaling::unsupported_linear, e.g. the block GEMM's constraints).
 //
-// A GELU activation between two Linears (model::Activation slot) becomes an Fp8Gelu when either
-// neighbour is an Fp8Linear: GELU runs inside the FP8 cast of c_proj's input and of c_fc's
-// output gradient (lib/fp8/fp8_activation.h). SwiGLU is left as it is.
+// An activation between two Linears (model::Activation slot) becomes an Fp8Gelu or Fp8Swiglu
+// when either neighbour is an Fp8Linear: the activation runs inside the FP8 cast of c_proj's
+// input and of c_fc's output gradient (lib/fp8/fp8_activation.h).
 #pragma once
 
 #include <torch/torch.h>  // torch::nn::Module
