@@ -95,6 +95,18 @@ void set_scale_modes(cublasLtMatmulDesc_t op, const GemmProblem& p, const std::s
                     what, " (block scale modes need cuBLAS 12.9 or newer)");
 }
 
+// The per-call scale pointers (cuBLAS A is our B). Block scale modes need them set before the
+// heuristic too: cublasLtMatmulAlgoGetHeuristic returns CUBLAS_STATUS_INVALID_VALUE for a
+// VEC128_32F / BLK128x128_32F operand without a scale pointer.
+void set_scale_pointers(cublasLtMatmulDesc_t op, const GemmOperands& ops, const std::string& what) {
+  const void* scale_a = ops.b_scale_inv;
+  const void* scale_b = ops.a_scale_inv;
+  FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof(scale_a)),
+                    what);
+  FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof(scale_b)),
+                    what);
+}
+
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
   at::Tensor workspace;  // kWorkspaceBytes, from the caching allocator, held forever
@@ -126,7 +138,7 @@ struct GemmEngine::Impl {
     return *devices[device];
   }
 
-  Plan& plan_for(const PlanKey& key, const GemmProblem& p, DeviceState& dev) {
+  Plan& plan_for(const PlanKey& key, const GemmProblem& p, const GemmOperands& ops, DeviceState& dev) {
     auto it = plans.find(key);
     if (it != plans.end()) return *it->second;
 
@@ -142,7 +154,10 @@ struct GemmEngine::Impl {
     if (p.fp8()) {
       const int8_t fast = p.fast_accum ? 1 : 0;
       FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)), what);
-      if (p.block_scaled()) set_scale_modes(plan->op, p, what);
+      if (p.block_scaled()) {
+        set_scale_modes(plan->op, p, what);
+        set_scale_pointers(plan->op, ops, what);
+      }
     }
     if (p.has_bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
@@ -232,17 +247,10 @@ void GemmEngine::run(const GemmProblem& p, const GemmOperands& ops, cudaStream_t
     FP8T_INPUT_CHECK(key.align_a >= 16 && key.align_b >= 16, describe(p),
                      ": FP8 operands must be 16-byte aligned (a view at an odd offset?); pass a contiguous copy");
   }
-  Plan& plan = impl_->plan_for(key, p, dev);
+  Plan& plan = impl_->plan_for(key, p, ops, dev);
 
   // Per-call pointers live in the (cached) descriptor; cublasLtMatmul reads them at enqueue time.
-  if (p.fp8()) {
-    const void* scale_a = ops.b_scale_inv;  // cuBLAS A is our B
-    const void* scale_b = ops.a_scale_inv;
-    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a,
-                                                     sizeof(scale_a)), describe(p));
-    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b,
-                                                     sizeof(scale_b)), describe(p));
-  }
+  if (p.fp8()) set_scale_pointers(plan.op, ops, describe(p));
   if (p.has_bias) {
     const void* bias = ops.bias;
     FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
