@@ -67,6 +67,7 @@ train:
   checkpoint_interval: 200
   checkpoint_every_min: 7.5
   max_skipped_steps: 3
+  recompute: none  # the only value allowed with the model's dropout 0.25
   loss_scale_init: 1024
   loss_scale_growth_factor: 4
   loss_scale_backoff: 0.25
@@ -149,6 +150,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.train.loss_scale_growth_factor == 4.0);
   CHECK(c.train.loss_scale_backoff == 0.25);
   CHECK(c.train.loss_scale_growth_interval == 100);
+  CHECK(c.train.recompute == fp8t::Recompute::kNone);
 
   CHECK(c.dist.timeout_s == 30);
   CHECK(c.dist.bucket_mb == 4.5);
