@@ -9,6 +9,7 @@
 #include <functional> // std::function
 #include <iomanip>    // std::setw
 #include <map>        // std::map
+#include <optional>   // std::optional
 #include <set>        // std::set
 #include <sstream>    // std::ostringstream
 
@@ -92,15 +93,45 @@ std::string short_kernel_name(std::string name, size_t width) {
   return name.size() <= width ? name : name.substr(0, width - 3) + "...";
 }
 
-BenchResult bench_one(const ExperimentConfig& base, Precision precision, const BenchOptions& options,
+// One benchmarked configuration: a precision, and for fp8 under --recipes a recipe.
+struct BenchRun {
+  Precision precision;
+  std::optional<fp8::RecipeKind> recipe;
+};
+
+// The runs in order: `precisions`, with the fp8 entry expanded into one run per recipe (fp8
+// appended when --recipes is given without it).
+std::vector<BenchRun> bench_runs(const BenchOptions& options) {
+  std::vector<BenchRun> runs;
+  bool fp8_done = false;
+  auto add_fp8 = [&] {
+    if (options.recipes.empty()) runs.push_back({Precision::kFp8, std::nullopt});
+    for (fp8::RecipeKind k : options.recipes) runs.push_back({Precision::kFp8, k});
+    fp8_done = true;
+  };
+  for (Precision p : options.precisions) {
+    if (p != Precision::kFp8) {
+      runs.push_back({p, std::nullopt});
+    } else if (!fp8_done) {
+      add_fp8();
+    }
+  }
+  if (!fp8_done && !options.recipes.empty()) add_fp8();
+  return runs;
+}
+
+BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const BenchOptions& options,
                       const at::Device& device, const std::shared_ptr<dist::Communicator>& comm) {
   ExperimentConfig cfg = base;
-  cfg.precision = precision;
+  cfg.precision = run.precision;
+  if (run.recipe) cfg.fp8.kind = *run.recipe;
   cfg.train.grad_accum_steps = options.micro_batches;
   BenchResult r;
-  r.precision = config::to_string(precision);
+  r.precision = config::to_string(run.precision);
+  if (run.recipe) r.recipe = fp8::to_string(*run.recipe);
   r.world_size = options.launch.world_size;
   r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches * r.world_size;
+  r.memory = estimate_training_memory(cfg, r.world_size);
 
   release_cached_memory(device);
   reset_peak_memory(device);
@@ -155,7 +186,7 @@ BenchResult bench_one(const ExperimentConfig& base, Precision precision, const B
     r.profiled_gpu = device.is_cuda();
   }
   if (!std::isfinite(r.final_loss)) {
-    FP8T_THROW(ExitCode::kTrainingFailed, "bench: the ", r.precision, " loss became ", r.final_loss,
+    FP8T_THROW(ExitCode::kTrainingFailed, "bench: the ", r.label(), " loss became ", r.final_loss,
                " (the benchmark repeats one random batch at train.lr; try a lower --set train.lr)");
   }
   r.median_step_ms = median(ms);
@@ -167,11 +198,32 @@ BenchResult bench_one(const ExperimentConfig& base, Precision precision, const B
   return r;
 }
 
-const BenchResult* find(const std::vector<BenchResult>& results, const std::string& precision) {
+// The row named `label` ("bf16", "fp8", "fp8:delayed").
+const BenchResult* find(const std::vector<BenchResult>& results, const std::string& label) {
   for (const auto& r : results) {
-    if (r.precision == precision) return &r;
+    if (r.label() == label) return &r;
   }
   return nullptr;
+}
+
+// "  1.234x" (ratio of tokens/s) or "-" when there is no reference row, right-aligned in `width`.
+std::string ratio_cell(const BenchResult& r, const BenchResult* ref, int width) {
+  std::ostringstream s;
+  if (ref && ref->tokens_per_s > 0) {
+    s << std::fixed << std::setprecision(3) << std::setw(width - 1) << r.tokens_per_s / ref->tokens_per_s << "x";
+  } else {
+    s << std::setw(width) << "-";
+  }
+  return s.str();
+}
+
+// Tokens/s of every recipe row over the reference row, by recipe (JSON).
+nlohmann::json recipe_ratios(const std::vector<BenchResult>& results, const BenchResult* ref) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& r : results) {
+    if (!r.recipe.empty() && ref && ref->tokens_per_s > 0) out[r.recipe] = r.tokens_per_s / ref->tokens_per_s;
+  }
+  return out;
 }
 
 std::string describe_model(const ExperimentConfig& cfg, int64_t parameters) {
@@ -198,12 +250,13 @@ std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptio
                  comm->backend_name());
   }
   std::vector<BenchResult> results;
-  for (Precision p : options.precisions) {
-    spdlog::info("bench: {} on {}: {} warm-up + {} timed steps", config::to_string(p), device.str(), options.warmup,
+  for (const BenchRun& run : bench_runs(options)) {
+    spdlog::info("bench: {}{} on {}: {} warm-up + {} timed steps", config::to_string(run.precision),
+                 run.recipe ? std::string(":") + fp8::to_string(*run.recipe) : "", device.str(), options.warmup,
                  options.steps);
-    results.push_back(bench_one(cfg, p, options, device, comm));
+    results.push_back(bench_one(cfg, run, options, device, comm));
     const BenchResult& r = results.back();
-    spdlog::info("bench: {}: {:.2f} ms/step, {:.0f} tokens/s, {:.1f} TFLOP/s", r.precision, r.median_step_ms,
+    spdlog::info("bench: {}: {:.2f} ms/step, {:.0f} tokens/s, {:.1f} TFLOP/s", r.label(), r.median_step_ms,
                  r.tokens_per_s, r.tflops);
   }
   return results;
@@ -218,31 +271,43 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     << (results.empty() || results.front().world_size == 1 ? "" : " x " + std::to_string(results.front().world_size) + " ranks")
     << " = " << tokens << " tokens; median of " << options.steps << " steps after " << options.warmup
     << " warm-up\n\n";
-  s << std::left << std::setw(10) << "precision" << std::right << std::setw(12) << "step ms" << std::setw(14)
-    << "tokens/s" << std::setw(10) << "TFLOP/s" << std::setw(14) << "peak GiB" << std::setw(10) << "vs bf16"
-    << std::setw(12) << "loss" << std::setw(9) << "skipped" << "\n";
+  const bool recipes = !options.recipes.empty();
+  s << std::left << std::setw(recipes ? 14 : 10) << "precision" << std::right << std::setw(12) << "step ms"
+    << std::setw(14) << "tokens/s" << std::setw(10) << "TFLOP/s" << std::setw(14) << "peak GiB" << std::setw(10)
+    << "vs bf16" << (recipes ? "  vs delayed" : "") << std::setw(12) << "loss" << std::setw(9) << "skipped" << "\n";
   const BenchResult* bf16 = find(results, "bf16");
+  const BenchResult* delayed = find(results, "fp8:delayed");
   for (const auto& r : results) {
-    s << std::left << std::setw(10) << r.precision << std::right << std::fixed << std::setprecision(2)
+    s << std::left << std::setw(recipes ? 14 : 10) << r.label() << std::right << std::fixed << std::setprecision(2)
       << std::setw(12) << r.median_step_ms << std::setprecision(0) << std::setw(14) << r.tokens_per_s
       << std::setprecision(1) << std::setw(10) << r.tflops << std::setprecision(2) << std::setw(14)
-      << r.peak_memory_bytes / 1073741824.0;
-    if (bf16 && bf16->tokens_per_s > 0) {
-      s << std::setw(9) << std::setprecision(3) << r.tokens_per_s / bf16->tokens_per_s << "x";
-    } else {
-      s << std::setw(10) << "-";
-    }
+      << r.peak_memory_bytes / 1073741824.0 << ratio_cell(r, bf16, 10);
+    if (recipes) s << ratio_cell(r, r.recipe.empty() ? nullptr : delayed, 12);
     s << std::setw(12) << std::setprecision(4) << r.final_loss << std::setw(9) << r.skipped_steps << "\n";
   }
+  s << "\nmemory per rank, estimated (bytes/parameter; lib/train/resources.h), against the measured peak:\n";
+  s << std::left << std::setw(10) << "precision" << std::right << std::setw(9) << "weights" << std::setw(7) << "grads"
+    << std::setw(11) << "optimizer" << std::setw(11) << "wt copies" << std::setw(8) << "total" << std::setw(13)
+    << "state GiB" << std::setw(17) << "activations GiB" << std::setw(11) << "peak GiB" << "\n";
+  for (const auto& r : results) {
+    const MemoryEstimate& m = r.memory;
+    s << std::left << std::setw(10) << r.label() << std::right << std::setprecision(2) << std::setw(9)
+      << m.weight_bytes_per_param << std::setw(7) << m.grad_bytes_per_param << std::setw(11)
+      << m.optimizer_bytes_per_param << std::setw(11) << m.fp8_bytes_per_param << std::setw(8)
+      << m.state_bytes_per_param() << std::setw(13) << m.state_bytes / 1073741824.0 << std::setw(17)
+      << m.activation_bytes / 1073741824.0 << std::setw(11) << r.peak_memory_bytes / 1073741824.0 << "\n";
+  }
+  s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16)\n";
+  if (cfg.dist.zero == 1) s << "dist.zero 1: the AdamW moments are sharded over the ranks (ZeRO-1)\n";
   for (const auto& r : results) {
     if (r.phase_ms.empty()) continue;
-    s << "\n" << r.precision << " phases (median ms, synchronized after each):";
+    s << "\n" << r.label() << " phases (median ms, synchronized after each):";
     for (const auto& [name, ms] : r.phase_ms) s << " " << name << " " << std::setprecision(2) << ms;
     s << "\n";
   }
   for (const auto& r : results) {
     if (r.kernels.empty()) continue;
-    s << "\n" << r.precision << (r.profiled_gpu ? " GPU kernels" : " CPU operators (inclusive: nested operators overlap)")
+    s << "\n" << r.label() << (r.profiled_gpu ? " GPU kernels" : " CPU operators (inclusive: nested operators overlap)")
       << ", per step (" << options.profile_steps << " profiled steps; " << std::setprecision(2)
       << r.profiled_device_ms_per_step << " ms in total):\n";
     s << std::right << std::setw(10) << "ms" << std::setw(8) << "%" << std::setw(8) << "calls" << "  "
@@ -272,7 +337,18 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                     {"model_tflops", r.tflops},
                     {"peak_memory_bytes", r.peak_memory_bytes},
                     {"final_loss", r.final_loss},
-                    {"skipped_steps", r.skipped_steps}});
+                    {"skipped_steps", r.skipped_steps},
+                    {"memory_estimate",
+                     {{"bytes_per_parameter",
+                       {{"weights", r.memory.weight_bytes_per_param},
+                        {"gradients", r.memory.grad_bytes_per_param},
+                        {"optimizer", r.memory.optimizer_bytes_per_param},
+                        {"weight_copies", r.memory.fp8_bytes_per_param},
+                        {"total", r.memory.state_bytes_per_param()}}},
+                      {"parameters", r.memory.parameters},
+                      {"state_bytes", r.memory.state_bytes},
+                      {"activation_bytes", r.memory.activation_bytes}}}});
+    if (!r.recipe.empty()) rows.back()["recipe"] = r.recipe;
     if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
     if (!r.phase_ms.empty()) {
       nlohmann::json phases = nlohmann::json::object();
@@ -299,6 +375,7 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                  {"parameters", results.empty() ? 0 : results.front().parameters}}},
       {"micro_batch_size", cfg.train.micro_batch_size},
       {"world_size", options.launch.world_size},
+      {"zero", cfg.dist.zero},
       {"micro_batches_per_step", options.micro_batches},
       {"timed_steps", options.steps},
       {"warmup_steps", options.warmup},
@@ -306,6 +383,10 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
       {"results", rows},
   };
   if (bf16 && fp8 && bf16->tokens_per_s > 0) out["fp8_over_bf16"] = fp8->tokens_per_s / bf16->tokens_per_s;
+  if (!options.recipes.empty()) {  // --recipes: every recipe against delayed and against bf16
+    out["recipe_over_delayed"] = recipe_ratios(results, find(results, "fp8:delayed"));
+    out["recipe_over_bf16"] = recipe_ratios(results, bf16);
+  }
   const BenchResult* fp16 = find(results, "fp16");
   if (bf16 && fp16 && bf16->tokens_per_s > 0) out["fp16_over_bf16"] = fp16->tokens_per_s / bf16->tokens_per_s;
   return out;

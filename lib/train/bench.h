@@ -15,6 +15,11 @@
 // scores and values (QK^T and AV, 2 * 2 * T * d per layer forward, x3 with the backward), with
 // no discount for causal masking (the PaLM convention, as nanoGPT and llm.c report MFU).
 // TFLOP/s = FLOPs per token * tokens/s / 1e12.
+//
+// Memory: the measured peak per rank, and the estimate of lib/train/resources.h per rank
+// (bytes per parameter: weights, gradients, AdamW moments (divided by the ranks with dist.zero 1),
+// FP8 weight copies; activations of one micro-batch). Under torchrun with --zero 1 the optimizer
+// state is sharded as in training.
 #pragma once
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -26,11 +31,16 @@
 
 #include "lib/config/experiment.h"  // ExperimentConfig, Precision
 #include "lib/dist/launch.h"        // dist::LaunchInfo
+#include "lib/train/resources.h"    // MemoryEstimate
 
 namespace fp8t::train {
 
 struct BenchOptions {
   std::vector<Precision> precisions = {Precision::kBf16, Precision::kFp8};  // any of fp32, bf16, fp16, fp8
+  // FP8 scaling recipes to compare: the fp8 entry of `precisions` runs once per recipe (one row
+  // each, "fp8:current"); fp8 is added after the others when `precisions` lacks it. Empty: the
+  // config's fp8.recipe, one row "fp8".
+  std::vector<fp8::RecipeKind> recipes;
   int64_t steps = 20;         // timed optimizer steps per precision
   int64_t warmup = 5;         // untimed steps first
   int64_t micro_batches = 1;  // micro-batches per optimizer step (replaces train.grad_accum_steps)
@@ -54,6 +64,9 @@ struct KernelTime {
 
 struct BenchResult {
   std::string precision;
+  std::string recipe;               // the FP8 recipe of an fp8 row under --recipes, else ""
+  // The row's name: the precision, or "fp8:<recipe>" under --recipes.
+  std::string label() const { return recipe.empty() ? precision : precision + ":" + recipe; }
   int world_size = 1;
   int64_t parameters = 0;
   int64_t tokens_per_step = 0;
@@ -68,6 +81,9 @@ struct BenchResult {
   // scale backing off; see lib/train/loss_scaler.h). A skipped step still counts as timed.
   int64_t skipped_steps = 0;
   std::string fp8_rewrite;          // the rewrite summary, fp8 only
+  // The memory estimate per rank for this precision (lib/train/resources.h): bytes per parameter
+  // by category and the activations of one micro-batch, next to the measured peak.
+  MemoryEstimate memory;
   std::vector<std::pair<std::string, double>> phase_ms;  // median per phase (breakdown only)
   std::vector<KernelTime> kernels;  // profile only: longest total first
   double profiled_device_ms_per_step = 0;  // profile only: sum over `kernels`
@@ -78,8 +94,8 @@ struct BenchResult {
 // loss is not finite.
 std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptions& options);
 
-// The table printed by `fp8train bench`: one row per precision, with the ratio of tokens/s
-// to the bf16 row (when there is one).
+// The table printed by `fp8train bench`: one row per precision (and FP8 recipe), with the ratio
+// of tokens/s to the bf16 row (when there is one) and to the fp8:delayed row (under --recipes).
 std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& options,
                                const std::vector<BenchResult>& results);
 

@@ -60,8 +60,12 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + block_matrices;
   if (cfg.dist.zero == 1) e.optimizer_bytes_per_param = 8.0 / e.world_size;
   // The block Linears run in FP8 (the head stays high precision by default): an E4M3 copy and
-  // its transpose of each of their weights.
+  // its transpose of each of their weights. bf16/fp16: autocast's 2-byte copy of every Linear
+  // weight (head included), kept for the backward.
   if (cfg.precision == Precision::kFp8) e.fp8_bytes_per_param = 2.0 * block_matrices / e.parameters;
+  if (cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp16) {
+    e.fp8_bytes_per_param = 2.0 * (block_matrices + vocab * d) / e.parameters;
+  }
   e.state_bytes = e.state_bytes_per_param() * e.parameters;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.seq_len);
   const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
@@ -73,7 +77,8 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
 std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
   std::string opt = fmt::format("AdamW moments {:.3g}", optimizer_bytes_per_param);
   if (cfg.dist.zero == 1) opt += fmt::format(" (8 / {} ranks, dist.zero 1)", world_size);
-  const std::string fp8 = fp8_bytes_per_param > 0 ? fmt::format(" + FP8 weight copies {:.2g}", fp8_bytes_per_param) : "";
+  const char* copies = cfg.precision == Precision::kFp8 ? "FP8 weight copies" : "autocast weight copies";
+  const std::string fp8 = fp8_bytes_per_param > 0 ? fmt::format(" + {} {:.2g}", copies, fp8_bytes_per_param) : "";
   return fmt::format("weights {:g} + gradients {:g} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}); "
                      "activations of one micro-batch {} (train.micro_batch_size={} x model.seq_len={}, "
                      "train.recompute {}); total {} per rank",

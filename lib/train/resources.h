@@ -6,7 +6,8 @@
 //   weights      4  (float32; they are AdamW's master weights; every rank keeps all of them)
 //   gradients    4  (float32, accumulated over the micro-batches; all of them on every rank)
 //   optimizer    8  (AdamW's two float32 moments; 8 / W with dist.zero 1, ZeRO-1)
-//   FP8 copies   2 per weight of an FP8 Linear (E4M3 copy and its transpose; precision fp8 only)
+//   copies       precision fp8: 2 per weight of an FP8 Linear (E4M3 copy and its transpose);
+//                bf16/fp16: 2 per Linear weight (autocast's copy, kept for the backward)
 // plus the activations of one micro-batch: per token, the inputs every layer keeps for its
 // backward (3 * d_model + 2 * ff_dim per block; train.recompute keeps less, see below) and the
 // logits (vocab_size), at 4 bytes (fp32) or 2 bytes (bf16/fp16/fp8 autocast) per element.
@@ -30,7 +31,7 @@ struct MemoryEstimate {
   double weight_bytes_per_param = 4;
   double grad_bytes_per_param = 4;
   double optimizer_bytes_per_param = 8;
-  double fp8_bytes_per_param = 0;  // averaged over all parameters
+  double fp8_bytes_per_param = 0;  // weight copies (FP8, or autocast's), averaged over all parameters
   double state_bytes = 0;       // parameters x the four above
   double activation_bytes = 0;  // one micro-batch
   double total_bytes() const { return state_bytes + activation_bytes; }

@@ -75,6 +75,7 @@ train:
 dist:
   timeout_s: 30
   bucket_mb: 4.5
+  zero: 1
 precision: fp8
 fp8:
   margin: 2
@@ -154,6 +155,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
 
   CHECK(c.dist.timeout_s == 30);
   CHECK(c.dist.bucket_mb == 4.5);
+  CHECK(c.dist.zero == 1);
 
   CHECK(c.precision == fp8t::Precision::kFp8);
 

@@ -1,5 +1,8 @@
 #include "lib/train/resources.h"
 
+#include <cstdlib>  // setenv, unsetenv
+
+#include "lib/train/session.h"  // Session (the out-of-memory hook)
 #include "lib/util/error.h"
 #include "tests/catch.h"
 
@@ -53,4 +56,62 @@ TEST_CASE("resources: impossible sizes are refused naming the key and the estima
   ExperimentConfig deep;
   deep.model.n_layer = 100000;
   CHECK_THAT(refusal(deep, ram), FP8T_CONTAINS("model.n_layer=100000"));
+}
+
+TEST_CASE("resources: bytes per parameter by category; ZeRO-1 divides the AdamW moments", "[train]") {
+  ExperimentConfig c;
+  const auto ddp = estimate_training_memory(c, 2);
+  CHECK(ddp.state_bytes_per_param() == 16.0);  // fp32, dist.zero 0: 4 + 4 + 8
+  c.dist.zero = 1;
+  const auto zero = estimate_training_memory(c, 2);
+  CHECK(zero.optimizer_bytes_per_param == 4.0);
+  CHECK(zero.state_bytes == 12.0 * zero.parameters);  // 8 + 8 / 2
+  CHECK(estimate_training_memory(c, 8).state_bytes_per_param() == 9.0);
+  c.precision = Precision::kFp8;
+  const auto fp8 = estimate_training_memory(c, 2);
+  // 2 bytes per FP8 (block) weight, averaged over all parameters: below 2, above 0.
+  CHECK(fp8.fp8_bytes_per_param > 0.0);
+  CHECK(fp8.fp8_bytes_per_param < 2.0);
+  c.train.recompute = Recompute::kBlock;
+  CHECK(estimate_training_memory(c, 2).activation_bytes < fp8.activation_bytes);
+}
+
+TEST_CASE("resources: an out-of-memory error names the estimate and the levers, exit 2", "[train]") {
+  ExperimentConfig c;
+  c.precision = Precision::kFp8;
+  std::string message;
+  try {
+    fp8t::train::throw_out_of_memory(c, 2, "building the model", "CUDA out of memory. Tried to allocate 2 GiB\nframe #0");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+    message = e.what();
+  }
+  CHECK_THAT(message, FP8T_CONTAINS("out of memory while building the model: CUDA out of memory. Tried to allocate 2 GiB"));
+  CHECK_THAT(message, FP8T_CONTAINS("weights 4 + gradients 4 + AdamW moments 8"));
+  CHECK_THAT(message, FP8T_CONTAINS("FP8 weight copies"));
+  CHECK_THAT(message, FP8T_CONTAINS("bytes/parameter"));
+  CHECK_THAT(message, FP8T_CONTAINS("dist.zero 1"));
+  CHECK_THAT(message, FP8T_CONTAINS("train.recompute block"));
+  CHECK_THAT(message, FP8T_CONTAINS("train.micro_batch_size"));
+  CHECK(message.find("frame #0") == std::string::npos);  // the allocator's first line only
+}
+
+TEST_CASE("resources: FP8TRAIN_TEST_OOM injects the out-of-memory error a Session turns into exit 2", "[train]") {
+  ExperimentConfig c;
+  c.model.n_layer = 1;
+  c.model.d_model = 32;
+  c.model.n_head = 2;
+  ::setenv("FP8TRAIN_TEST_OOM", "build", 1);
+  std::string message;
+  try {
+    fp8t::train::Session session(c, at::Device(at::kCPU));
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+    message = e.what();
+  }
+  ::unsetenv("FP8TRAIN_TEST_OOM");
+  CHECK_THAT(message, FP8T_CONTAINS("out of memory while building the model"));
+  CHECK_THAT(message, FP8T_CONTAINS("injected by FP8TRAIN_TEST_OOM=build"));
+  CHECK_THAT(message, FP8T_CONTAINS("dist.zero"));
+  REQUIRE_NOTHROW(fp8t::train::Session(c, at::Device(at::kCPU)));  // unset: nothing injected
 }
