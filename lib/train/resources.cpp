@@ -118,7 +118,8 @@ void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const
                                              m.n_layer, m.vocab_size);
   const std::string batch_keys = fmt::format("train.micro_batch_size={} x model.seq_len={}",
                                              cfg.train.micro_batch_size, m.seq_len);
-  const std::string state = fmt::format("weights, gradients and AdamW state of {:.3g} parameters: {} (set by {})",
+  const std::string state = fmt::format("weights, gradients, AdamW state and weight copies of {:.3g} parameters: {} "
+                                        "(set by {})",
                                         e.parameters, gib(e.state_bytes), model_keys);
   const std::string activations = fmt::format("activations of one micro-batch: {} (set by {}, times the layers' "
                                               "widths)", gib(e.activation_bytes), batch_keys);
