@@ -72,7 +72,7 @@ Trace train_run(int rank, dist::Communicator& comm, const ExperimentConfig& cfg,
   if (session.gradient_sync()->sharded()) t.segments = static_cast<int>(session.gradient_sync()->shard_segments().size());
   for (int step = 0; step < kSteps; ++step) {
     int micro = 0;
-    at::Tensor loss_sum = at::zeros({});
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));  // where the losses are
     session.step([&] { return batch_of(rank, step, micro++); }, 3e-3, loss_sum, {}, step + 1);
     t.losses.push_back(loss_sum.item<double>() / 2);
     if (session.scaling()) t.scales.push_back(session.scaling()->scale().cpu().clone());
