@@ -3,16 +3,19 @@
 # (6 layers, d_model 384, seq 256) trained in bf16 and in fp8 (HYBRID, default recipe) on the
 # same bytes, then the final validation losses compared (target: within 1% of bf16).
 # --precisions picks the runs (bf16 is always trained, as the reference), e.g. fp16,bf16,fp8.
+# --recipes trains fp8 once per FP8 scaling recipe (fp8.recipe), e.g. delayed,current,block: runs
+# anna-fp8-<recipe>, each compared with bf16, all curves in one report.
 # With --knobs it also trains short runs with each recipe knob changed, to show that each one
 # takes effect: E4M3, history 1, margin 2, most_recent, and each GEMM override.
 #
 #   scripts/convergence.sh TEXT_FILE [--steps 3000] [--knob-steps 600] [--knobs] [--out DIR]
-#                                    [--precisions bf16,fp8] [--fp8train build/fp8train]
+#                                    [--precisions bf16,fp8] [--recipes delayed,current,block]
+#                                    [--fp8train build/fp8train]
 #                                    [-- extra fp8train flags]
 # Writes DIR/runs/*, DIR/convergence.json, DIR/convergence.html (fp8train report) and DIR/knobs.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || { sed -n '2,14p' "$0"; exit 2; }
+[ $# -ge 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || { sed -n '2,17p' "$0"; exit 2; }
 TEXT=$1; shift
 APP=build/fp8train
 OUTDIR=${OUT:-convergence-results}
@@ -20,6 +23,7 @@ STEPS=3000
 KNOB_STEPS=600
 KNOBS=0
 PRECISIONS=bf16,fp8
+RECIPES=
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,6 +32,7 @@ while [ $# -gt 0 ]; do
     --knobs) KNOBS=1; shift ;;
     --out) OUTDIR="$2"; shift 2 ;;
     --precisions) PRECISIONS="$2"; shift 2 ;;
+    --recipes) RECIPES="$2"; shift 2 ;;
     --fp8train) APP="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "convergence.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -37,19 +42,35 @@ done
 mkdir -p "$OUTDIR"
 common=(--config configs/char-anna.yaml --set "data.train_path=$TEXT" --out-dir "$OUTDIR/runs" --quiet
         --overwrite --steps "$STEPS" --set train.checkpoint_interval=0)
-# bf16 is the reference: always trained, first.
+# bf16 is the reference: always trained, first. A run is named by its label: the precision, or
+# fp8-<recipe> under --recipes (fp8 is then trained once per recipe, and added when not asked for).
 PRECS=(bf16)
+declare -A FLAGS=([bf16]="--precision bf16")
+add_fp8() {
+  if [ -z "$RECIPES" ]; then PRECS+=(fp8); FLAGS[fp8]="--precision fp8"; return; fi
+  IFS=, read -r -a recipes <<< "$RECIPES"
+  for r in "${recipes[@]}"; do
+    case "$r" in
+      delayed|current|block) PRECS+=("fp8-$r"); FLAGS[fp8-$r]="--precision fp8 --fp8-recipe $r" ;;
+      *) echo "convergence.sh: unknown recipe '$r' in --recipes (delayed, current, block)" >&2; exit 2 ;;
+    esac
+  done
+}
 IFS=, read -r -a asked <<< "$PRECISIONS"
+fp8_added=0
 for p in "${asked[@]}"; do
   case "$p" in
-    fp32|fp16|fp8) PRECS+=("$p") ;;
+    fp32|fp16) PRECS+=("$p"); FLAGS[$p]="--precision $p" ;;
+    fp8) [ "$fp8_added" = 1 ] || add_fp8; fp8_added=1 ;;
     bf16) ;;
     *) echo "convergence.sh: unknown precision '$p' in --precisions (fp32, bf16, fp16, fp8)" >&2; exit 2 ;;
   esac
 done
+[ "$fp8_added" = 1 ] || [ -z "$RECIPES" ] || add_fp8
 for prec in "${PRECS[@]}"; do
   echo "== $prec: $STEPS steps"
-  "$APP" "${common[@]}" --run-name "anna-$prec" --precision "$prec" "${EXTRA[@]}"
+  # shellcheck disable=SC2086
+  "$APP" "${common[@]}" --run-name "anna-$prec" ${FLAGS[$prec]} "${EXTRA[@]}"
 done
 python3 - "$OUTDIR" "${PRECS[@]}" <<'PY'
 import json, sys

@@ -1,5 +1,5 @@
-// `fp8train bench`: training-step throughput of a config in several precisions side by side
-// (lib/train/bench.h), as a table on stdout and JSON in a file.
+// `fp8train bench`: training-step throughput of a config in several precisions (and FP8 recipes)
+// side by side (lib/train/bench.h), as a table on stdout and JSON in a file.
 #include <spdlog/spdlog.h>  // spdlog::info
 
 #include <unistd.h>  // access
@@ -31,6 +31,7 @@ struct BenchArgs {
   std::string config_path;
   std::vector<config::Override> overrides;
   std::string precisions = "bf16,fp8";
+  std::string recipes;  // "" = the config's fp8.recipe
   train::BenchOptions options;
   std::string json_path = "bench.json";
 };
@@ -51,12 +52,29 @@ std::vector<Precision> parse_precisions(const std::string& list) {
   return out;
 }
 
+std::vector<fp8::RecipeKind> parse_recipes(const std::string& list) {
+  std::vector<fp8::RecipeKind> out;
+  if (list.empty()) return out;
+  std::istringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto& names = fp8::kRecipeKindNames;
+    const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return item == n.second; });
+    FP8T_INPUT_CHECK(it != names.end(), "--recipes: unknown FP8 recipe '", item,
+                     "' (expected a comma-separated list of delayed, current, block)");
+    out.push_back(it->first);
+  }
+  FP8T_INPUT_CHECK(!out.empty(), "--recipes is empty (e.g. --recipes delayed,current,block)");
+  return out;
+}
+
 void run_bench_command(BenchArgs& args) {
   // The benchmark feeds random tokens itself: the config's data section is not read.
   std::vector<config::Override> overrides = args.overrides;
   overrides.push_back(config::Override{"data.source", "synthetic", "bench"});
   const config::LoadedConfig loaded = config::load(args.config_path, overrides);
   args.options.precisions = parse_precisions(args.precisions);
+  args.options.recipes = parse_recipes(args.recipes);
   args.options.launch = dist::launch_info_from_environment();  // torchrun: a data-parallel benchmark
   const bool main_rank = args.options.launch.is_main();
   setup_logging(loaded.config.run.quiet || !main_rank, "");
@@ -89,6 +107,9 @@ void add_bench_command(CLI::App& app) {
   config::add_config_flags(*cmd, &args->overrides);
   cmd->add_option("--precisions", args->precisions, "comma-separated precisions to compare, in order (fp32, bf16, fp16, fp8)")
       ->capture_default_str();
+  cmd->add_option("--recipes", args->recipes,
+                  "FP8 scaling recipes to compare (delayed, current, block): the fp8 row runs once per recipe, "
+                  "with its tokens/s against fp8:delayed and bf16");
   cmd->add_option("--bench-steps", args->options.steps, "timed optimizer steps per precision (median reported)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

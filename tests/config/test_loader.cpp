@@ -78,6 +78,8 @@ dist:
   zero: 1
 precision: fp8
 fp8:
+  recipe: delayed
+  block_power_of_2_scales: true
   margin: 2
   interval: 4
   fp8_format: E4M3
@@ -159,6 +161,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
 
   CHECK(c.precision == fp8t::Precision::kFp8);
 
+  CHECK(c.fp8.kind == fp8t::fp8::RecipeKind::kDelayed);
+  CHECK(c.fp8.block_power_of_2_scales);  // the default: a delayed-recipe file may only repeat it
   CHECK(c.fp8.margin == 2);
   CHECK(c.fp8.interval == 4);
   CHECK(c.fp8.fp8_format == fp8t::fp8::RecipeFormat::kE4M3);
@@ -184,7 +188,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
   CHECK(loaded.sources.origin("precision") == "test.yaml:61");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:71");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:73");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
