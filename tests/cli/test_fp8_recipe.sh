@@ -1,4 +1,5 @@
-# precision fp8 (CPU emulation) trains like fp32, and every recipe knob changes the run.
+# precision fp8 (CPU emulation) trains like fp32, and every recipe knob (and fp8.recipe current)
+# changes the run.
 source "$(dirname "$0")/lib.sh"
 fp8train_short fp32 --precision fp32 --steps 120
 fp8train_short fp8 --precision fp8 --steps 120 --fp8-stats
@@ -18,11 +19,24 @@ PY
 fp8train_short ref --precision fp8 --steps 40
 i=0
 for knob in "--fp8-format E4M3" "--fp8-amax-compute-algo most_recent" "--fp8-margin 2" \
-            "--fp8-override-linear-precision 0,0,1" "--fp8-amax-history-len 1" "--fp8-interval 4"; do
+            "--fp8-override-linear-precision 0,0,1" "--fp8-amax-history-len 1" "--fp8-interval 4" \
+            "--fp8-recipe current --fp8-stats"; do
   i=$((i + 1))
   fp8train_short "knob$i" --precision fp8 --steps 40 $knob
   ! diff -q <(losses "runs/knob$i/metrics.jsonl") <(losses runs/ref/metrics.jsonl) >/dev/null \
     || fail "'$knob' did not change the loss sequence"
 done
 grep -q "E4M3" runs/knob1/config.yaml || fail "config.yaml does not show fp8_format E4M3"
+# Current scaling (knob7): its health statistics, and the recipe in the log.
+python3 - runs/knob7/metrics.jsonl <<'PY' || fail "current scaling: no per-slot FP8 stats"
+import json, math, sys
+s = [r for r in map(json.loads, open(sys.argv[1])) if "fp8" in r][-1]["fp8"]
+assert all(math.isfinite(x["scale"]) and x["scale"] > 0 and x["amax"] > 0 for x in s)
+PY
+grep -q "FP8 recipe: current" runs/knob7/train.log || fail "train.log lacks the recipe line"
+# A delayed-only key set explicitly under current: exit 2 naming it, nothing written.
+rc=0; "$FP8TRAIN" --config "$CONFIG" --precision fp8 --fp8-recipe current --fp8-amax-history-len 4 \
+  --out-dir "$WORK/runs" --run-name bad --quiet 2>err.txt || rc=$?
+[ "$rc" = 2 ] && grep -q "fp8.amax_history_len" err.txt && [ ! -e runs/bad ] \
+  || fail "an ineffective recipe key: exit $rc, $(cat err.txt)"
 echo "ok"
