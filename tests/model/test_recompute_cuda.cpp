@@ -8,7 +8,7 @@
 
 #include <vector>  // std::vector
 
-#include "lib/fp8/delayed_scaling.h"  // the recipe state session.scaling() returns
+#include "lib/fp8/scaling.h"    // fp8::Scaling (session.scaling())
 #include "lib/model/gpt.h"      // model::Gpt
 #include "lib/train/session.h"  // train::Session
 #include "lib/util/memory.h"    // reset_peak_memory, peak_memory_bytes

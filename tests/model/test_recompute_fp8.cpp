@@ -1,15 +1,15 @@
 // train.recompute under precision fp8 (CPU emulation, through train::Session): every mode gives the
 // losses, parameters, gradients, amax histories, scales and FP8 statistics of none, bit for bit,
-// after three optimizer steps of two micro-batches, in both fp8.amax_update modes. The first pass of
-// a recomputed part runs in eval mode and records nothing; the recompute records once, with the
-// scales the first pass used (lib/model/recompute.h).
+// after two optimizer steps of two micro-batches, for the three recipes (delayed in both
+// fp8.amax_update modes). The first pass of a recomputed part runs in eval mode and records
+// nothing; the recompute records once, with the scales the first pass used (lib/model/recompute.h).
 #include <torch/torch.h>  // at::randint
 
 #include <cmath>   // std::isfinite
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/fp8/delayed_scaling.h"  // the recipe state session.scaling() returns
+#include "lib/fp8/scaling.h"    // fp8::Scaling (session.scaling())
 #include "lib/model/gpt.h"      // model::Gpt
 #include "lib/train/session.h"  // train::Session
 #include "tests/catch.h"
@@ -20,7 +20,14 @@ namespace {
 
 enum class Shape { kGpt2, kLlama, kGpt2WgradOverride };
 
-ExperimentConfig tiny_fp8(Shape shape, fp8::AmaxUpdate update, Recompute mode) {
+struct Variant {
+  Shape shape;
+  fp8::RecipeKind recipe;
+  fp8::AmaxUpdate update;
+};
+
+ExperimentConfig tiny_fp8(const Variant& v, Recompute mode) {
+  const Shape shape = v.shape;
   ExperimentConfig c;
   c.precision = Precision::kFp8;
   c.model.n_layer = 2;
@@ -40,8 +47,11 @@ ExperimentConfig tiny_fp8(Shape shape, fp8::AmaxUpdate update, Recompute mode) {
   c.train.micro_batch_size = 2;
   c.train.grad_accum_steps = 2;
   c.train.recompute = mode;
-  c.fp8.amax_history_len = 4;
-  c.fp8.amax_update = update;
+  c.fp8.kind = v.recipe;
+  if (v.recipe == fp8::RecipeKind::kDelayed) {
+    c.fp8.amax_history_len = 4;
+    c.fp8.amax_update = v.update;
+  }
   return c;
 }
 
@@ -50,9 +60,9 @@ struct Snapshot {
   std::vector<at::Tensor> tensors;  // parameters, their gradients, amax history, scale, statistics
 };
 
-// Three steps with FP8 statistics on, then one more forward and backward whose gradients and
+// Two steps with FP8 statistics on, then one more forward and backward whose gradients and
 // recorded amaxes are kept.
-Snapshot train_three_steps(const ExperimentConfig& cfg) {
+Snapshot train_two_steps(const ExperimentConfig& cfg) {
   train::Session session(cfg, at::Device(at::kCPU));
   REQUIRE(session.model().recompute() == cfg.train.recompute);  // wired from train.recompute
   session.prepare_training(nullptr);
@@ -64,7 +74,7 @@ Snapshot train_three_steps(const ExperimentConfig& cfg) {
     return data::Batch{t.narrow(1, 0, 16).contiguous(), t.narrow(1, 1, 16).contiguous()};
   };
   Snapshot s{at::zeros({}), {}};
-  for (int step = 0; step < 3; ++step) session.step(next, 1e-2, s.loss_sum);
+  for (int step = 0; step < 2; ++step) session.step(next, 1e-2, s.loss_sum);
   const data::Batch b = next();
   model::Gpt::loss(session.model().forward(b.inputs), b.targets).backward();
   for (const at::Tensor& p : session.parameters()) {
@@ -82,14 +92,24 @@ Snapshot train_three_steps(const ExperimentConfig& cfg) {
 }  // namespace
 
 TEST_CASE("recompute fp8: every mode matches none bit for bit (grads, amax history, scales, stats)", "[model]") {
-  const Shape shape = GENERATE(Shape::kGpt2, Shape::kLlama, Shape::kGpt2WgradOverride);
-  const fp8::AmaxUpdate update = GENERATE(fp8::AmaxUpdate::kStep, fp8::AmaxUpdate::kMicrobatch);
-  INFO("shape " << static_cast<int>(shape) << ", amax_update " << fp8::to_string(update));
-  const Snapshot reference = train_three_steps(tiny_fp8(shape, update, Recompute::kNone));
+  using fp8::AmaxUpdate;
+  using fp8::RecipeKind;
+  const Variant v = GENERATE(Variant{Shape::kGpt2, RecipeKind::kDelayed, AmaxUpdate::kStep},
+                             Variant{Shape::kGpt2, RecipeKind::kDelayed, AmaxUpdate::kMicrobatch},
+                             Variant{Shape::kLlama, RecipeKind::kDelayed, AmaxUpdate::kStep},
+                             Variant{Shape::kLlama, RecipeKind::kDelayed, AmaxUpdate::kMicrobatch},
+                             Variant{Shape::kGpt2WgradOverride, RecipeKind::kDelayed, AmaxUpdate::kStep},
+                             Variant{Shape::kGpt2, RecipeKind::kCurrent, AmaxUpdate::kStep},
+                             Variant{Shape::kLlama, RecipeKind::kCurrent, AmaxUpdate::kStep},
+                             Variant{Shape::kGpt2, RecipeKind::kBlock, AmaxUpdate::kStep},
+                             Variant{Shape::kLlama, RecipeKind::kBlock, AmaxUpdate::kStep});
+  INFO("shape " << static_cast<int>(v.shape) << ", recipe " << fp8::to_string(v.recipe) << ", amax_update "
+                << fp8::to_string(v.update));
+  const Snapshot reference = train_two_steps(tiny_fp8(v, Recompute::kNone));
   REQUIRE(std::isfinite(reference.loss_sum.item<double>()));
   for (Recompute mode : {Recompute::kAttention, Recompute::kMlp, Recompute::kBlock}) {
     INFO("recompute " << static_cast<int>(mode));
-    const Snapshot s = train_three_steps(tiny_fp8(shape, update, mode));
+    const Snapshot s = train_two_steps(tiny_fp8(v, mode));
     REQUIRE(at::equal(s.loss_sum, reference.loss_sum));
     REQUIRE(s.tensors.size() == reference.tensors.size());
     for (size_t i = 0; i < s.tensors.size(); ++i) {
