@@ -14,6 +14,7 @@
 // eval and checkpoint steps.
 #pragma once
 
+#include <c10/core/Device.h>  // at::Device
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <string>  // std::string
