@@ -5,17 +5,19 @@
 # --precisions picks the runs (bf16 is always trained, as the reference), e.g. fp16,bf16,fp8.
 # --recipes trains fp8 once per FP8 scaling recipe (fp8.recipe), e.g. delayed,current,block: runs
 # anna-fp8-<recipe>, each compared with bf16, all curves in one report.
+# --jobs N runs up to N of those trainings at once (each one's output in DIR/runs/<name>.log),
+# e.g. bf16 and three recipes side by side on one large GPU.
 # With --knobs it also trains short runs with each recipe knob changed, to show that each one
 # takes effect: E4M3, history 1, margin 2, most_recent, and each GEMM override.
 #
 #   scripts/convergence.sh TEXT_FILE [--steps 3000] [--knob-steps 600] [--knobs] [--out DIR]
 #                                    [--precisions bf16,fp8] [--recipes delayed,current,block]
-#                                    [--fp8train build/fp8train]
+#                                    [--jobs 1] [--fp8train build/fp8train]
 #                                    [-- extra fp8train flags]
 # Writes DIR/runs/*, DIR/convergence.json, DIR/convergence.html (fp8train report) and DIR/knobs.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || { sed -n '2,17p' "$0"; exit 2; }
+[ $# -ge 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || { sed -n '2,19p' "$0"; exit 2; }
 TEXT=$1; shift
 APP=build/fp8train
 OUTDIR=${OUT:-convergence-results}
@@ -24,6 +26,7 @@ KNOB_STEPS=600
 KNOBS=0
 PRECISIONS=bf16,fp8
 RECIPES=
+JOBS=1
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,6 +36,7 @@ while [ $# -gt 0 ]; do
     --out) OUTDIR="$2"; shift 2 ;;
     --precisions) PRECISIONS="$2"; shift 2 ;;
     --recipes) RECIPES="$2"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
     --fp8train) APP="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "convergence.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -67,11 +71,32 @@ for p in "${asked[@]}"; do
   esac
 done
 [ "$fp8_added" = 1 ] || [ -z "$RECIPES" ] || add_fp8
-for prec in "${PRECS[@]}"; do
-  echo "== $prec: $STEPS steps"
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "convergence.sh: --jobs expects a positive integer, got '$JOBS'" >&2; exit 2; }
+train_one() {
   # shellcheck disable=SC2086
-  "$APP" "${common[@]}" --run-name "anna-$prec" ${FLAGS[$prec]} "${EXTRA[@]}"
-done
+  "$APP" "${common[@]}" --run-name "anna-$1" ${FLAGS[$1]} "${EXTRA[@]}"
+}
+if [ "$JOBS" = 1 ]; then
+  for prec in "${PRECS[@]}"; do
+    echo "== $prec: $STEPS steps"
+    train_one "$prec"
+  done
+else
+  # Up to JOBS trainings at once; each writes its exit status next to its log, checked at the end.
+  mkdir -p "$OUTDIR/runs"
+  for prec in "${PRECS[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    echo "== $prec: $STEPS steps (in the background, log $OUTDIR/runs/anna-$prec.log)"
+    rm -f "$OUTDIR/runs/anna-$prec.status"
+    ( set +e; train_one "$prec" > "$OUTDIR/runs/anna-$prec.log" 2>&1; echo $? > "$OUTDIR/runs/anna-$prec.status" ) &
+  done
+  wait
+  failed=()
+  for prec in "${PRECS[@]}"; do
+    [ "$(cat "$OUTDIR/runs/anna-$prec.status" 2>/dev/null)" = 0 ] || failed+=("anna-$prec")
+  done
+  [ ${#failed[@]} = 0 ] || { echo "convergence.sh: failed: ${failed[*]} (see $OUTDIR/runs/<name>.log)" >&2; exit 1; }
+fi
 python3 - "$OUTDIR" "${PRECS[@]}" <<'PY'
 import json, sys
 out, precs = sys.argv[1], sys.argv[2:]
