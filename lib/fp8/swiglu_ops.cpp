@@ -1,5 +1,7 @@
 #include "lib/fp8/swiglu_ops.h"
 
+#include <vector>  // std::vector
+
 #include "lib/util/error.h"  // FP8T_CHECK
 
 namespace fp8t {
