@@ -95,7 +95,7 @@ struct TrainSection {
 struct DistSection {
   int64_t timeout_s = 600;        // a collective or the rendezvous waiting longer fails the job
   double bucket_mb = 25.0;        // gradient all-reduce bucket size in MiB
-  int64_t zero = 0;               // 1: ZeRO-1, master weights and AdamW moments sharded across ranks
+  int64_t zero = 0;               // 1: ZeRO-1, the AdamW moments and the weight update sharded across ranks
 };
 
 struct ExperimentConfig {
