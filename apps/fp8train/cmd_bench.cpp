@@ -9,6 +9,7 @@
 #include <fstream>   // std::ofstream
 #include <iostream>  // std::cout
 #include <memory>    // std::make_shared
+#include <optional>  // std::optional
 #include <sstream>   // std::istringstream
 #include <string>    // std::string
 #include <vector>    // std::vector
@@ -18,6 +19,7 @@
 #include "lib/config/fields.h"       // config::to_string
 #include "lib/config/loader.h"       // config::load
 #include "lib/dist/launch.h"         // dist::launch_info_from_environment
+#include "lib/fp8/recipe.h"          // fp8::RecipeKind, fp8::to_string
 #include "lib/train/bench.h"         // train::run_bench
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 #include "lib/util/log.h"            // setup_logging
@@ -68,13 +70,50 @@ std::vector<fp8::RecipeKind> parse_recipes(const std::string& list) {
   return out;
 }
 
+// Under --recipes every fp8 row runs its own recipe, so the recipe keys are validated per
+// recipe: a key set explicitly must take effect under at least one listed recipe (else the
+// error of the first); the rows it does not apply to ignore it, with a warning naming them.
+config::LoadedConfig load_for_recipes(const BenchArgs& args, const std::vector<config::Override>& overrides,
+                                      const std::vector<fp8::RecipeKind>& recipes) {
+  for (const config::Override& o : overrides) {
+    FP8T_INPUT_CHECK(o.key != "fp8.recipe", "--recipes and ", o.origin.empty() ? "--set fp8.recipe" : o.origin,
+                     " both choose the FP8 recipe: pass one of them");
+  }
+  std::optional<config::LoadedConfig> first_ok;
+  std::optional<Error> first_error;
+  std::vector<std::string> ignoring;  // "the current row runs without it: fp8.amax_history_len ..."
+  for (fp8::RecipeKind kind : recipes) {
+    std::vector<config::Override> with_recipe = overrides;
+    with_recipe.push_back(config::Override{"fp8.recipe", fp8::to_string(kind), "--recipes"});
+    try {
+      config::LoadedConfig loaded = config::load(args.config_path, with_recipe);
+      if (!first_ok) first_ok = std::move(loaded);
+    } catch (const Error& e) {
+      // Only the recipe-key check depends on the recipe: any other error repeats for every recipe.
+      if (e.code() != ExitCode::kBadInput) throw;
+      if (!first_error) first_error = e;
+      ignoring.push_back(std::string("the ") + fp8::to_string(kind) + " row runs without it: " + e.what());
+    }
+  }
+  if (!first_ok) throw *first_error;
+  for (const std::string& line : ignoring) spdlog::warn("--recipes: {}", line);
+  return *first_ok;
+}
+
 void run_bench_command(BenchArgs& args) {
   // The benchmark feeds random tokens itself: the config's data section is not read.
   std::vector<config::Override> overrides = args.overrides;
   overrides.push_back(config::Override{"data.source", "synthetic", "bench"});
-  const config::LoadedConfig loaded = config::load(args.config_path, overrides);
   args.options.precisions = parse_precisions(args.precisions);
   args.options.recipes = parse_recipes(args.recipes);
+  // Each row sets its own precision; with an fp8 row the fp8 keys are checked as under precision fp8.
+  const bool fp8_row = !args.options.recipes.empty() ||
+                       std::find(args.options.precisions.begin(), args.options.precisions.end(), Precision::kFp8) !=
+                           args.options.precisions.end();
+  if (fp8_row) overrides.push_back(config::Override{"precision", "fp8", "--precisions"});
+  const config::LoadedConfig loaded = args.options.recipes.empty()
+                                          ? config::load(args.config_path, overrides)
+                                          : load_for_recipes(args, overrides, args.options.recipes);
   args.options.launch = dist::launch_info_from_environment();  // torchrun: a data-parallel benchmark
   const bool main_rank = args.options.launch.is_main();
   setup_logging(loaded.config.run.quiet || !main_rank, "");

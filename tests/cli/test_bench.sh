@@ -54,4 +54,19 @@ set +e
 rc=$?
 set -e
 [ "$rc" = 2 ] && grep -q "does not exist or is not writable" nodir.txt || { cat nodir.txt; fail "bad --json folder: rc $rc"; }
+# --recipes validates the recipe keys per recipe: a key that applies to one listed recipe runs
+# (the others warn), one that applies to none is exit 2, and --fp8-recipe next to it is exit 2.
+"$FP8TRAIN" bench --config "$CONFIG" --precisions fp8 --recipes delayed,block --set fp8.block_power_of_2_scales=false \
+  --bench-steps 1 --bench-warmup 0 --set model.n_layer=1 --json rec.json > rec.txt 2> rec.log || { cat rec.log; fail "bench --recipes with a block-only key failed"; }
+grep -q "the delayed row runs without it: fp8.block_power_of_2_scales" rec.log || { cat rec.log; fail "no warning for the delayed row"; }
+grep -q "^fp8:block " rec.txt || { cat rec.txt; fail "block row missing"; }
+set +e
+"$FP8TRAIN" bench --config "$CONFIG" --recipes current,block --fp8-amax-history-len 16 --json none.json > none.txt 2>&1
+rc1=$?
+"$FP8TRAIN" bench --config "$CONFIG" --recipes delayed --fp8-recipe block --json both.json > both.txt 2>&1
+rc2=$?
+set -e
+[ "$rc1" = 2 ] && grep -q "fp8.amax_history_len.*has no effect under" none.txt || { cat none.txt; fail "a key of no listed recipe: rc $rc1"; }
+[ "$rc2" = 2 ] && grep -q "both choose the FP8 recipe" both.txt || { cat both.txt; fail "--recipes with --fp8-recipe: rc $rc2"; }
+[ ! -e none.json ] && [ ! -e both.json ] || fail "a rejected bench wrote its JSON file"
 echo "ok"
