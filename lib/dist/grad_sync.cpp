@@ -1,22 +1,41 @@
 #include "lib/dist/grad_sync.h"
 
+#include <torch/csrc/autograd/function_hook.h>           // FunctionPreHook
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>  // LambdaPostHook
 #include <torch/csrc/autograd/variable.h>                // impl::grad_accumulator
 
-#include <algorithm>  // std::max, std::min
+#include <algorithm>  // std::max, std::min, std::find_if, std::any_of, std::fill
+#include <deque>      // std::deque
+#include <functional>  // std::function
 #include <utility>  // std::pair, std::declval
 
-#include <ATen/ATen.h>  // at::zeros, at::NoGradGuard
+#include <ATen/ATen.h>  // at::zeros, at::empty, at::NoGradGuard
 
 #include "lib/util/error.h"  // FP8T_CHECK
 
 namespace fp8t::dist {
+
+namespace {
+
+// Runs `fn` before the node does (ZeRO-1: before a gradient accumulator adds into .grad).
+struct LambdaPreHook : torch::autograd::FunctionPreHook {
+  explicit LambdaPreHook(std::function<void()> f) : fn(std::move(f)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    fn();
+    return grads;
+  }
+  std::function<void()> fn;
+};
+
+}  // namespace
 
 struct GradientSync::Hooks {
   // The accumulator handle type changed between LibTorch releases (shared_ptr in 2.11,
   // intrusive_ptr later); take whatever grad_accumulator() returns.
   using NodePtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
   std::vector<std::pair<NodePtr, uintptr_t>> installed;
+  // Node has no del_pre_hook: the destructor finds ours by address in pre_hooks().
+  std::vector<std::pair<NodePtr, const torch::autograd::FunctionPreHook*>> pre_installed;
 };
 
 GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::Tensor> params, int64_t bucket_bytes,
@@ -49,34 +68,40 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
   }
   for (const auto& group : groups) {
     Bucket b;
-    int64_t numel = 0;
-    for (size_t k : group) numel += params_[k].numel();
-    if (shard_) {  // padded so that every rank's shard has the same size
-      const int64_t world = comm_->world_size();
-      b.shard_numel = (numel + world - 1) / world;
-      numel = b.shard_numel * world;
-    }
-    b.flat = at::zeros({numel}, params_[group.front()].options().requires_grad(false));
-    int64_t offset = 0;
     for (size_t k : group) {
-      at::Tensor& p = params_[k];
-      const int64_t n = p.numel();
-      at::Tensor view = b.flat.narrow(0, offset, n).view(p.sizes());
-      if (p.grad().defined()) view.copy_(p.grad());
-      p.mutable_grad() = view;
-      offset_of_[k] = offset;
-      offset += n;
+      offset_of_[k] = b.numel;
+      b.numel += params_[k].numel();
       bucket_of_[k] = static_cast<int>(buckets_.size());
     }
+    if (shard_) {  // padded so that every rank's shard has the same size
+      const int64_t world = comm_->world_size();
+      b.shard_numel = (b.numel + world - 1) / world;
+      b.numel = b.shard_numel * world;
+    }
+    b.options = params_[group.front()].options().requires_grad(false);
     b.params = group;
+    if (shard_) b.shard = at::zeros({b.shard_numel}, b.options);
+    // DDP: persistent buckets. ZeRO-1: allocated by the first gradient of a step, or now when
+    // a parameter already holds a gradient (it is copied in).
+    const bool has_grad = std::any_of(group.begin(), group.end(), [&](size_t k) { return params_[k].grad().defined(); });
+    if (!shard_ || has_grad) allocate(b);
     buckets_.push_back(std::move(b));
   }
   complete_.assign(buckets_.size(), false);
   if (shard_) build_segments();
+  peak_live_ = live_;
+  install_hooks();
+}
 
+void GradientSync::install_hooks() {
   for (size_t k = 0; k < params_.size(); ++k) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
     FP8T_CHECK(acc, "GradientSync: parameter ", k, " has no gradient accumulator");
+    if (shard_) {
+      auto pre = std::make_unique<LambdaPreHook>([this, k] { on_gradient_arriving(k); });
+      hooks_->pre_installed.emplace_back(acc, pre.get());
+      acc->add_pre_hook(std::move(pre));
+    }
     const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           on_gradient_ready(k);
@@ -88,6 +113,30 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
 
 GradientSync::~GradientSync() {
   for (auto& [acc, key] : hooks_->installed) acc->del_post_hook(key);
+  for (auto& [acc, hook] : hooks_->pre_installed) {
+    auto& pre = acc->pre_hooks();
+    auto it = std::find_if(pre.begin(), pre.end(), [hook = hook](const auto& h) { return h.get() == hook; });
+    if (it != pre.end()) pre.erase(it);
+  }
+}
+
+void GradientSync::allocate(Bucket& b) {
+  at::NoGradGuard no_grad;
+  b.flat = at::zeros({b.numel}, b.options);
+  for (size_t k : b.params) {
+    at::Tensor& p = params_[k];
+    at::Tensor view = b.flat.narrow(0, offset_of_[k], p.numel()).view(p.sizes());
+    if (p.grad().defined()) view.copy_(p.grad());
+    p.mutable_grad() = view;
+  }
+  peak_live_ = std::max(peak_live_, ++live_);
+}
+
+void GradientSync::release(Bucket& b) {
+  b.pending.wait();  // NCCL: the current stream waits for the reduce-scatter (see the header)
+  for (size_t k : b.params) params_[k].mutable_grad().reset();
+  b.flat.reset();
+  --live_;
 }
 
 void GradientSync::arm() {
@@ -95,11 +144,22 @@ void GradientSync::arm() {
   for (Bucket& b : buckets_) {
     FP8T_CHECK(!b.pending.valid(), "GradientSync::arm: the previous step was not finished");
     b.remaining = static_cast<int>(b.params.size());
+    b.launched = false;
   }
   complete_.assign(buckets_.size(), false);
   next_to_launch_ = 0;
   launched_in_backward_ = 0;
+  peak_live_ = live_;
   armed_ = true;
+}
+
+void GradientSync::on_gradient_arriving(size_t param_index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Bucket& b = buckets_[bucket_of_[param_index]];
+  // A second gradient after the bucket was reduced would land in a new bucket and be lost.
+  FP8T_CHECK(!b.launched, "GradientSync: parameter ", param_index, " received a gradient after its bucket was "
+             "reduce-scattered in this backward (is it used in two places of a recomputed part?)");
+  if (!b.flat.defined()) allocate(b);
 }
 
 void GradientSync::on_gradient_ready(size_t param_index) {
@@ -114,50 +174,87 @@ void GradientSync::on_gradient_ready(size_t param_index) {
 }
 
 void GradientSync::launch_ready_in_order() {
-  while (next_to_launch_ < buckets_.size() && complete_[next_to_launch_]) launch(buckets_[next_to_launch_++]);
+  while (next_to_launch_ < buckets_.size() && complete_[next_to_launch_]) {
+    launch(buckets_[next_to_launch_]);
+    // ZeRO-1: the bucket launched two before this one has finished reducing by now (the
+    // collectives run in order, and a whole bucket's gradients were computed since): waiting
+    // for it costs the stream nothing, and its full buffer can go.
+    if (shard_ && next_to_launch_ >= 2) release(buckets_[next_to_launch_ - 2]);
+    ++next_to_launch_;
+  }
 }
 
 void GradientSync::launch(Bucket& b) {
-  b.pending = shard_ ? comm_->reduce_scatter_async(own_shard(b), b.flat)
-                     : comm_->all_reduce_async({b.flat}, ReduceOp::kSum);
-}
-
-at::Tensor GradientSync::own_shard(const Bucket& b) const {
-  return b.flat.narrow(0, comm_->rank() * b.shard_numel, b.shard_numel);
+  if (!shard_) {
+    b.pending = comm_->all_reduce_async({b.flat}, ReduceOp::kSum);
+    return;
+  }
+  if (!b.flat.defined()) allocate(b);  // no gradient reached it: zeros, so every rank reduces the same buckets
+  b.pending = comm_->reduce_scatter_async(b.shard, b.flat);
+  b.launched = true;
 }
 
 void GradientSync::build_segments() {
   for (size_t k = 0; k < params_.size(); ++k) {
-    const Bucket& b = buckets_[bucket_of_[k]];
+    Bucket& b = buckets_[bucket_of_[k]];
     const int64_t lo = comm_->rank() * b.shard_numel, hi = lo + b.shard_numel;
     const int64_t first = std::max(lo, offset_of_[k]), last = std::min(hi, offset_of_[k] + params_[k].numel());
-    if (last > first) segments_.push_back(Segment{k, first - offset_of_[k], last - first});
+    if (last <= first) continue;
+    b.segments.push_back(segments_.size());
+    segments_.push_back(Segment{k, first - offset_of_[k], last - first, b.shard.narrow(0, first - lo, last - first)});
   }
 }
 
 std::vector<at::Tensor> GradientSync::gradient_shards() const {
   FP8T_CHECK(shard_, "GradientSync::gradient_shards needs ZeRO-1");
   std::vector<at::Tensor> out;
-  for (const Bucket& b : buckets_) out.push_back(own_shard(b));
+  for (const Bucket& b : buckets_) out.push_back(b.shard);
   return out;
+}
+
+int64_t GradientSync::full_bucket_bytes() const {
+  int64_t bytes = 0;
+  for (const Bucket& b : buckets_) {
+    if (b.flat.defined()) bytes += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  }
+  return bytes;
+}
+
+void GradientSync::gather_bucket(Bucket& b, at::Tensor& staging) {
+  staging = at::empty({b.numel}, b.options);
+  // The owned segments go into the rank's slice (its padding is never read back) ...
+  for (size_t si : b.segments) {
+    const Segment& s = segments_[si];
+    staging.narrow(0, offset_of_[s.param] + s.begin, s.length)
+        .copy_(params_[s.param].detach().view(-1).narrow(0, s.begin, s.length));
+  }
+  // ... which is all-gathered in place.
+  b.pending = comm_->all_gather_async(staging, staging.narrow(0, comm_->rank() * b.shard_numel, b.shard_numel));
+}
+
+void GradientSync::scatter_gathered(Bucket& b, const at::Tensor& staging) {
+  b.pending.wait();
+  for (size_t k : b.params) {
+    params_[k].detach().view(-1).copy_(staging.narrow(0, offset_of_[k], params_[k].numel()));
+  }
 }
 
 void GradientSync::gather_parameters() {
   FP8T_CHECK(shard_, "GradientSync::gather_parameters needs ZeRO-1");
   at::NoGradGuard no_grad;
-  // The owned segments go into the rank's shard of the (now consumed) gradient buffers ...
-  for (const Segment& s : segments_) {
-    const at::Tensor& p = params_[s.param];
-    buckets_[bucket_of_[s.param]].flat.narrow(0, offset_of_[s.param] + s.begin, s.length)
-        .copy_(p.detach().view(-1).narrow(0, s.begin, s.length));
+  // A window of kGatherInFlight buckets: the next all-gather runs while the previous one is
+  // copied into the parameters, and at most that many staging buffers exist at once (a
+  // buffer dropped after its wait is reused by the caching allocator in stream order).
+  std::deque<std::pair<Bucket*, at::Tensor>> in_flight;
+  for (Bucket& b : buckets_) {
+    in_flight.emplace_back(&b, at::Tensor());
+    gather_bucket(b, in_flight.back().second);
+    if (in_flight.size() > kGatherInFlight) {
+      scatter_gathered(*in_flight.front().first, in_flight.front().second);
+      in_flight.pop_front();
+    }
   }
-  // ... which are all-gathered in place (all launched, then waited in order) ...
-  for (Bucket& b : buckets_) b.pending = comm_->all_gather_async(b.flat, own_shard(b));
-  for (Bucket& b : buckets_) b.pending.wait();
-  // ... and copied back into the parameters.
-  for (size_t k = 0; k < params_.size(); ++k) {
-    params_[k].detach().view(-1).copy_(buckets_[bucket_of_[k]].flat.narrow(0, offset_of_[k], params_[k].numel()));
-  }
+  for (auto& [b, staging] : in_flight) scatter_gathered(*b, staging);
 }
 
 void GradientSync::finish() {
@@ -165,16 +262,28 @@ void GradientSync::finish() {
   FP8T_CHECK(armed_, "GradientSync::finish without arm()");
   // Buckets some of whose parameters got no gradient in this backward are launched here, in
   // order, so every rank issues the same sequence of collectives.
-  while (next_to_launch_ < buckets_.size()) launch(buckets_[next_to_launch_++]);
+  std::fill(complete_.begin(), complete_.end(), true);
+  launch_ready_in_order();
   const double inv_world = 1.0 / static_cast<double>(comm_->world_size());
   for (Bucket& b : buckets_) {
     b.pending.wait();
-    (shard_ ? own_shard(b) : b.flat).mul_(inv_world);  // ZeRO-1: only the shard holds sums over ranks
+    (shard_ ? b.shard : b.flat).mul_(inv_world);  // ZeRO-1: only the shard holds sums over ranks
+  }
+  for (Bucket& b : buckets_) {
+    if (shard_ && b.flat.defined()) release(b);
+    b.launched = false;
   }
   armed_ = false;
 }
 
 void GradientSync::zero_grad() {
+  if (shard_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Bucket& b : buckets_) {
+      if (b.flat.defined()) release(b);
+    }
+    return;
+  }
   for (Bucket& b : buckets_) {
     b.flat.zero_();
     // Something may have replaced a grad (it must stay a view into its bucket): re-point it.

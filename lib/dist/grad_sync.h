@@ -12,13 +12,26 @@
 // accumulate locally); arm(); backward of micro-batch n; finish(); optimizer step.
 //
 // Sharded (ZeRO-1, dist.zero 1): every bucket is padded to a multiple of the world size and
-// split into world_size equal contiguous shards; rank r owns shard r of every bucket. A
-// complete bucket is reduce-scattered instead of all-reduced, so after finish() only the
-// rank's own shard holds the averaged gradients (the rest of the bucket keeps this rank's
-// local sums and must not be read). The optimizer updates the owned parts of the parameters
-// (shard_segments()), then gather_parameters() all-gathers the updated weights, using the
-// gradient buckets as the staging buffers. Usage per step: zero_grad(); ...; finish();
-// optimizer step on the shard; gather_parameters(); (zero_grad() of the next step).
+// split into world_size equal contiguous shards; rank r owns shard r of every bucket. The full
+// buckets exist only while gradients are accumulated into them: a pre-hook on each parameter's
+// gradient accumulator allocates the parameter's bucket (zeroed, from the caching allocator)
+// when its first gradient of the step is about to arrive and points the bucket's .grads at
+// views of it, so autograd accumulates in place as under DDP. During the armed backward a
+// complete bucket is reduce-scattered into a persistent flat shard of 1/W of its size (what the
+// optimizer, the gradient norm and the non-finite check read: gradient_shards(),
+// Segment::grad), and the full bucket is released two launches later, once the current stream
+// has waited for its reduce-scatter (no stall: it finished while the next bucket filled);
+// finish() releases the rest. Between steps the parameters' .grads are undefined. With
+// accumulation (micro-batches 1..n-1 not armed) the buckets persist until the armed one.
+// The optimizer updates the owned parts of the parameters (shard_segments()), then
+// gather_parameters() all-gathers the updated weights through transient per-bucket staging
+// buffers (a few at a time). Usage per step: zero_grad(); ...; finish(); optimizer step on the
+// shard; gather_parameters().
+//
+// Memory safety of a released bucket: an NCCL collective keeps its tensors alive until the
+// work is waited (c10d stashes them, no recordStream), and the wait makes the current stream
+// (the one the bucket was allocated on) wait for the collective, so the caching allocator can
+// only hand the memory out again to work ordered after the collective. Gloo waits on the host.
 #pragma once
 
 #include <ATen/core/Tensor.h>  // at::Tensor
@@ -48,7 +61,9 @@ class GradientSync {
   // Launch what is left, wait for all buckets (the current CUDA stream waits; Gloo blocks), and
   // average. Afterwards every rank holds the same gradients.
   void finish();
-  // Zeroes the gradient buckets in place (the grads stay views into them).
+  // DDP: zeroes the gradient buckets in place (the grads stay views into them). ZeRO-1: releases
+  // any full bucket still allocated (its grads become undefined; the next backward allocates
+  // zeroed ones); the shards are overwritten by the next reduce-scatter.
   void zero_grad();
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
@@ -60,31 +75,50 @@ class GradientSync {
     size_t param = 0;    // index into the constructor's `params`
     int64_t begin = 0;   // first owned element of the flattened parameter
     int64_t length = 0;  // owned elements (> 0)
+    at::Tensor grad;     // the averaged gradient of these elements after finish(): a flat view
+                         // into this rank's persistent shard of the parameter's bucket
   };
   const std::vector<Segment>& shard_segments() const { return segments_; }
-  // ZeRO-1: this rank's shard of every bucket (flat views, padding included: it stays zero).
+  // ZeRO-1: this rank's persistent shard of every bucket (padding included: it stays zero).
   // After finish() they hold the averaged gradients of the owned segments.
   std::vector<at::Tensor> gradient_shards() const;
   // ZeRO-1: after the optimizer updated the owned segments in place, every rank receives
-  // every rank's segments (one all-gather per bucket through the gradient buffers, which
-  // hold garbage afterwards: zero_grad() before the next backward).
+  // every rank's segments (one all-gather per bucket into a transient staging buffer, at most
+  // kGatherInFlight of them allocated at once).
   void gather_parameters();
+  static constexpr size_t kGatherInFlight = 2;
+  // Bytes of full gradient buckets allocated now (DDP: all of them, always; ZeRO-1: 0 after
+  // finish() and between steps).
+  int64_t full_bucket_bytes() const;
+  // The most full buckets allocated at once since the last arm() (ZeRO-1; DDP: all of them).
+  int peak_full_buckets() const { return peak_live_; }
   // Buckets launched from inside the last armed backward (the rest were launched by finish()).
   int launched_during_backward() const { return launched_in_backward_; }
 
  private:
   struct Bucket {
-    at::Tensor flat;                 // the gradient storage of its parameters (+ ZeRO padding)
-    int64_t shard_numel = 0;         // ZeRO-1: flat.numel() / world size
+    at::Tensor flat;                 // the gradient storage of its parameters (+ ZeRO padding);
+                                     // ZeRO-1: undefined while released
+    at::Tensor shard;                // ZeRO-1: persistent, this rank's averaged part
+    int64_t numel = 0;               // of flat
+    int64_t shard_numel = 0;         // ZeRO-1: numel / world size
+    at::TensorOptions options;       // of flat
     std::vector<size_t> params;      // indices into params_
+    std::vector<size_t> segments;    // ZeRO-1: indices into segments_
     int remaining = 0;               // gradients still to arrive in this backward
+    bool launched = false;           // reduced in this armed backward (ZeRO-1: no more gradients)
     Pending pending;
   };
+  void on_gradient_arriving(size_t param_index);  // ZeRO-1 pre-hook: allocate the bucket
   void on_gradient_ready(size_t param_index);
   void launch_ready_in_order();  // with mutex_ held
   void launch(Bucket& b);
-  at::Tensor own_shard(const Bucket& b) const;  // ZeRO-1: this rank's part of b.flat
+  void allocate(Bucket& b);      // the full bucket, zeroed, and the grads as views into it
+  void release(Bucket& b);       // ZeRO-1: after its collective; the grads become undefined
+  void install_hooks();
   void build_segments();                        // ZeRO-1: segments_ from the bucket layout
+  void gather_bucket(Bucket& b, at::Tensor& staging);  // ZeRO-1: owned segments in, launch
+  void scatter_gathered(Bucket& b, const at::Tensor& staging);  // wait, copy into the parameters
 
   std::shared_ptr<Communicator> comm_;
   std::vector<at::Tensor> params_;
@@ -97,6 +131,7 @@ class GradientSync {
   size_t next_to_launch_ = 0;
   bool armed_ = false;
   int launched_in_backward_ = 0;
+  int live_ = 0, peak_live_ = 0;  // full buckets allocated now / at most since arm()
   struct Hooks;                    // the gradient accumulators and their hook keys
   std::unique_ptr<Hooks> hooks_;
   std::mutex mutex_;

@@ -27,12 +27,14 @@ void AdamW::check_options() const {
 }
 
 at::Tensor AdamW::Slot::grad() const {
+  if (shard_grad.defined()) return shard_grad;
   const at::Tensor& g = param.grad();
   if (!g.defined() || (range.begin == 0 && range.length == param.numel())) return g;
   return g.view(-1).narrow(0, range.begin, range.length);
 }
 
-AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard)
+AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard,
+             const std::map<std::string, at::Tensor>& shard_grads)
     : options_(options), sharded_(true) {
   check_options();
   std::set<const void*> seen_tensors;
@@ -57,6 +59,11 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& sh
     s.exp_avg_sq = at::zeros({r.length}, param.options().requires_grad(false));
     s.step = at::zeros({}, param.options().dtype(at::kFloat).requires_grad(false));
     s.decay = param.dim() >= 2;  // of the whole parameter, whatever the range's shape
+    if (const auto g = shard_grads.find(name); g != shard_grads.end()) {
+      FP8T_CHECK(g->second.dim() == 1 && g->second.numel() == r.length && g->second.scalar_type() == kStateDtype,
+                 "AdamW: the shard gradient of '", name, "' must be float32 with the range's ", r.length, " elements");
+      s.shard_grad = g->second;
+    }
     slots_.push_back(std::move(s));
   }
 }
@@ -105,11 +112,13 @@ void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& foun
   };
   std::vector<Group> groups;
   for (const Slot& s : slots_) {
-    const at::Tensor& full = s.param.grad();
-    if (!full.defined()) continue;
-    FP8T_CHECK(!full.is_sparse(), "AdamW: sparse gradient for '", s.name, "' is not supported");
-    FP8T_CHECK(full.sizes() == s.param.sizes(), "AdamW: gradient of '", s.name, "' has shape ",
-               shape_str(full), ", parameter ", shape_str(s.param));
+    if (!s.shard_grad.defined()) {
+      const at::Tensor& full = s.param.grad();
+      if (!full.defined()) continue;
+      FP8T_CHECK(!full.is_sparse(), "AdamW: sparse gradient for '", s.name, "' is not supported");
+      FP8T_CHECK(full.sizes() == s.param.sizes(), "AdamW: gradient of '", s.name, "' has shape ",
+                 shape_str(full), ", parameter ", shape_str(s.param));
+    }
     const at::Tensor g = s.grad();
     Group* group = nullptr;
     for (Group& candidate : groups) {

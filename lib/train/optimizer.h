@@ -63,10 +63,14 @@ class AdamW {
   // first name. State is allocated here (zeros) on each parameter's device.
   AdamW(NamedParameters params, AdamWOptions options);
   // Sharded (ZeRO-1): state for the ranges in `shard` only (parameters float32 and contiguous).
-  AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard);
+  // `shard_grads` (optional, by name): a flat tensor of the range's length that holds the
+  // range's gradient when step() runs (a view into the rank's gradient shard: under ZeRO-1 the
+  // full .grad exists only during the backward); a parameter without one is read from .grad.
+  AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard,
+        const std::map<std::string, at::Tensor>& shard_grads = {});
 
   // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
-  // step count does not advance). One fused launch per (device, weight-decay group).
+  // step count does not advance); one with a shard gradient (above) is always updated. One fused launch per (device, weight-decay group).
   // grad_scale (optional 0-d tensor): every gradient is divided by it as the kernel reads it
   // (gradient clipping folded into the update, see clip_divisor in grad_clip.h).
   // found_inf (optional 0-d float32 on the device, lib/train/step_health.h): when it holds 1.0
@@ -116,6 +120,7 @@ class AdamW {
     bool decay = false;
     bool separate_master = false;
     ParamRange range;      // of the flattened parameter; all of it unless sharded
+    at::Tensor shard_grad;  // sharded: the gradient of `range` kept outside .grad (flat), if given
     at::Tensor grad() const;  // the gradient of `range`, as the parameter's shape unless sharded
   };
   void check_options() const;

@@ -31,12 +31,16 @@ c10::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const c10::Devic
   return at::kFloat;
 }
 
-// ZeRO-1: the element ranges of the parameters (by name) this rank's optimizer updates.
-ShardRanges shard_ranges(const model::Gpt& gpt, const dist::GradientSync& sync) {
+// ZeRO-1: the element ranges of the parameters (by name) this rank's optimizer updates, and
+// where their averaged gradients are (views into the rank's gradient shards: the full .grads
+// are released after the backward).
+ShardRanges shard_ranges(const model::Gpt& gpt, const dist::GradientSync& sync,
+                         std::map<std::string, at::Tensor>& grads) {
   const auto named = gpt.unique_named_parameters();  // the order of params_
   ShardRanges ranges;
   for (const auto& seg : sync.shard_segments()) {
     ranges[named.at(seg.param).first] = ParamRange{seg.begin, seg.length};
+    grads[named.at(seg.param).first] = seg.grad;
   }
   return ranges;
 }
@@ -126,8 +130,10 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
     }
   }
   if (grad_sync_ && grad_sync_->sharded()) {  // ZeRO-1: moments for this rank's segments only
-    opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train),
-                                   shard_ranges(*gpt_, *grad_sync_));
+    std::map<std::string, at::Tensor> shard_grads;
+    const ShardRanges ranges = shard_ranges(*gpt_, *grad_sync_, shard_grads);
+    opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train), ranges,
+                                   shard_grads);
   } else {
     opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
   }
@@ -205,7 +211,7 @@ at::Tensor Session::train_step(const std::function<data::Batch()>& next_batch, d
   loss_sum += health_->unless_skipped(step_loss);
   health_->end_step(step_number);
   if (grad_sync_) {
-    grad_sync_->zero_grad();  // the grads stay views into the all-reduce buckets
+    grad_sync_->zero_grad();  // DDP: the grads stay views into the buckets; ZeRO-1: released already
   } else {
     opt_->zero_grad();
   }

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>  // torch::autograd
 
+#include <algorithm>  // std::none_of
 #include <cmath>      // std::isnan, std::sqrt
 #include <exception>  // std::exception_ptr
 #include <functional>  // std::function
@@ -121,6 +122,7 @@ TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments
   std::vector<std::vector<GradientSync::Segment>> segments(world);
   std::vector<std::vector<at::Tensor>> local(world), synced(world), gathered(world);
   std::vector<at::Tensor> norms(world), nan_norms(world);
+  std::vector<int> released(world);  // not vector<bool>: the ranks write their elements concurrently
   run_ranks(world, std::chrono::seconds(60), [&](int rank, Communicator& comm) {
     TinyNet net(7);
     TinyNet ref(7);
@@ -136,7 +138,14 @@ TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments
     net.loss(batch_of(rank, 0)).backward();
     sync.finish();
     segments[rank] = sync.shard_segments();
-    for (auto& p : net.params) synced[rank].push_back(p.grad().clone());
+    // The full buckets are gone after finish(): the averaged gradients of the owned elements
+    // are read from the segments (views into the rank's shards); the rest stays zero here.
+    released[rank] = sync.full_bucket_bytes() == 0;
+    for (auto& p : net.params) {
+      released[rank] = released[rank] && !p.grad().defined();
+      synced[rank].push_back(at::zeros_like(p.detach()));
+    }
+    for (const auto& s : sync.shard_segments()) synced[rank][s.param].view(-1).narrow(0, s.begin, s.length).copy_(s.grad);
     norms[rank] = fp8t::train::sharded_grad_norm(sync.gradient_shards(), comm);
     // The optimizer's part: this rank writes 10 * (rank + 1) into its segments; the gather
     // brings every rank's segments to every rank.
@@ -153,6 +162,8 @@ TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments
     if (rank == 1) sync.gradient_shards().front().fill_(std::nanf(""));
     nan_norms[rank] = fp8t::train::sharded_grad_norm(sync.gradient_shards(), comm);
   });
+  CHECK(released[0]);
+  CHECK(released[1]);
   double total_sq = 0;
   for (size_t i = 0; i < local[0].size(); ++i) {
     INFO("parameter " << i);
@@ -181,4 +192,91 @@ TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments
   CHECK(norms[0].item<double>() == Approx(std::sqrt(total_sq)).epsilon(1e-5));
   CHECK(std::isnan(nan_norms[0].item<float>()));
   CHECK(std::isnan(nan_norms[1].item<float>()));
+}
+
+namespace {
+
+// Six 16 x 16 layers: with 1 KiB buckets, one bucket per layer.
+struct DeepNet {
+  std::vector<at::Tensor> params;
+  explicit DeepNet(int seed) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    for (int i = 0; i < 6; ++i) params.push_back((at::randn({16, 16}, gen) * 0.3).requires_grad_());
+  }
+  at::Tensor loss(const at::Tensor& x) const {
+    at::Tensor h = x;
+    for (const auto& w : params) h = at::matmul(h, w).tanh();
+    return h.pow(2).mean();
+  }
+};
+
+at::Tensor rows_of(int rank, int micro) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(300 * rank + micro + 11);
+  return at::randn({8, 16}, gen);
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, released after the reduce-scatter",
+          "[dist]") {
+  const int world = 2;
+  struct RankResult {
+    int buckets = 0;
+    int64_t all_bytes = 0, after_unarmed = 0, after_finish = 0, after_gather = 0;
+    int peak_single = 0;  // full buckets at once in a backward without accumulation
+    bool grads_undefined = false;
+    std::vector<at::Tensor> accumulated, whole;  // per parameter: 2 micro-batches vs one batch of both
+  };
+  std::vector<RankResult> out(world);
+  run_ranks(world, std::chrono::seconds(60), [&](int rank, Communicator& comm) {
+    RankResult& r = out[rank];
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    DeepNet net(3), ref(3);
+    GradientSync sync(shared, net.params, /*bucket_bytes=*/1024, /*shard=*/true);
+    GradientSync ref_sync(shared, ref.params, /*bucket_bytes=*/1024, /*shard=*/true);
+    r.buckets = sync.num_buckets();
+    r.all_bytes = 4 * 6 * 16 * 16;  // no padding: 256 elements per bucket, even
+    REQUIRE(sync.full_bucket_bytes() == 0);  // nothing allocated before the first backward
+    for (int step = 0; step < 2; ++step) {  // the second step: fresh zeroed buckets, shards overwritten
+      sync.zero_grad();
+      (net.loss(rows_of(rank, 2 * step)) / 2).backward();  // micro-batch 1: accumulated locally
+      r.after_unarmed = sync.full_bucket_bytes();
+      sync.arm();
+      (net.loss(rows_of(rank, 2 * step + 1)) / 2).backward();
+      sync.finish();
+      r.after_finish = sync.full_bucket_bytes();
+      // The same rows as one micro-batch of 16 (the mean over both halves).
+      ref_sync.zero_grad();
+      ref_sync.arm();
+      ref.loss(at::cat({rows_of(rank, 2 * step), rows_of(rank, 2 * step + 1)})).backward();
+      ref_sync.finish();
+      r.peak_single = ref_sync.peak_full_buckets();
+    }
+    r.grads_undefined = std::none_of(net.params.begin(), net.params.end(), [](const at::Tensor& p) { return p.grad().defined(); });
+    for (const auto& s : sync.shard_segments()) r.accumulated.push_back(s.grad.clone());
+    for (const auto& s : ref_sync.shard_segments()) r.whole.push_back(s.grad.clone());
+    sync.gather_parameters();  // transient staging: nothing stays allocated
+    r.after_gather = sync.full_bucket_bytes();
+  });
+  for (int rank = 0; rank < world; ++rank) {
+    INFO("rank " << rank);
+    const RankResult& r = out[rank];
+    REQUIRE(r.buckets == 6);
+    CHECK(r.after_unarmed == r.all_bytes);  // every bucket kept between the micro-batches
+    CHECK(r.after_finish == 0);             // and released once reduced
+    CHECK(r.after_gather == 0);
+    CHECK(r.grads_undefined);
+    // Without accumulation at most three full buckets exist at once (filling, reducing, the
+    // one released at the next launch), not all six.
+    CHECK(r.peak_single >= 1);
+    CHECK(r.peak_single <= 3);
+    REQUIRE(r.accumulated.size() == r.whole.size());
+    for (size_t i = 0; i < r.whole.size(); ++i) {
+      INFO("segment " << i);
+      // fp32: two half-batch gradients summed vs one GEMM over both halves (and the mean
+      // taken before vs after): summation order only, a few ulps of values of order 1e-2.
+      CHECK(at::allclose(r.accumulated[i], r.whole[i], /*rtol=*/1e-5, /*atol=*/1e-7));
+    }
+    CHECK(r.whole.front().abs().max().item<float>() > 0);  // the gradients are not trivially zero
+  }
 }

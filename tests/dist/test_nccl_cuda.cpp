@@ -91,7 +91,13 @@ TEST_CASE("nccl: reduce-scatter and all-gather in place, and ZeRO-1 buckets, on 
   sync.arm();
   loss().backward();
   sync.finish();
-  for (size_t i = 0; i < params.size(); ++i) REQUIRE(at::equal(params[i].grad(), plain[i]));
+  // The full buckets are released after their reduce-scatter; one rank's shard is all of a
+  // bucket, so each segment's gradient is the whole parameter's.
+  REQUIRE(sync.full_bucket_bytes() == 0);
+  for (const auto& s : sync.shard_segments()) {
+    REQUIRE_FALSE(params[s.param].grad().defined());
+    REQUIRE(at::equal(s.grad.view(plain[s.param].sizes()), plain[s.param]));
+  }
   sync.gather_parameters();
   for (size_t i = 0; i < params.size(); ++i) REQUIRE(at::equal(params[i].detach(), weights[i]));
 }

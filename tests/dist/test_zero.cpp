@@ -174,3 +174,37 @@ TEST_CASE("ZeRO-1 over NCCL on two GPUs matches DDP (fp32, bf16, fp8)", "[dist][
   for (int r = 0; r < kWorld; ++r) CHECK(max_relative(zero[r].losses, ddp[r].losses) <= tol);
   for (size_t s = 0; s < zero[0].scales.size(); ++s) CHECK(at::equal(zero[0].scales[s], zero[1].scales[s]));
 }
+
+TEST_CASE("ZeRO-1 keeps no full gradient buckets between steps; DDP keeps all of them", "[dist]") {
+  // bytes of full buckets after each step, and whether any parameter still had a .grad
+  std::vector<std::vector<int64_t>> bytes(2 * kWorld);
+  std::vector<int> any_grad(2 * kWorld, 0);
+  test::run_ranks(kWorld, std::chrono::seconds(120), [&](int rank, dist::Communicator& comm) {
+    for (int zero = 0; zero <= 1; ++zero) {
+      static std::mutex construction;  // the ranks are threads (see train_run)
+      std::unique_lock<std::mutex> lock(construction);
+      train::Session session(tiny(Precision::kFp32, zero), at::Device(at::kCPU));
+      lock.unlock();
+      session.prepare_training(std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {}));
+      const int slot = 2 * rank + zero;
+      for (int step = 0; step < 2; ++step) {  // 2 micro-batches each (tiny's grad_accum_steps)
+        int micro = 0;
+        at::Tensor loss_sum = at::zeros({});
+        session.step([&] { return batch_of(rank, step, micro++); }, 3e-3, loss_sum, {}, step + 1);
+        bytes[slot].push_back(session.gradient_sync()->full_bucket_bytes());
+        for (const at::Tensor& p : session.parameters()) any_grad[slot] |= p.grad().defined() ? 1 : 0;
+      }
+    }
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r);
+    const auto& ddp = bytes[2 * r];
+    const auto& zero = bytes[2 * r + 1];
+    REQUIRE(ddp.size() == 2);
+    CHECK(ddp[0] > 0);          // DDP: every bucket, persistent (the grads are views into them)
+    CHECK(ddp[1] == ddp[0]);
+    CHECK(any_grad[2 * r] == 1);
+    CHECK(zero == std::vector<int64_t>{0, 0});  // ZeRO-1: released after each step's reduce-scatter
+    CHECK(any_grad[2 * r + 1] == 0);
+  }
+}
