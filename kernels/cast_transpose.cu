@@ -2,6 +2,7 @@
 // columnwise codes [cols, rows] (what dgrad/wgrad need on Hopper, docs/fp8-formats.md),
 // with the fused amax and, for gradients, dbias = column sums in FP32 (TE's bgrad_quantize).
 // Tiling, the transposed store and the dbias order: kernels/cast_tile.cuh.
+#include "activation.cuh"     // gelu_tanh, gelu_tanh_backward
 #include "cast_tile.cuh"      // tile::*, load_chunk, store_chunk, store_transposed, reduce_dbias
 #include "dispatch.cuh"       // dispatch_dtype_format, dispatch_bool
 #include "fp8_device.cuh"     // load/convert helpers, block_amax_commit
@@ -16,34 +17,9 @@ namespace {
 using namespace fp8t::kern;
 using namespace fp8t::kern::tile;
 
-// What the kernel casts: x itself, gelu(x), or the GELU backward dy * gelu'(h) (x = dy). The
-// tanh approximation in FP32 with LibTorch's operation order (at::gelu(x, "tanh") and
-// at::gelu_backward), rounded to the input dtype before the cast, so the codes equal those of
-// casting the unfused operator's output.
+// What the kernel casts: x itself, gelu(x), or the GELU backward dy * gelu'(h) (x = dy), with
+// kernels/activation.cuh's functions, rounded to the input dtype before the cast.
 enum Act { kActNone = FP8T_ACT_NONE, kActGelu = FP8T_ACT_GELU, kActDgelu = FP8T_ACT_DGELU };
-
-constexpr float kGeluBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);  // sqrt(2 / pi)
-constexpr float kGeluKappa = 0.044715f;
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float x_cube = x * x * x;
-  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
-  return 0.5f * x * (1.0f + tanhf(inner));
-}
-
-__device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
-  const float x_sq = x * x;
-  const float x_cube = x_sq * x;
-  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
-  const float tanh_inner = tanhf(inner);
-  const float left = 0.5f * x;
-  const float right = 1.0f + tanh_inner;
-  const float left_derivative = 0.5f * right;
-  const float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
-  const float inner_derivative = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
-  const float right_derivative = left * tanh_derivative * inner_derivative;
-  return dy * (left_derivative + right_derivative);
-}
 
 // Loads the 8 values the cast sees at (row, col..col+7): x, gelu(x) or dy * gelu'(h).
 template <int kDtype, int kAct>

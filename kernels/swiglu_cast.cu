@@ -15,6 +15,7 @@
 // writes both gradient halves from the same registers (two shared tiles), so no input is read
 // twice. dbias partials follow cast_transpose's summation order exactly, so dbias equals
 // fp8t_cast_transpose_dbias of the materialised gradient bit for bit.
+#include "activation.cuh"          // DtypeRound
 #include "cast_tile.cuh"           // tile::*, load_chunk, store_transposed, reduce_dbias
 #include "dispatch.cuh"            // dispatch_dtype_format, dispatch_bool
 #include "fp8_device.cuh"          // round_to_dtype, to_fp8x2, abs_bits, block_amax_commit
@@ -41,12 +42,6 @@ struct SwigluArgs {
   float* scale_inv_out;
   float* partial;  // dbias partial sums [n_tiles(rows), 2 * cols] (kDbias only)
   bool vec;
-};
-
-// The activation dtype as a rounding of FP32 values (swiglu_math.h's Round).
-template <int kDtype>
-struct DtypeRound {
-  __device__ __forceinline__ float operator()(float v) const { return round_to_dtype<kDtype>(v); }
 };
 
 // The values the cast sees at (row, col..col+7): y (kOut = 1) or [dgate, dup] (kOut = 2).

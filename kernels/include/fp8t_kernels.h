@@ -43,8 +43,31 @@ cudaError_t fp8t_delayed_scaling_update(float* history, float* scale, float* sca
 // ---- current scaling (kernels/current_scaling.cu) ------------------------------------------
 // *scale = scaling_math.h current_scale(*amax, fp8_max, two_pow_margin), *scale_inv = 1 / *scale;
 // one thread, so a cast launched after it on the stream reads the new scale (no host read).
+// amax_copy (nullable): also receives *amax (a producer's amax recorded as the slot's).
 cudaError_t fp8t_current_scale(const float* amax, float fp8_max, float two_pow_margin, float* scale,
-                               float* scale_inv, cudaStream_t stream);
+                               float* scale_inv, float* amax_copy, cudaStream_t stream);
+
+// ---- amax passes (kernels/amax.cu) -------------------------------------------------------------
+// Current scaling's amax pass of one cast and its scale, in ONE launch: *amax = max|value| (SET,
+// not max-accumulated; NaN elements ignored, inf counted: fp8::amax_combine) of the value the
+// cast with the same `act` quantizes, without writing that value:
+//   FP8T_ACT_NONE     x [rows, cols];
+//   FP8T_ACT_GELU     gelu(x), x [rows, cols] (the values of fp8t_gelu_cast_transpose);
+//   FP8T_ACT_DGELU    the GELU backward of dy = x [rows, cols] at h [rows, cols];
+//   FP8T_ACT_SWIGLU   silu(gate) * up [rows, cols] of x = h [rows, 2 * cols] = [gate | up]
+//                     (the values of fp8t_swiglu_cast_transpose);
+//   FP8T_ACT_DSWIGLU  [dgate | dup] [rows, 2 * cols] of dy = x [rows, cols] at h [rows, 2 * cols]
+//                     (those of fp8t_dswiglu_cast_transpose).
+// Inputs row-major, contiguous, fp32 or bf16 (x and h of one dtype); 16-byte vector loads when
+// every input is 16-byte aligned (SwiGLU: and cols a multiple of 16 bytes of elements), scalar
+// loads at any element alignment otherwise. scale and scale_inv (both or neither): the last CTA
+// writes *scale = scaling_math.h current_scale(*amax, fp8_max, two_pow_margin) and *scale_inv =
+// 1 / *scale, so a cast launched next on the stream reads them. workspace: 2 uint32 on the device
+// (accumulator, CTA ticket), zero before the first call; every call leaves them zero again. Calls
+// sharing a workspace must not overlap (one stream). rows * cols == 0 gives amax 0 (scale 1).
+cudaError_t fp8t_amax_scale(int act, const void* x, const void* h, int dtype, int64_t rows, int64_t cols,
+                            float* amax, unsigned int* workspace, float fp8_max, float two_pow_margin,
+                            float* scale, float* scale_inv, cudaStream_t stream);
 
 // ---- cast (kernels/cast.cu) ------------------------------------------------------------------
 // out[i] = fp8(x[i] * *scale) for n elements of x (fp32 or bf16), any shape (flat).
@@ -95,6 +118,8 @@ cudaError_t fp8t_dgelu_cast_transpose(const void* dy, const void* x, int dtype, 
 #define FP8T_ACT_NONE 0   // x
 #define FP8T_ACT_GELU 1   // gelu(x), as fp8t_gelu_cast_transpose
 #define FP8T_ACT_DGELU 2  // the GELU backward of dy = x at h, as fp8t_dgelu_cast_transpose
+#define FP8T_ACT_SWIGLU 3   // silu(gate) * up of h = x (fp8t_amax_scale only; the casts: swiglu_cast.cu)
+#define FP8T_ACT_DSWIGLU 4  // the SwiGLU backward of dy = x at h (fp8t_amax_scale only)
 
 // The four functions above as one entry point, for callers that choose at run time: act picks
 // what is cast, h is the GELU input (FP8T_ACT_DGELU only, else null), dbias/workspace as for

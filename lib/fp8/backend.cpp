@@ -74,6 +74,18 @@ void Backend::record_amax(const CastSource& src, const at::Tensor& amax) {
   amax.fill_(amax_combine(prev, m));
 }
 
+void Backend::current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
+                                 const at::Tensor& scale, const at::Tensor& scale_inv,
+                                 const at::Tensor& /*workspace*/, float fp8_max, float two_pow_margin) {
+  if (known_amax.defined()) {
+    amax.copy_(known_amax);
+  } else {
+    amax.zero_();
+    record_amax(src, amax);
+  }
+  current_scale(amax, scale, scale_inv, fp8_max, two_pow_margin);
+}
+
 Fp8Tensor Backend::block_quantize(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
                                   bool pow2_scales) {
   // One implementation for both devices (lib/fp8/block_quantize.h: the CPU emulation or the kernels).

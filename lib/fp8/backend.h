@@ -147,6 +147,17 @@ class Backend {
   virtual void current_scale(const at::Tensor& amax, const at::Tensor& scale, const at::Tensor& scale_inv,
                              float fp8_max, float two_pow_margin) = 0;
 
+  // Current scaling's amax and scale of one cast, in as few launches as the backend manages:
+  // amax = known_amax when defined (a producer computed it), else max|value of src| (as
+  // record_amax, but SET rather than max-accumulated); then scale and scale_inv as current_scale.
+  // amax, scale, scale_inv: 0-d float32 on src's device. workspace: int32 [2] there, zero before
+  // its first use and used by one stream only (CUDA: the amax kernel's accumulator and CTA ticket,
+  // which every call leaves zero; the default ignores it). The default: record_amax (or a copy of
+  // known_amax), then current_scale; CUDA: one launch (kernels/amax.cu, or the scale kernel alone).
+  virtual void current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
+                                  const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
+                                  float fp8_max, float two_pow_margin);
+
   // Block scaling (implemented with the block recipe): x [rows, K] (any float dtype) cast to
   // E4M3 codes with one FP32 scale per block, computed from the block's own amax:
   // block_rows = 1 -> 1x128 blocks along K (ScaleLayout::kBlock1x128), 128 -> 128x128 blocks

@@ -236,8 +236,40 @@ class CudaBackend final : public Backend {
     const c10::cuda::CUDAGuard guard(amax.device());
     FP8T_KERNEL_CHECK(fp8t_current_scale(device_scalar(amax, amax, "amax", SlotRef{}), fp8_max, two_pow_margin,
                                          device_scalar(scale, amax, "scale", SlotRef{}),
-                                         device_scalar(scale_inv, amax, "scale_inv", SlotRef{}), stream_of(amax)),
+                                         device_scalar(scale_inv, amax, "scale_inv", SlotRef{}), nullptr,
+                                         stream_of(amax)),
                       "current scale from an amax on ", amax.device().str());
+  }
+
+  // One launch per cast: the amax pass that also computes the scale (kernels/amax.cu), or, with a
+  // producer's amax, the scale kernel that also records it.
+  void current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
+                          const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
+                          float fp8_max, float two_pow_margin) override {
+    FP8T_CHECK(src.x.is_cuda(), "fp8 amax pass expects a CUDA tensor, got one on ", src.x.device().str());
+    const c10::cuda::CUDAGuard guard(src.x.device());
+    float* a = device_scalar(amax, src.x, "amax", SlotRef{});
+    float* s = device_scalar(scale, src.x, "scale", SlotRef{});
+    float* si = device_scalar(scale_inv, src.x, "scale_inv", SlotRef{});
+    if (known_amax.defined()) {
+      FP8T_KERNEL_CHECK(fp8t_current_scale(device_scalar(known_amax, src.x, "known amax", SlotRef{}), fp8_max,
+                                           two_pow_margin, s, si, a, stream_of(src.x)),
+                        "current scale from a producer's amax on ", src.x.device().str());
+      return;
+    }
+    const AmaxInputs in = amax_inputs(src);
+    if (!in.x.defined()) {
+      Backend::current_amax_scale(src, known_amax, amax, scale, scale_inv, workspace, fp8_max, two_pow_margin);
+      return;
+    }
+    FP8T_CHECK(workspace.defined() && workspace.numel() == 2 && workspace.scalar_type() == at::kInt &&
+                   workspace.device() == src.x.device() && workspace.is_contiguous(),
+               "fp8 amax pass: the workspace must be a contiguous int32 [2] on ", src.x.device().str());
+    FP8T_KERNEL_CHECK(fp8t_amax_scale(in.act, in.x.data_ptr(), in.h.defined() ? in.h.data_ptr() : nullptr,
+                                      dtype_code(in.x), in.rows, in.cols, a,
+                                      reinterpret_cast<unsigned int*>(workspace.data_ptr<int32_t>()), fp8_max,
+                                      two_pow_margin, s, si, stream_of(in.x)),
+                      "fp8 amax pass (operation ", in.act, ") of ", in.x.scalar_type(), " ", in.x.sizes());
   }
 
   at::Tensor saturation_stats(const at::Tensor& x_in, const SlotRef& slot) override {
@@ -304,6 +336,50 @@ class CudaBackend final : public Backend {
     if (rowwise) out.rowwise = make_operand(codes, scale_inv, s.format);
     if (columnwise) out.columnwise = make_operand(codes_t, scale_inv, s.format);
     return out;
+  }
+
+  // The inputs of fp8t_amax_scale for a source, converted as the cast converts them (so the pass
+  // sees the cast's values); x undefined when no kernel evaluates the source (SwiGLU of fp16).
+  struct AmaxInputs {
+    int act = FP8T_ACT_NONE;
+    at::Tensor x, h;
+    int64_t rows = 0, cols = 0;
+  };
+  static AmaxInputs amax_inputs(const CastSource& src) {
+    AmaxInputs in;
+    switch (src.op) {
+      case CastOp::kIdentity:
+      case CastOp::kGelu:
+        in.act = src.op == CastOp::kGelu ? FP8T_ACT_GELU : FP8T_ACT_NONE;
+        in.x = kernel_input(src.x);
+        in.rows = 1, in.cols = in.x.numel();  // flat: the value is elementwise
+        return in;
+      case CastOp::kDgelu:
+        FP8T_CHECK(src.x.sizes() == src.h.sizes(), "fp8 amax pass: dy ", src.x.sizes(), " and h ", src.h.sizes(),
+                   " differ in shape");
+        in.act = FP8T_ACT_DGELU;
+        in.h = kernel_input(src.h);
+        in.x = src.x.to(in.h.scalar_type()).contiguous();  // dy in h's dtype, as the cast reads it
+        in.rows = 1, in.cols = in.x.numel();
+        return in;
+      case CastOp::kSwiglu:
+      case CastOp::kDswiglu: break;
+    }
+    const bool backward = src.op == CastOp::kDswiglu;
+    const at::Tensor& h = backward ? src.h : src.x;
+    if (!swiglu_kernel_dtype(h)) return in;
+    FP8T_CHECK(h.dim() == 2 && h.size(1) % 2 == 0, "fp8 swiglu amax pass expects h [rows, 2F], got ", h.sizes());
+    in.act = backward ? FP8T_ACT_DSWIGLU : FP8T_ACT_SWIGLU;
+    in.rows = h.size(0), in.cols = h.size(1) / 2;
+    if (backward) {
+      FP8T_CHECK(src.x.sizes() == at::IntArrayRef({in.rows, in.cols}), "fp8 swiglu amax pass: dy ", src.x.sizes(),
+                 " does not match h ", h.sizes());
+      in.h = h.contiguous();
+      in.x = src.x.to(h.scalar_type()).contiguous();
+    } else {
+      in.x = h.contiguous();
+    }
+    return in;
   }
 
   // What a cast reads: x, gelu(x), or the GELU backward of x = dy at h (the kernels' codes).

@@ -24,26 +24,24 @@ void CurrentScaling::allocate(const at::Device& device) {
   scratch_amax_ = at::zeros({S}, opts);
   scratch_scale_ = at::ones({S}, opts);
   scratch_scale_inv_ = at::ones({S}, opts);
+  workspace_ = at::zeros({S, 2}, opts.dtype(at::kInt));
+  scratch_workspace_ = at::zeros({S, 2}, opts.dtype(at::kInt));
 }
 
 CurrentScaling::CastState CurrentScaling::cast_state(int slot, bool record) const {
   FP8T_CHECK(finalized(), "CurrentScaling used before finalize()");
   FP8T_CHECK(slot >= 0 && slot < num_slots(), "bad FP8 slot index ", slot);
-  if (recording(record)) return {amax_[slot], scale_[slot], scale_inv_[slot]};
-  return {scratch_amax_[slot], scratch_scale_[slot], scratch_scale_inv_[slot]};
+  if (recording(record)) return {amax_[slot], scale_[slot], scale_inv_[slot], workspace_[slot]};
+  return {scratch_amax_[slot], scratch_scale_[slot], scratch_scale_inv_[slot], scratch_workspace_[slot]};
 }
 
-// amax pass (or the producer's amax), the scale on the device, then the fused per-tensor cast.
+// amax pass (or the producer's amax) and the scale on the device (one launch on the GPU), then the
+// fused per-tensor cast.
 Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOptions& opt) {
   const CastState st = cast_state(slot, opt.record);
   Backend& backend = backend_for(src.x.device());
-  if (opt.known_amax.defined()) {
-    st.amax.copy_(opt.known_amax);
-  } else {
-    st.amax.zero_();
-    backend.record_amax(src, st.amax);
-  }
-  backend.current_scale(st.amax, st.scale, st.scale_inv, format_max(slot_format(slot)), two_pow_margin_);
+  backend.current_amax_scale(src, opt.known_amax, st.amax, st.scale, st.scale_inv, st.workspace,
+                             format_max(slot_format(slot)), two_pow_margin_);
   // The cast max-accumulates the same amax again into st.amax (no change): no separate sink needed.
   const SlotRef ref{st.scale, st.amax, slot_format(slot), slot};
   Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias);
@@ -53,18 +51,6 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
 
 void CurrentScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
   if (last_of_step) ++steps_ended_;
-}
-
-std::vector<SlotStats> CurrentScaling::read_stats() {
-  const at::Tensor amax = amax_.cpu(), scale = scale_.cpu(), sums = stats_sums().cpu();
-  std::vector<SlotStats> out;
-  for (int i = 0; i < num_slots(); ++i) {
-    const auto [saturated, underflow] = stats_fractions(sums, i);
-    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
-                            saturated, underflow, std::nullopt, std::nullopt});
-  }
-  reset_stats();
-  return out;
 }
 
 }  // namespace fp8

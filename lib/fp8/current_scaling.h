@@ -6,7 +6,8 @@
 //           value, or handed over by a producer that computed it in its own kernel (the norm);
 //   scale = current_scale(amax) = (fp8_max * 2^-margin) / amax (scaling_math.h: 1 for amax 0,
 //           FLT_MAX on overflow, NaN for an infinite amax so the step turns non-finite and is
-//           skipped), computed on the device;
+//           skipped), computed on the device: both by Backend::current_amax_scale, on the GPU one
+//           launch (the amax kernel's last CTA computes the scale);
 //   codes = the backend's per-tensor cast with that scale (fused GELU / GELU-backward casts too).
 // Formats as fp8.fp8_format says (HYBRID: E5M2 gradients). No amax history, no update, no
 // cross-rank reduction: weights are identical on every rank after the all-reduced optimizer step,
@@ -14,8 +15,9 @@
 // Weights are cast once per optimizer step (Fp8Linear's weight cache, weight_epoch()).
 //
 // State ([S] float32 on the device, for statistics and tests): the amax, scale and scale_inv of
-// each slot's last recorded cast. Casts that must not record (evaluation, NoRecordScope) work in
-// scratch state. A checkpoint needs none of it: a resumed run computes the same scales from the
+// each slot's last recorded cast, plus each slot's amax-kernel workspace (int32 [S, 2]: accumulator
+// and CTA ticket, zero between casts). Casts that must not record (evaluation, NoRecordScope) work
+// in scratch state with their own workspaces. A checkpoint needs none of it: a resumed run computes the same scales from the
 // same tensors.
 #pragma once
 
@@ -38,7 +40,7 @@ class CurrentScaling final : public Scaling {
   void end_micro_batch(bool last_of_step, const at::Tensor& skip = at::Tensor()) override;
   int64_t weight_epoch() const override { return steps_ended_; }
 
-  std::vector<SlotStats> read_stats() override;
+  std::vector<SlotStats> read_stats() override { return per_tensor_stats(amax_, scale_); }
 
   const at::Tensor& amax_history() const override { return amax_rows_; }
   const at::Tensor& scale() const override { return scale_; }
@@ -55,7 +57,7 @@ class CurrentScaling final : public Scaling {
   // Where one cast keeps its amax and scale: the slot's entries, or scratch for casts that must
   // not record.
   struct CastState {
-    at::Tensor amax, scale, scale_inv;
+    at::Tensor amax, scale, scale_inv, workspace;
   };
   CastState cast_state(int slot, bool record) const;
 
@@ -63,6 +65,7 @@ class CurrentScaling final : public Scaling {
   at::Tensor amax_, scale_, scale_inv_;  // [S]: the last recorded cast of each slot
   at::Tensor amax_rows_;                 // amax_ viewed as [1, S] (amax_history())
   at::Tensor scratch_amax_, scratch_scale_, scratch_scale_inv_;  // [S]
+  at::Tensor workspace_, scratch_workspace_;                     // int32 [S, 2]
   int64_t steps_ended_ = 0;
 };
 

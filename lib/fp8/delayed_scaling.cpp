@@ -95,17 +95,7 @@ int64_t DelayedScaling::weight_epoch() const {
   return recipe_.amax_update == AmaxUpdate::kMicrobatch ? steps_ended_ : update_count_;
 }
 
-std::vector<SlotStats> DelayedScaling::read_stats() {
-  const at::Tensor amax = last_amax_.cpu(), scale = scale_.cpu(), sums = stats_sums().cpu();
-  std::vector<SlotStats> out;
-  for (int i = 0; i < num_slots(); ++i) {
-    const auto [saturated, underflow] = stats_fractions(sums, i);
-    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
-                            saturated, underflow, std::nullopt, std::nullopt});
-  }
-  reset_stats();
-  return out;
-}
+std::vector<SlotStats> DelayedScaling::read_stats() { return per_tensor_stats(last_amax_, scale_); }
 
 std::map<std::string, at::Tensor> DelayedScaling::state_dict() const {
   return {{"fp8.amax_history", history_},

@@ -70,6 +70,18 @@ std::pair<float, float> Scaling::stats_fractions(const at::Tensor& sums_cpu, int
   return {sums_cpu[i][0].item<float>() / n, sums_cpu[i][1].item<float>() / n};
 }
 
+std::vector<SlotStats> Scaling::per_tensor_stats(const at::Tensor& amax_dev, const at::Tensor& scale_dev) {
+  const at::Tensor amax = amax_dev.cpu(), scale = scale_dev.cpu(), sums = stats_sums().cpu();
+  std::vector<SlotStats> out;
+  for (int i = 0; i < num_slots(); ++i) {
+    const auto [saturated, underflow] = stats_fractions(sums, i);
+    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
+                            saturated, underflow, std::nullopt, std::nullopt});
+  }
+  reset_stats();
+  return out;
+}
+
 at::Tensor Scaling::fp8_max_tensor() const {
   std::vector<float> maxes;
   for (Format f : formats_) maxes.push_back(format_max(f));

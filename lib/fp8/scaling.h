@@ -172,6 +172,9 @@ class Scaling {
   std::pair<float, float> stats_fractions(const at::Tensor& sums_cpu, int i) const;
   const at::Tensor& stats_sums() const { return stats_sum_; }
   void reset_stats() { stats_sum_.zero_(); }
+  // read_stats of a per-tensor recipe (delayed, current): each slot's amax and scale (float32 [S],
+  // any device) with its accumulated fractions; resets the fractions.
+  std::vector<SlotStats> per_tensor_stats(const at::Tensor& amax, const at::Tensor& scale);
   // fp8_max of every slot's format, float32 [S] on the device.
   at::Tensor fp8_max_tensor() const;
 

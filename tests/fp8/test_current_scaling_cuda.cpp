@@ -1,6 +1,8 @@
 // lib/fp8/current_scaling.* on the GPU: every current-scaling cast (plain, gradient with dbias,
-// the norm's output with its fused amax, the GELU and GELU-backward casts) against the CPU
-// emulation, bit for bit where the CPU computes the same values (amax, scale, codes).
+// the norm's output with its fused amax, the GELU, GELU-backward, SwiGLU and SwiGLU-backward
+// casts) against the CPU emulation, bit for bit where the CPU computes the same values (amax,
+// scale, codes); each cast's amax and scale come from one launch (kernels/amax.cu), whose
+// workspace must leave consecutive casts independent.
 #if defined(FP8T_WITH_CUDA)
 
 #include <cmath>   // std::ldexp, std::isnan
@@ -10,6 +12,7 @@
 #include "lib/fp8/cuda_backend.h"     // cuda_backend
 #include "lib/fp8/current_scaling.h"  // CurrentScaling
 #include "lib/fp8/scaling_math.h"     // current_scale
+#include "tests/fp8/swiglu_test_util.h"    // math_swiglu, math_swiglu_backward
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {
@@ -158,6 +161,70 @@ TEST_CASE("current scaling on CUDA: GELU and GELU-backward casts take the amax o
                                                              want.columnwise.format, want.columnwise.scale_layout}});
       }
     }
+  }
+}
+
+TEST_CASE("current scaling on CUDA: SwiGLU and SwiGLU-backward casts take the amax of the fused value",
+          "[fp8][cuda]") {
+  // swiglu_math.h's values are the CPU reference bit for bit (tests/kernels/test_swiglu_cast.cpp):
+  // the amax must be the host amax of them, the scale current_scale of it, and the codes those of
+  // the fused cast with that scale.
+  require_gpu();
+  Backend& backend = cuda_backend();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16}, {13, 7}, {130, 200}, {217, 256}, {2056, 2080}};
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (const auto& [rows, f] : shapes) {
+      if (skip_large(rows * f * 2)) continue;
+      CAPTURE(dtype_name(dt), rows, f);
+      at::manual_seed(rows * 13 + f);
+      const at::Tensor h = (at::randn({rows, 2 * f}) * 3.0).to(dt);
+      const at::Tensor dy = spread_values(rows, f, rows + 3 * f).to(dt);
+      Pair gpu(at::kCUDA);
+      const Fp8Tensor fwd = gpu.s->quantize(gpu.in, CastSource::swiglu(h.cuda()), both_layouts());
+      at::Tensor dbias;
+      const Fp8Tensor bwd = gpu.s->quantize(gpu.grad, CastSource::dswiglu(dy.cuda(), h.cuda()), both_layouts(&dbias));
+      for (const bool backward : {false, true}) {
+        const int slot = backward ? gpu.grad : gpu.in;
+        const float want = host_amax(backward ? math_swiglu_backward(dy, h) : math_swiglu(h), 0.0f);
+        REQUIRE(same_bits(gpu.amax(slot), want));
+        SlotRef probe;
+        probe.format = backward ? Format::kE5M2 : Format::kE4M3;
+        REQUIRE(same_bits(gpu.scale(slot), current_scale(want, format_max(probe.format), 1.0f)));
+        probe.scale = at::full({}, gpu.scale(slot), on_cuda(at::kFloat));
+        probe.amax = at::zeros({}, on_cuda(at::kFloat));
+        at::Tensor unused;
+        const Fp8Tensor ref = backward ? backend.dswiglu_quantize_grad(dy.cuda(), h.cuda(), probe, true, &unused)
+                                       : backend.swiglu_quantize(h.cuda(), probe, true, true);
+        const Fp8Tensor& got = backward ? bwd : fwd;
+        REQUIRE(at::equal(got.rowwise.codes.cpu(), ref.rowwise.codes.cpu()));
+        REQUIRE(at::equal(got.columnwise.codes.cpu(), ref.columnwise.codes.cpu()));
+      }
+    }
+  }
+}
+
+TEST_CASE("current scaling on CUDA: consecutive casts of one slot are independent, recording or not",
+          "[fp8][cuda]") {
+  // Each slot's amax kernel keeps an accumulator and a CTA ticket between casts: a large amax
+  // must not leak into the next cast of the slot, and casts that do not record (NoRecordScope)
+  // use their own workspace and leave the recorded state alone.
+  require_gpu();
+  Pair gpu(at::kCUDA), cpu(at::kCPU);
+  for (double magnitude : {1e6, 1e-3, 0.0, 7.0}) {
+    CAPTURE(magnitude);
+    const at::Tensor x = spread_values(300, 520, static_cast<uint64_t>(magnitude * 10) + 1) * magnitude;
+    const Fp8Tensor g = gpu.s->quantize(gpu.in, CastSource::tensor(x.cuda()), both_layouts());
+    const Fp8Tensor c = cpu.s->quantize(cpu.in, CastSource::tensor(x), both_layouts());
+    require_same_state(gpu, cpu, gpu.in);
+    require_same_tensor_codes(g, c);
+    {
+      const NoRecordScope no_record;
+      const at::Tensor other = spread_values(64, 64, 5) * 1e4;
+      const Fp8Tensor q = gpu.s->quantize(gpu.in, CastSource::tensor(other.cuda()), both_layouts());
+      const Fp8Tensor want = cpu.s->quantize(cpu.in, CastSource::tensor(other), both_layouts());
+      require_same_tensor_codes(q, want);
+    }
+    require_same_state(gpu, cpu, gpu.in);  // the scratch cast recorded nothing
   }
 }
 

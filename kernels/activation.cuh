@@ -1,0 +1,51 @@
+// The activations the FP8 casts evaluate in their kernels (GELU, its backward, and the dtype
+// rounding the SwiGLU math of lib/fp8/swiglu_math.h takes), written once: the fused casts
+// (kernels/cast_transpose.cu, kernels/swiglu_cast.cu) and current scaling's amax passes
+// (kernels/amax.cu) call the same functions, so an amax pass sees exactly the values the cast
+// then quantizes.
+//
+// Only included by kernels/*.cu (nvcc); no LibTorch.
+#pragma once
+
+#include <math.h>  // tanhf, M_SQRT2, M_2_SQRTPI
+
+#include "fp8_device.cuh"  // round_to_dtype
+
+namespace fp8t {
+namespace kern {
+
+// GELU, tanh approximation, in FP32 with LibTorch's operation order (at::gelu(x, "tanh") and
+// at::gelu_backward): the callers round the result to the input dtype, so the codes equal those
+// of casting the unfused operator's output.
+constexpr float kGeluBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);  // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float x_cube = x * x * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+// dy * gelu'(x).
+__device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
+  const float x_sq = x * x;
+  const float x_cube = x_sq * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
+  const float tanh_inner = tanhf(inner);
+  const float left = 0.5f * x;
+  const float right = 1.0f + tanh_inner;
+  const float left_derivative = 0.5f * right;
+  const float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
+  const float inner_derivative = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
+  const float right_derivative = left * tanh_derivative * inner_derivative;
+  return dy * (left_derivative + right_derivative);
+}
+
+// The activation dtype as a rounding of FP32 values (the Round of lib/fp8/swiglu_math.h).
+template <int kDtype>
+struct DtypeRound {
+  __device__ __forceinline__ float operator()(float v) const { return round_to_dtype<kDtype>(v); }
+};
+
+}  // namespace kern
+}  // namespace fp8t

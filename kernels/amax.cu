@@ -1,0 +1,280 @@
+// Current scaling's amax pass: max|value| of the tensor a cast is about to quantize, or of the
+// value a fused cast evaluates in its kernel (GELU, its backward, SwiGLU, its backward), without
+// writing that value; and the scale, from the same launch.
+//
+// Unlike the tiled cast kernels (cast_tile.cuh), whose 64x64 tiles suit the transposed store,
+// this pass has nothing to store, so it streams the inputs flat: a grid of a few CTAs per SM
+// strides over 16-byte vectors, several loads in flight per thread, every value through
+// kernels/activation.cuh / lib/fp8/swiglu_math.h exactly as the cast computes it. Each CTA
+// reduces to one max (warp shuffles), then one atomicMax into the workspace accumulator (|x| as
+// int bits: fp8_device.cuh abs_bits, so NaN elements are ignored and inf counts, amax_combine).
+// The last CTA to finish (a ticket counter) reads the final amax, writes it, computes the scale
+// with scaling_math.h current_scale (the one formula of the CPU and the GPU), and zeroes the
+// accumulator and ticket for the next call: one launch per cast, no memset, no scale kernel.
+#include <atomic>  // std::atomic
+
+#include "activation.cuh"          // gelu_tanh, gelu_tanh_backward, DtypeRound
+#include "dispatch.cuh"            // dispatch_dtype, IntTag
+#include "fp8_device.cuh"          // abs_bits, warp_max_int, load_elem
+#include "fp8t_kernels.h"          // the C API
+#include "lib/fp8/scaling_math.h"  // fp8t::fp8::current_scale
+#include "lib/fp8/swiglu_math.h"   // swiglu, swiglu_backward
+#include "packed.cuh"              // Packed128, elem_bytes
+#include "precondition.cuh"        // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
+
+// ---- kernels --------------------------------------------------------------------------------
+
+namespace {
+
+using namespace fp8t::kern;
+
+enum Op {
+  kNone = FP8T_ACT_NONE,
+  kGelu = FP8T_ACT_GELU,
+  kDgelu = FP8T_ACT_DGELU,
+  kSwiglu = FP8T_ACT_SWIGLU,
+  kDswiglu = FP8T_ACT_DSWIGLU,
+};
+
+constexpr int kThreads = 256;
+// 4 CTAs of 256 threads per SM (at most 64 registers a thread keeps them all resident) with
+// kUnroll 16-byte loads per input in flight per thread: well over the bytes in flight an SM
+// needs to cover HBM latency.
+constexpr int kCtasPerSm = 4;
+
+// Inputs a point of the value reads: x; x; dy and h; gate and up; dy, gate and up.
+template <int kOp>
+constexpr int n_inputs() {
+  return kOp == kNone || kOp == kGelu ? 1 : (kOp == kDswiglu ? 3 : 2);
+}
+
+template <int kOp>
+constexpr int unroll() {
+  return n_inputs<kOp>() == 1 ? 4 : 2;
+}
+
+struct AmaxArgs {
+  const void* x;
+  const void* h;
+  int64_t n;     // points: rows * cols (a SwiGLU point is one element of gate, up and dy)
+  int64_t cols;  // SwiGLU: the row length of gate and up (h rows are 2 * cols)
+  float* amax;
+  unsigned int* ws;  // [accumulator (abs bits), ticket]
+  float fp8_max, two_pow_margin;
+  float* scale;
+  float* scale_inv;
+  bool vec;
+};
+
+// Element offsets of point p's inputs (see n_inputs).
+template <int kOp>
+__device__ __forceinline__ void input_offsets(int64_t p, int64_t cols, int64_t (&off)[3]) {
+  if constexpr (kOp == kSwiglu || kOp == kDswiglu) {
+    const int64_t gate = p + (p / cols) * cols;  // row r of h starts at 2 * cols * r
+    const int i = kOp == kDswiglu ? 1 : 0;
+    off[0] = p;  // dy (kDswiglu; overwritten by gate for kSwiglu)
+    off[i] = gate;
+    off[i + 1] = gate + cols;
+  } else {
+    off[0] = off[1] = off[2] = p;
+  }
+}
+
+template <int kOp>
+__device__ __forceinline__ const void* input_base(const AmaxArgs& a, int i) {
+  if constexpr (kOp == kSwiglu) return a.x;          // gate and up: both halves of h = x
+  if constexpr (kOp == kDswiglu) return i == 0 ? a.x : a.h;
+  return i == 0 ? a.x : a.h;                         // x; or dy = x and h
+}
+
+// |value| bits of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.
+template <int kDtype, int kOp>
+__device__ __forceinline__ int value_bits(const float (&in)[3]) {
+  if constexpr (kOp == kNone) {
+    return abs_bits(in[0]);
+  } else if constexpr (kOp == kGelu) {
+    return abs_bits(round_to_dtype<kDtype>(gelu_tanh(in[0])));
+  } else if constexpr (kOp == kDgelu) {
+    return abs_bits(round_to_dtype<kDtype>(gelu_tanh_backward(in[0], in[1])));
+  } else if constexpr (kOp == kSwiglu) {
+    return abs_bits(fp8t::fp8::swiglu(in[0], in[1], DtypeRound<kDtype>{}));
+  } else {
+    const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward(in[0], in[1], in[2], DtypeRound<kDtype>{});
+    return max(abs_bits(g.gate), abs_bits(g.up));
+  }
+}
+
+// One point, scalar loads (any alignment).
+template <int kDtype, int kOp>
+__device__ __forceinline__ int point_bits(const AmaxArgs& a, int64_t p) {
+  int64_t off[3];
+  input_offsets<kOp>(p, a.cols, off);
+  float in[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < n_inputs<kOp>(); ++i) in[i] = load_elem<kDtype>(input_base<kOp>(a, i), off[i]);
+  return value_bits<kDtype, kOp>(in);
+}
+
+// Vector group g: points g * kVec .. g * kVec + kVec - 1, one 16-byte load per input.
+template <int kDtype, int kOp>
+__device__ __forceinline__ void load_group(const AmaxArgs& a, int64_t g, Packed128 (&q)[3]) {
+  constexpr int kVec = Packed128::elems<kDtype>();
+  int64_t off[3];
+  input_offsets<kOp>(g * kVec, a.cols, off);
+#pragma unroll
+  for (int i = 0; i < n_inputs<kOp>(); ++i) {
+    q[i] = Packed128::ldg(static_cast<const char*>(input_base<kOp>(a, i)) + off[i] * elem_bytes<kDtype>());
+  }
+}
+
+template <int kDtype, int kOp>
+__device__ __forceinline__ int group_bits(const Packed128 (&q)[3]) {
+  constexpr int kVec = Packed128::elems<kDtype>();
+  float v[3][kVec];
+#pragma unroll
+  for (int i = 0; i < n_inputs<kOp>(); ++i) q[i].unpack<kDtype>(v[i]);
+  int m = 0;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float in[3] = {v[0][j], n_inputs<kOp>() > 1 ? v[1][j] : 0.0f, n_inputs<kOp>() > 2 ? v[2][j] : 0.0f};
+    m = max(m, value_bits<kDtype, kOp>(in));
+  }
+  return m;
+}
+
+// This thread's max over its vector groups (grid-stride, kUnroll groups' loads issued before the
+// first is evaluated), then over the scalar tail points n_groups * kVec .. n.
+template <int kDtype, int kOp>
+__device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a) {
+  constexpr int kVec = Packed128::elems<kDtype>();
+  constexpr int kUnroll = unroll<kOp>();
+  const int64_t groups = a.n / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int m = 0;
+  int64_t g = tid;
+  for (; g + (kUnroll - 1) * stride < groups; g += kUnroll * stride) {
+    Packed128 q[kUnroll][3];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load_group<kDtype, kOp>(a, g + u * stride, q[u]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) m = max(m, group_bits<kDtype, kOp>(q[u]));
+  }
+  for (; g < groups; g += stride) {
+    Packed128 q[3];
+    load_group<kDtype, kOp>(a, g, q);
+    m = max(m, group_bits<kDtype, kOp>(q));
+  }
+  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp>(a, p));
+  return m;
+}
+
+template <int kDtype, int kOp>
+__device__ __forceinline__ int thread_bits_scalar(const AmaxArgs& a) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int m = 0;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < a.n; p += stride) {
+    m = max(m, point_bits<kDtype, kOp>(a, p));
+  }
+  return m;
+}
+
+// Block max -> one atomicMax per CTA; the last CTA (ticket) publishes the amax and the scale and
+// leaves the workspace zero. Every thread of the block calls it.
+__device__ __forceinline__ void commit_and_finish(int v, const AmaxArgs& a) {
+  __shared__ int warp_max[kThreads / 32];
+  v = warp_max_int(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) v = max(v, warp_max[w]);
+  int* accumulator = reinterpret_cast<int*>(a.ws);
+  if (v > 0) atomicMax(accumulator, v);
+  __threadfence();  // this CTA's max is visible before its ticket
+  if (atomicAdd(a.ws + 1, 1u) != gridDim.x - 1) return;
+  const float amax = __int_as_float(atomicExch(accumulator, 0));
+  atomicExch(a.ws + 1, 0u);
+  *a.amax = amax;
+  if (a.scale != nullptr) {
+    const float s = fp8t::fp8::current_scale(amax, a.fp8_max, a.two_pow_margin);
+    *a.scale = s;
+    *a.scale_inv = 1.0f / s;
+  }
+}
+
+template <int kDtype, int kOp>
+__global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a) {
+  const int v = a.vec ? thread_bits_vec<kDtype, kOp>(a) : thread_bits_scalar<kDtype, kOp>(a);
+  commit_and_finish(v, a);
+}
+
+template <typename F>
+void dispatch_op(int op, F&& f) {
+  switch (op) {
+    case kGelu: f(IntTag<kGelu>{}); break;
+    case kDgelu: f(IntTag<kDgelu>{}); break;
+    case kSwiglu: f(IntTag<kSwiglu>{}); break;
+    case kDswiglu: f(IntTag<kDswiglu>{}); break;
+    default: f(IntTag<kNone>{}); break;
+  }
+}
+
+// SMs of the current device, asked once per device.
+int sm_count() {
+  static std::atomic<int> counts[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  int c = counts[dev].load(std::memory_order_relaxed);
+  if (c == 0) {
+    if (cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c <= 0) c = 132;
+    counts[dev].store(c, std::memory_order_relaxed);
+  }
+  return c;
+}
+
+// CTAs: one thread per vector group (or point) at most, a few CTAs per SM at most, at least 1 (an
+// empty tensor still publishes amax 0 and its scale).
+unsigned grid_size(int64_t work) {
+  const int64_t cap = static_cast<int64_t>(sm_count()) * kCtasPerSm;
+  int64_t g = (work + kThreads - 1) / kThreads;
+  if (g > cap) g = cap;
+  return static_cast<unsigned>(g < 1 ? 1 : g);
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------
+
+extern "C" cudaError_t fp8t_amax_scale(int act, const void* x, const void* h, int dtype, int64_t rows, int64_t cols,
+                                       float* amax, unsigned int* workspace, float fp8_max, float two_pow_margin,
+                                       float* scale, float* scale_inv, cudaStream_t stream) {
+  FP8T_LAUNCHER("fp8t_amax_scale");
+  FP8T_KERNEL_REQUIRE(act == kNone || act == kGelu || act == kDgelu || act == kSwiglu || act == kDswiglu,
+                      "unknown activation code");
+  FP8T_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "a dimension is negative");
+  FP8T_KERNEL_REQUIRE(valid_dtype(dtype), "the input dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(amax != nullptr && workspace != nullptr, "no amax or workspace");
+  FP8T_KERNEL_REQUIRE(aligned(workspace, 4), "the workspace is not 4-byte aligned");
+  const int64_t n = rows * cols;
+  FP8T_KERNEL_REQUIRE(n == 0 || x != nullptr, "no input for a nonempty tensor");
+  const bool two_tensors = act == kDgelu || act == kDswiglu;
+  FP8T_KERNEL_REQUIRE(n == 0 || !two_tensors || h != nullptr, "no activation input h for a backward");
+  FP8T_KERNEL_REQUIRE((scale == nullptr) == (scale_inv == nullptr), "scale and scale_inv must be given together");
+  FP8T_KERNEL_REQUIRE(scale == nullptr || (fp8_max > 0.0f && two_pow_margin > 0.0f),
+                      "fp8_max or 2^margin is not positive");
+  const int vec_elems = dtype == FP8T_DTYPE_F32 ? 4 : 8;
+  // Vector loads need every 16-byte group inside one row of gate and up (SwiGLU) and every input
+  // 16-byte aligned.
+  const bool swiglu = act == kSwiglu || act == kDswiglu;
+  const bool vec = (!swiglu || cols % vec_elems == 0) && aligned(x, 16) && (!two_tensors || aligned(h, 16));
+  const AmaxArgs args{x, h, n, cols, amax, workspace, fp8_max, two_pow_margin, scale, scale_inv, vec};
+  const unsigned grid = grid_size(vec ? n / vec_elems + 1 : n);
+  dispatch_op(act, [&](auto op) {
+    dispatch_dtype(dtype, [&](auto dt) {
+      amax_kernel<decltype(dt)::value, decltype(op)::value><<<grid, kThreads, 0, stream>>>(args);
+    });
+  });
+  return cudaGetLastError();
+}
