@@ -298,7 +298,11 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
       << m.activation_bytes / 1073741824.0 << std::setw(11) << r.peak_memory_bytes / 1073741824.0 << "\n";
   }
   s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16)\n";
-  if (cfg.dist.zero == 1) s << "dist.zero 1: the AdamW moments are sharded over the ranks (ZeRO-1)\n";
+  if (cfg.dist.zero == 1) {
+    s << "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over the ranks (ZeRO-1); state GiB "
+      << "includes the full gradient buckets in use at once: " << std::setprecision(2)
+      << (results.empty() ? 0.0 : results.front().memory.gradient_bucket_bytes / 1073741824.0) << " GiB\n";
+  }
   for (const auto& r : results) {
     if (r.phase_ms.empty()) continue;
     s << "\n" << r.label() << " phases (median ms, synchronized after each):";
@@ -346,6 +350,7 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                         {"weight_copies", r.memory.fp8_bytes_per_param},
                         {"total", r.memory.state_bytes_per_param()}}},
                       {"parameters", r.memory.parameters},
+                      {"gradient_bucket_bytes", r.memory.gradient_bucket_bytes},
                       {"state_bytes", r.memory.state_bytes},
                       {"activation_bytes", r.memory.activation_bytes}}}});
     if (!r.recipe.empty()) rows.back()["recipe"] = r.recipe;

@@ -19,6 +19,10 @@
 namespace fp8t::train {
 namespace {
 
+// ZeRO-1: full gradient buckets allocated at once during the armed backward (the one filling,
+// the one being reduced, the one released at the next launch).
+constexpr double kLiveGradientBuckets = 3.0;
+
 std::string gib(double bytes) { return fmt::format("{:.3g} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
 const char* recompute_name(Recompute r) {
@@ -58,7 +62,14 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   const double kv = static_cast<double>(m.kv_heads() * (m.d_model / m.n_head));
   const double block_matrices = layers * (2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff);
   e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + block_matrices;
-  if (cfg.dist.zero == 1) e.optimizer_bytes_per_param = 8.0 / e.world_size;
+  if (cfg.dist.zero == 1) {  // ZeRO-1: shards of the gradients and moments, plus the full buckets in use
+    e.optimizer_bytes_per_param = 8.0 / e.world_size;
+    e.grad_bytes_per_param = 4.0 / e.world_size;
+    const double all_buckets = 4.0 * e.parameters;
+    e.gradient_bucket_bytes = cfg.train.grad_accum_steps > 1
+                                  ? all_buckets
+                                  : std::min(all_buckets, kLiveGradientBuckets * cfg.dist.bucket_mb * 1024.0 * 1024.0);
+  }
   // The block Linears run in FP8 (the head stays high precision by default): an E4M3 copy and
   // its transpose of each of their weights. bf16/fp16: autocast's 2-byte copy of every Linear
   // weight (head included), kept for the backward.
@@ -66,7 +77,7 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   if (cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp16) {
     e.fp8_bytes_per_param = 2.0 * (block_matrices + vocab * d) / e.parameters;
   }
-  e.state_bytes = e.state_bytes_per_param() * e.parameters;
+  e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.seq_len);
   const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
   const double recomputed_block = cfg.train.recompute == Recompute::kNone ? 0.0 : 3.0 * d + 2.0 * ff;
@@ -77,12 +88,16 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
 std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
   std::string opt = fmt::format("AdamW moments {:.3g}", optimizer_bytes_per_param);
   if (cfg.dist.zero == 1) opt += fmt::format(" (8 / {} ranks, dist.zero 1)", world_size);
+  const std::string grads =
+      cfg.dist.zero == 1 ? fmt::format("gradients {:.3g} (4 / {} ranks; + {} of full buckets in use)",
+                                       grad_bytes_per_param, world_size, gib(gradient_bucket_bytes))
+                         : fmt::format("gradients {:g}", grad_bytes_per_param);
   const char* copies = cfg.precision == Precision::kFp8 ? "FP8 weight copies" : "autocast weight copies";
   const std::string fp8 = fp8_bytes_per_param > 0 ? fmt::format(" + {} {:.2g}", copies, fp8_bytes_per_param) : "";
-  return fmt::format("weights {:g} + gradients {:g} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}); "
+  return fmt::format("weights {:g} + {} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}); "
                      "activations of one micro-batch {} (train.micro_batch_size={} x model.seq_len={}, "
                      "train.recompute {}); total {} per rank",
-                     weight_bytes_per_param, grad_bytes_per_param, opt, fp8, state_bytes_per_param(), parameters,
+                     weight_bytes_per_param, grads, opt, fp8, state_bytes_per_param(), parameters,
                      gib(state_bytes), gib(activation_bytes), cfg.train.micro_batch_size, cfg.model.seq_len,
                      recompute_name(cfg.train.recompute), gib(total_bytes()));
 }
@@ -93,10 +108,11 @@ namespace {
 std::string levers(const ExperimentConfig& cfg, const MemoryEstimate& e) {
   std::string out = "Levers: ";
   if (cfg.dist.zero == 0) {
-    out += fmt::format("dist.zero 1 (--zero 1) under torchrun shards the AdamW moments: 8 / W bytes/parameter on W "
-                       "ranks, {} less per rank on 2; ", gib(4.0 * e.parameters));
+    out += fmt::format("dist.zero 1 (--zero 1) under torchrun shards the AdamW moments and the gradients: "
+                       "(8 + 4) / W bytes/parameter on W ranks, {} less per rank on 2 (with "
+                       "train.grad_accum_steps 1); ", gib(6.0 * e.parameters));
   } else {
-    out += "more data-parallel ranks (dist.zero 1 divides the AdamW moments by their number); ";
+    out += "more data-parallel ranks (dist.zero 1 divides the AdamW moments and the gradients by their number); ";
   }
   if (cfg.train.recompute != Recompute::kBlock) {
     out += "train.recompute block (--recompute block) keeps one d_model vector per layer and token instead of "

@@ -4,7 +4,11 @@
 // A lower bound of the memory a training run needs per rank, from the config alone, in bytes
 // per parameter (W = data-parallel ranks):
 //   weights      4  (float32; they are AdamW's master weights; every rank keeps all of them)
-//   gradients    4  (float32, accumulated over the micro-batches; all of them on every rank)
+//   gradients    4  (float32, accumulated over the micro-batches; all of them on every rank);
+//                dist.zero 1 (ZeRO-1): 4 / W (the rank's reduced shard) plus the full buckets
+//                alive at once, counted as bytes, not per parameter: about 3 x dist.bucket_mb
+//                during the backward (filling, reducing, being released), all of them (4 per
+//                parameter) with train.grad_accum_steps > 1 (they persist over the micro-batches)
 //   optimizer    8  (AdamW's two float32 moments; 8 / W with dist.zero 1, ZeRO-1)
 //   copies       precision fp8: 2 per weight of an FP8 Linear (E4M3 copy and its transpose);
 //                bf16/fp16: 2 per Linear weight (autocast's copy, kept for the backward)
@@ -32,7 +36,8 @@ struct MemoryEstimate {
   double grad_bytes_per_param = 4;
   double optimizer_bytes_per_param = 8;
   double fp8_bytes_per_param = 0;  // weight copies (FP8, or autocast's), averaged over all parameters
-  double state_bytes = 0;       // parameters x the four above
+  double gradient_bucket_bytes = 0;  // ZeRO-1: the full gradient buckets alive at once (above)
+  double state_bytes = 0;       // parameters x the four above + gradient_bucket_bytes
   double activation_bytes = 0;  // one micro-batch
   double total_bytes() const { return state_bytes + activation_bytes; }
   double state_bytes_per_param() const {
@@ -44,7 +49,8 @@ struct MemoryEstimate {
 };
 
 // Computed in double precision, so that absurd sizes (1e12 sequences) do not overflow.
-// `world_size`: data-parallel ranks (divides the optimizer state under dist.zero 1).
+// `world_size`: data-parallel ranks (divides the gradients and the optimizer state under
+// dist.zero 1).
 MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size = 1);
 
 // Throws fp8t::Error (kBadInput) when the estimate exceeds `capacity_bytes` (the memory of

@@ -153,18 +153,23 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   r.memory.parameters = 1e9;
   r.memory.world_size = 2;
   r.memory.optimizer_bytes_per_param = 4;  // 8 / 2 ranks
+  r.memory.grad_bytes_per_param = 2;       // 4 / 2 ranks
   r.memory.fp8_bytes_per_param = 1.5;
-  r.memory.state_bytes = 13.5 * 1073741824.0;
+  r.memory.gradient_bucket_bytes = 0.25 * 1073741824.0;
+  r.memory.state_bytes = 11.75 * 1073741824.0;
   r.memory.activation_bytes = 0.25 * 1073741824.0;
   const auto lines = lines_of(fp8t::train::format_bench_table(cfg, bench_options(), {r}));
   CHECK(has_line(lines, "memory per rank, estimated (bytes/parameter; lib/train/resources.h), against the measured peak:"));
   CHECK(has_line(lines, "precision   weights  grads  optimizer  wt copies   total    state GiB  activations GiB   peak GiB"));
-  CHECK(has_line(lines, "fp8            4.00   4.00       4.00       1.50   13.50        13.50             0.25       1.50"));
-  CHECK(has_line(lines, "dist.zero 1: the AdamW moments are sharded over the ranks (ZeRO-1)"));
+  CHECK(has_line(lines, "fp8            4.00   2.00       4.00       1.50   11.50        11.75             0.25       1.50"));
+  CHECK(has_line(lines, "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over the ranks (ZeRO-1); "
+                        "state GiB includes the full gradient buckets in use at once: 0.25 GiB"));
   const auto j = fp8t::train::bench_to_json(cfg, bench_options(), {r});
   CHECK(j.at("zero") == 1);
   const auto& per_param = j.at("results")[0].at("memory_estimate").at("bytes_per_parameter");
   CHECK(per_param.at("optimizer") == 4.0);
+  CHECK(per_param.at("gradients") == 2.0);
   CHECK(per_param.at("weight_copies") == 1.5);
-  CHECK(per_param.at("total") == 13.5);
+  CHECK(per_param.at("total") == 11.5);
+  CHECK(j.at("results")[0].at("memory_estimate").at("gradient_bucket_bytes") == 0.25 * 1073741824.0);
 }

@@ -1,5 +1,6 @@
 #include "lib/train/resources.h"
 
+#include <algorithm>  // std::min
 #include <cstdlib>  // setenv, unsetenv
 
 #include "lib/train/session.h"  // Session (the out-of-memory hook)
@@ -58,15 +59,26 @@ TEST_CASE("resources: impossible sizes are refused naming the key and the estima
   CHECK_THAT(refusal(deep, ram), FP8T_CONTAINS("model.n_layer=100000"));
 }
 
-TEST_CASE("resources: bytes per parameter by category; ZeRO-1 divides the AdamW moments", "[train]") {
+TEST_CASE("resources: bytes per parameter by category; ZeRO-1 divides the AdamW moments and the gradients",
+          "[train]") {
   ExperimentConfig c;
+  c.train.grad_accum_steps = 1;
   const auto ddp = estimate_training_memory(c, 2);
   CHECK(ddp.state_bytes_per_param() == 16.0);  // fp32, dist.zero 0: 4 + 4 + 8
+  CHECK(ddp.gradient_bucket_bytes == 0.0);
   c.dist.zero = 1;
   const auto zero = estimate_training_memory(c, 2);
   CHECK(zero.optimizer_bytes_per_param == 4.0);
-  CHECK(zero.state_bytes == 12.0 * zero.parameters);  // 8 + 8 / 2
-  CHECK(estimate_training_memory(c, 8).state_bytes_per_param() == 9.0);
+  CHECK(zero.grad_bytes_per_param == 2.0);
+  // Plus the full buckets in use at once: three of dist.bucket_mb (or all, if smaller).
+  const double buckets = std::min(4.0 * zero.parameters, 3.0 * c.dist.bucket_mb * 1024 * 1024);
+  CHECK(zero.gradient_bucket_bytes == buckets);
+  CHECK(zero.state_bytes == 10.0 * zero.parameters + buckets);  // 4 + 4 / 2 + 8 / 2
+  CHECK(estimate_training_memory(c, 8).state_bytes_per_param() == 5.5);
+  // With accumulation the full buckets persist over the micro-batches: 4 bytes/parameter.
+  c.train.grad_accum_steps = 2;
+  CHECK(estimate_training_memory(c, 2).gradient_bucket_bytes == 4.0 * zero.parameters);
+  c.train.grad_accum_steps = 1;
   c.precision = Precision::kFp8;
   const auto fp8 = estimate_training_memory(c, 2);
   // 2 bytes per FP8 (block) weight, averaged over all parameters: below 2, above 0.
