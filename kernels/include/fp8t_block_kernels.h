@@ -35,6 +35,30 @@ cudaError_t fp8t_block_quantize_128x128(const void* x, int x_dtype, int64_t rows
                                         uint8_t* codes_columnwise, float* scale_inv_columnwise,
                                         cudaStream_t stream);
 
+// The 1x128 cast of an activation's value, evaluated in the kernel and never written in high
+// precision (kernels/activation.cuh: the same GELU functions as the per-tensor fused casts):
+//   act FP8T_ACT_NONE:  x itself;
+//       FP8T_ACT_GELU:  gelu(x) (tanh approximation) rounded to `dtype`;
+//       FP8T_ACT_DGELU: the GELU backward dy * gelu'(h) with dy = x, rounded to `dtype` (x and h
+//                       both of `dtype`).
+// Codes and scales as fp8t_block_quantize_1x128 of that value (either layout may be null). dbias
+// (nullable) [cols] = column sums of the value in FP32 (per 128-row tile in row order, then the
+// tiles in order: deterministic), with a workspace of fp8t_block_quantize_workspace_bytes(rows,
+// cols), 16-byte aligned.
+cudaError_t fp8t_block_quantize_act(int act, const void* x, const void* h, int dtype, int64_t rows, int64_t cols,
+                                    int power_of_2, uint8_t* codes_rowwise, float* scale_inv_rowwise,
+                                    uint8_t* codes_columnwise, float* scale_inv_columnwise, float* dbias,
+                                    void* workspace, cudaStream_t stream);
+
+// Bytes of device workspace fp8t_block_quantize_act needs for dbias.
+size_t fp8t_block_quantize_workspace_bytes(int64_t rows, int64_t cols);
+
+// out[i] = the value fp8t_block_quantize_act casts (act FP8T_ACT_GELU or FP8T_ACT_DGELU) for n
+// elements of `dtype` (h: the GELU input of the backward, else null): the tests' bit-exact
+// reference for the fused casts.
+cudaError_t fp8t_activation_values(int act, const void* x, const void* h, int dtype, int64_t n, void* out,
+                                   cudaStream_t stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

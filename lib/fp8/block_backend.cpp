@@ -34,13 +34,29 @@ at::Tensor block_gemm_cpu(const Fp8Operand& a, const Fp8Operand& b, const at::Te
 
 }  // namespace
 
-Fp8Tensor block_quantize_operands(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
-                                  bool power_of_2) {
-  BlockQuantized q = block_quantize(x, block_rows, rowwise, columnwise, power_of_2);
+Fp8Tensor block_operands(BlockQuantized q, int block_rows) {
   Fp8Tensor t;
   if (q.rowwise.defined()) t.rowwise = as_operand(std::move(q.rowwise), block_rows);
   if (q.columnwise.defined()) t.columnwise = as_operand(std::move(q.columnwise), block_rows);
   return t;
+}
+
+Fp8Tensor block_quantize_operands(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
+                                  bool power_of_2) {
+  return block_operands(block_quantize(x, block_rows, rowwise, columnwise, power_of_2), block_rows);
+}
+
+Fp8Tensor block_quantize_source(const CastSource& src, int block_rows, bool rowwise, bool columnwise,
+                                bool power_of_2, at::Tensor* dbias) {
+#if defined(FP8T_WITH_CUDA)
+  if (src.x.is_cuda()) {
+    std::optional<Fp8Tensor> fused = block_quantize_source_cuda(src, block_rows, rowwise, columnwise, power_of_2, dbias);
+    if (fused) return std::move(*fused);
+  }
+#endif
+  const at::Tensor x = materialize(src);
+  if (dbias != nullptr) *dbias = x.to(at::kFloat).sum(0);
+  return block_quantize_operands(x, block_rows, rowwise, columnwise, power_of_2);
 }
 
 at::Tensor block_gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias, at::ScalarType out_dtype,

@@ -6,7 +6,10 @@
 
 #include <ATen/ATen.h>  // at::Tensor
 
-#include "lib/fp8/backend.h"  // Fp8Tensor, Fp8Operand, ScaleLayout, GemmKind
+#include <optional>  // std::optional
+
+#include "lib/fp8/backend.h"         // Fp8Tensor, Fp8Operand, ScaleLayout, GemmKind, CastSource
+#include "lib/fp8/block_quantize.h"  // BlockQuantized
 
 namespace fp8t {
 namespace fp8 {
@@ -15,6 +18,22 @@ namespace fp8 {
 // scale_layout kBlock1x128 / kBlock128x128.
 Fp8Tensor block_quantize_operands(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
                                   bool power_of_2);
+
+// The block cast of a cast source (backend.h), with *dbias = the column sums of its value in
+// FP32 when dbias is given. On CUDA the 1x128 casts of x, gelu(h) and the GELU backward (fp32 or
+// bf16) run in one kernel that evaluates the value without writing it in high precision
+// (block_quantize_act_cuda); anything else (the CPU emulation, 128x128 blocks, SwiGLU sources,
+// fp16 activations) materializes the value with LibTorch and casts that.
+Fp8Tensor block_quantize_source(const CastSource& src, int block_rows, bool rowwise, bool columnwise,
+                                bool power_of_2, at::Tensor* dbias);
+#if defined(FP8T_WITH_CUDA)
+// The fused CUDA cast of block_quantize_source, or nullopt when the source has none.
+std::optional<Fp8Tensor> block_quantize_source_cuda(const CastSource& src, int block_rows, bool rowwise,
+                                                    bool columnwise, bool power_of_2, at::Tensor* dbias);
+#endif
+
+// A block cast's layouts as E4M3 operands with scale_layout kBlock1x128 / kBlock128x128.
+Fp8Tensor block_operands(BlockQuantized q, int block_rows);
 
 // Whether an operand carries block scales.
 inline bool is_block_scaled(const Fp8Operand& op) { return op.scale_layout != ScaleLayout::kTensor; }

@@ -45,6 +45,19 @@ BlockQuantized block_quantize_cuda(const at::Tensor& x, int block_rows, bool row
                                    bool power_of_2);
 #endif
 
+// What a fused 1x128 cast evaluates in its kernel (kernels/block_quantize.cu) before quantising:
+// x itself, gelu(x), or the GELU backward dy * gelu'(h) of dy = x (tanh approximation, the
+// functions of the per-tensor fused casts), rounded to the input dtype.
+enum class BlockAct { kNone, kGelu, kDgelu };
+#if defined(FP8T_WITH_CUDA)
+// The 1x128 cast of act's value on x's device without writing the value in high precision: the
+// codes and scales of block_quantize_cuda(value, 1, ...). x and h (kDgelu: the GELU input, of
+// x's dtype; else undefined) 2-D fp32 or bf16 CUDA tensors of one shape. dbias (nullable): set to
+// the column sums of the value, FP32 [cols], computed in the same kernel.
+BlockQuantized block_quantize_act_cuda(BlockAct act, const at::Tensor& x, const at::Tensor& h, bool rowwise,
+                                       bool columnwise, bool power_of_2, at::Tensor* dbias);
+#endif
+
 // A scale grid for an operand [rows, k] (the layout above) on `device`; zero_fill = false leaves
 // it uninitialised (for a kernel that writes every entry, padding included).
 at::Tensor make_block_scales(int64_t rows, int64_t k, int block_rows, const at::Device& device, bool zero_fill = true);

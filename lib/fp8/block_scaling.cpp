@@ -4,6 +4,7 @@
 #include <limits>  // std::numeric_limits
 #include <string>  // std::to_string
 
+#include "lib/fp8/block_backend.h"   // block_quantize_source
 #include "lib/fp8/block_math.h"      // kBlockLen
 #include "lib/fp8/block_quantize.h"  // block_cast_stats, BlockCodes
 #include "lib/util/error.h"          // FP8T_CHECK
@@ -26,16 +27,16 @@ void BlockScaling::allocate(const at::Device& device) {
 
 int BlockScaling::block_rows(int slot) const { return slot_role(slot) == TensorRole::kWeight ? kBlockLen : 1; }
 
-// The source in high precision (a fused producer's value is materialized: block scales need each
-// block's amax before any code is written), then one block cast of the requested layouts.
+// One block cast of the requested layouts (and dbias). On CUDA a fused producer's value (GELU,
+// its backward) is evaluated inside the cast kernel: each 128x128 tile is read once, its block
+// amaxes and scales found in shared memory before any code is written (block_backend.h). The
+// statistics (log steps only) look at the value in high precision.
 Fp8Tensor BlockScaling::quantize(int slot, const CastSource& src, const CastOptions& opt) {
   FP8T_CHECK(finalized(), "BlockScaling used before finalize()");
   FP8T_CHECK(slot >= 0 && slot < num_slots(), "bad FP8 slot index ", slot);
-  const at::Tensor x = materialize(src);
-  if (opt.dbias != nullptr) *opt.dbias = x.to(at::kFloat).sum(0);
-  Fp8Tensor out = backend_for(x.device()).block_quantize(x, block_rows(slot), opt.rowwise, opt.columnwise,
-                                                         recipe_.block_power_of_2_scales);
-  if (recording(opt.record) && collect_stats()) record_stats(slot, x, out);
+  Fp8Tensor out = block_quantize_source(src, block_rows(slot), opt.rowwise, opt.columnwise,
+                                        recipe_.block_power_of_2_scales, opt.dbias);
+  if (recording(opt.record) && collect_stats()) record_stats(slot, materialize(src), out);
   return out;
 }
 

@@ -6,9 +6,10 @@
 // scales rounded down to powers of 2 under fp8.block_power_of_2_scales. The operands carry their
 // scale grids (ScaleLayout kBlock1x128 / kBlock128x128) to the block-scaled GEMMs (split
 // accumulation only). No amax history, no update, no cross-rank reduction; weights are cast once
-// per optimizer step (Fp8Linear's weight cache, weight_epoch()). Fused producers (norm, GELU and
-// its backward) are computed in high precision and then block-cast (materialize): a block scale
-// needs the block's amax before any code is written.
+// per optimizer step (Fp8Linear's weight cache, weight_epoch()). The GELU and its backward are
+// evaluated inside the block cast kernel on CUDA (never written in high precision; the kernel
+// finds every block's amax in shared memory before it writes a code); the norm writes its output
+// in high precision, which is then block-cast.
 //
 // State ([S] float32 on the device; statistics and the precision chart): the amax and the largest
 // block scale (scale_inv: its inverse) of each slot's last cast measured for the statistics, and

@@ -3,6 +3,8 @@
 // bit (short runs through the library API, one run reused for several assertions).
 #include "lib/fp8/block_scaling.h"
 
+#include <torch/torch.h>  // torch::manual_seed, torch::randint
+
 #include <cmath>    // std::ldexp
 #include <fstream>  // std::ifstream
 #include <string>   // std::string, std::getline
@@ -12,6 +14,9 @@
 
 #include "lib/fp8/block_backend.h"   // block_gemm
 #include "lib/fp8/block_quantize.h"  // block_quantize_cpu, block_dequantize
+#include "lib/fp8/fp8_activation.h"  // Fp8Gelu
+#include "lib/fp8/rewrite.h"         // rewrite_to_fp8
+#include "lib/model/gpt.h"           // Gpt
 #include "lib/train/checkpoint.h"    // load_checkpoint
 #include "lib/train/trainer.h"       // run_training
 #include "tests/catch.h"
@@ -171,4 +176,87 @@ TEST_CASE("block scaling: a tiny GPT trains on the CPU emulation and resumes bit
   for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i]["loss"].dump() == b[i]["loss"].dump());
   // --fp8-stats under block: the block-scale range of some slot on every logged row.
   REQUIRE(a.back().dump().find("block_scale_max") != std::string::npos);
+}
+
+TEST_CASE("block scaling: GELU and GELU-backward sources cast as their LibTorch values, with dbias (CPU)", "[fp8]") {
+  Slots s = make_slots();
+  at::manual_seed(3);
+  const at::Tensor h = at::randn({40, 272}) * 3, dy = at::randn({40, 272});
+  const fp8::Fp8Tensor g = s.scaling->quantize(s.input, CastSource::gelu(h), layouts(true, true));
+  const fp8::BlockQuantized gw = fp8::block_quantize_cpu(at::gelu(h, "tanh"), 1, true, true, true);
+  REQUIRE(at::equal(g.rowwise.codes, gw.rowwise.codes));
+  REQUIRE(at::equal(g.columnwise.codes, gw.columnwise.codes));
+  REQUIRE(at::equal(g.columnwise.scale_inv, gw.columnwise.scale_inv));
+  at::Tensor dbias;
+  CastOptions grad_opt = layouts(true, true);
+  grad_opt.dbias = &dbias;
+  const fp8::Fp8Tensor d = s.scaling->quantize(s.grad, CastSource::dgelu(dy, h), grad_opt);
+  const at::Tensor dh = at::gelu_backward(dy, h, "tanh");
+  const fp8::BlockQuantized dw = fp8::block_quantize_cpu(dh, 1, true, true, true);
+  REQUIRE(at::equal(d.rowwise.codes, dw.rowwise.codes));
+  REQUIRE(at::equal(d.columnwise.scale_inv, dw.columnwise.scale_inv));
+  REQUIRE(at::equal(dbias, dh.sum(0)));  // the same FP32 reduction of the same tensor
+}
+
+namespace {
+
+// A tiny GPT with bias twice from one seed under block scaling; in `plain` the activations are
+// put back as the model's own GELU, so its Linears block-cast GELU's output and gradient themselves.
+struct BlockTwins {
+  std::shared_ptr<model::Gpt> fused, plain;
+  fp8::RewriteResult fused_rw, plain_rw;
+  explicit BlockTwins(const at::Device& device) {
+    ModelSection m;
+    m.vocab_size = 64;
+    m.seq_len = 16;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.d_model = 32;  // c_fc 32x128: multiples of 16 (the block GEMMs' rule)
+    m.bias = true;
+    fp8::Recipe recipe;
+    recipe.kind = fp8::RecipeKind::kBlock;
+    for (auto* side : {&fused, &plain}) {
+      torch::manual_seed(21);
+      *side = std::make_shared<model::Gpt>(m);
+      (*side)->to(device);
+    }
+    fused_rw = fp8::rewrite_to_fp8(*fused, recipe, device);
+    plain_rw = fp8::rewrite_to_fp8(*plain, recipe, device);
+    for (auto& b : plain->blocks) {
+      b->mlp->replace_slot("act", std::make_shared<model::Activation>(model::Activation::Kind::kGeluTanh));
+    }
+  }
+  // One forward/backward of both on the same tokens (48 per batch: a multiple of 16).
+  std::pair<at::Tensor, at::Tensor> step(const at::Tensor& idx) {
+    const auto run = [&](model::Gpt& gpt) {
+      const at::Tensor loss = model::Gpt::loss(gpt.forward(idx.narrow(1, 0, 16)), idx.narrow(1, 1, 16));
+      loss.backward();
+      return loss.detach();
+    };
+    return {run(*fused), run(*plain)};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("block scaling: a GPT's GELU fused into the block casts computes bit for bit what the unfused one does (CPU)",
+          "[fp8]") {
+  BlockTwins t(at::kCPU);
+  REQUIRE(t.fused_rw.report.fused_activations == 2);
+  REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(t.fused->blocks[0]->mlp->act) != nullptr);
+  torch::manual_seed(4);
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    const auto [lf, lp] = t.step(torch::randint(0, 64, {3, 17}));
+    REQUIRE(at::equal(lf, lp));
+    const auto pp = t.plain->named_parameters();
+    for (const auto& item : t.fused->named_parameters()) {
+      INFO(item.key());
+      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
+    }
+    t.fused_rw.scaling->end_micro_batch(true);
+    t.plain_rw.scaling->end_micro_batch(true);
+    t.fused->zero_grad();
+    t.plain->zero_grad();
+  }
 }
