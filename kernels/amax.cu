@@ -5,7 +5,8 @@
 // Unlike the tiled cast kernels (cast_tile.cuh), whose 64x64 tiles suit the transposed store,
 // this pass has nothing to store, so it streams the inputs flat: a grid of a few CTAs per SM
 // strides over 16-byte vectors, several loads in flight per thread, every value through
-// kernels/activation.cuh / lib/fp8/swiglu_math.h exactly as the cast computes it. Each CTA
+// kernels/activation.cuh / lib/fp8/swiglu_math.h exactly as the cast computes it (GELU values
+// only where they could raise the max: see "skipping" below). Each CTA
 // reduces to one max (warp shuffles), then one atomicMax into the workspace accumulator (|x| as
 // int bits: fp8_device.cuh abs_bits, so NaN elements are ignored and inf counts, amax_combine).
 // The last CTA to finish (a ticket counter) reads the final amax, writes it, computes the scale
@@ -142,6 +143,81 @@ __device__ __forceinline__ int group_bits(const Packed128 (&q)[3]) {
   return m;
 }
 
+// ---- GELU: skipping what cannot raise the max -----------------------------------------------
+// GELU and its backward cost far more arithmetic than the bytes they read, but for every float
+// input the computed value is bounded by a cheap one:
+//   |gelu(x)| <= |x|: (0.5 x) * (1 + t) with |tanhf| <= 1 is at most |x| before rounding, and
+//     rounding (to float, then to the dtype, where |x| is representable) cannot pass |x|;
+//   |dy * gelu'(h)| <= 1.13 |dy|: gelu' of the tanh form lies in [-0.13, 1.13]; where tanhf(inner)
+//     is not exactly +-1, |h| < 6 and the cancellation in 1 - t^2 costs under 1e-5; an h so large
+//     that x^2 overflows gives NaN, which the amax ignores either way.
+// So an element whose bound (with a margin: bound_factor) does not exceed the running max of its
+// warp cannot change the amax and is not evaluated, and the GELU backward does not even load its
+// h. The result is the amax of evaluating every element, bit for bit.
+template <int kOp>
+constexpr bool skips() {
+  return kOp == kGelu || kOp == kDgelu;
+}
+
+template <int kOp>
+constexpr float bound_factor() {
+  return kOp == kGelu ? 1.0009765625f : 1.25f;  // 1 + 2^-10; 1.25 > 1.13
+}
+
+// m raised by the elements of vector group g (x values in `first`) whose bound exceeds m.
+template <int kDtype, int kOp>
+__device__ __forceinline__ int skip_group_bits(const AmaxArgs& a, int64_t g, const Packed128& first, int m) {
+  constexpr int kVec = Packed128::elems<kDtype>();
+  float x[kVec];
+  first.unpack<kDtype>(x);
+  unsigned flags = 0;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if (abs_bits(x[j] * bound_factor<kOp>()) > m) flags |= 1u << j;
+  }
+  if (flags == 0) return m;
+  float h[kVec];
+  if constexpr (kOp == kDgelu) {
+    Packed128::ldg(static_cast<const char*>(a.h) + g * 16).unpack<kDtype>(h);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) h[j] = 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float in[3] = {x[j], h[j], 0.0f};
+    if (flags & (1u << j)) m = max(m, value_bits<kDtype, kOp>(in));
+  }
+  return m;
+}
+
+// thread_bits_vec for GELU and its backward. While every lane of the warp has kUnroll groups left
+// (a warp-uniform condition, so the shuffles see all 32 lanes), the warp shares its running max
+// after each round; the remaining groups and the scalar tail use the lane's own.
+template <int kDtype, int kOp>
+__device__ __forceinline__ int thread_bits_skip(const AmaxArgs& a) {
+  constexpr int kVec = Packed128::elems<kDtype>();
+  constexpr int kUnroll = 4;
+  const int64_t groups = a.n / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const char* x = static_cast<const char*>(a.x);
+  int m = 0;
+  int64_t g = tid;
+  for (int64_t last_lane = tid - (threadIdx.x & 31) + 31; last_lane + (kUnroll - 1) * stride < groups;
+       last_lane += kUnroll * stride, g += kUnroll * stride) {
+    Packed128 q[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) q[u] = Packed128::ldg(x + (g + u * stride) * 16);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) m = skip_group_bits<kDtype, kOp>(a, g + u * stride, q[u], m);
+    m = warp_max_int(m);
+  }
+  for (; g < groups; g += stride) m = skip_group_bits<kDtype, kOp>(a, g, Packed128::ldg(x + g * 16), m);
+  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp>(a, p));
+  return m;
+}
+
 // This thread's max over its vector groups (grid-stride, kUnroll groups' loads issued before the
 // first is evaluated), then over the scalar tail points n_groups * kVec .. n.
 template <int kDtype, int kOp>
@@ -206,7 +282,14 @@ __device__ __forceinline__ void commit_and_finish(int v, const AmaxArgs& a) {
 
 template <int kDtype, int kOp>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a) {
-  const int v = a.vec ? thread_bits_vec<kDtype, kOp>(a) : thread_bits_scalar<kDtype, kOp>(a);
+  int v;
+  if (!a.vec) {
+    v = thread_bits_scalar<kDtype, kOp>(a);
+  } else if constexpr (skips<kOp>()) {
+    v = thread_bits_skip<kDtype, kOp>(a);
+  } else {
+    v = thread_bits_vec<kDtype, kOp>(a);
+  }
   commit_and_finish(v, a);
 }
 

@@ -215,6 +215,45 @@ TEST_CASE("amax pass: GELU and GELU backward equal the amax of the fused casts",
   }
 }
 
+TEST_CASE("amax pass: GELU inputs where the skipped-element bound is loose or the value overflows",
+          "[kernels][cuda]") {
+  // The GELU passes evaluate only elements whose cheap bound (|x|, 1.25 |dy|) exceeds the warp's
+  // running max. Inputs where that bound is far from the value (all-negative h: |gelu| <= 0.17),
+  // where the largest value comes last, and where GELU or its derivative overflow to inf or NaN.
+  require_gpu();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t rows = 1031, cols = 1024;  // > one round of every thread, vector path
+  at::manual_seed(99);
+  struct Input {
+    const char* name;
+    at::Tensor h, dy;
+  };
+  at::Tensor spike = at::randn({rows, cols}) * 0.01;
+  spike[rows - 1][cols - 1] = 9.0f;
+  at::Tensor dy_spike = at::randn({rows, cols});
+  dy_spike[rows - 1][cols - 3] = -700.0f;
+  at::Tensor huge = at::randn({rows, cols}) * 1e25;
+  huge.view({-1}).slice(0, 0, rows * cols, 97).fill_(inf);
+  huge.view({-1}).slice(0, 1, rows * cols, 89).fill_(-inf);
+  huge.view({-1}).slice(0, 2, rows * cols, 83).fill_(nan);
+  const Input inputs[] = {
+      {"all-negative h", -at::rand({rows, cols}) * 10.0, at::randn({rows, cols}) * 1e3},
+      {"one spike at the very end", spike, dy_spike},
+      {"huge, inf and NaN elements", huge, at::randn({rows, cols}) * 1e30},
+      {"dy huge where gelu'(h) is tiny", -at::rand({rows, cols}) * 8.0 - 4.0, at::randn({rows, cols}) * 1e35}};
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (const Input& in : inputs) {
+      CAPTURE(dtype_name(dt), in.name);
+      const at::Tensor hg = in.h.to(dt).cuda(), dyg = in.dy.to(dt).cuda();
+      AmaxRun r;
+      REQUIRE(r.run(FP8T_ACT_GELU, hg.data_ptr(), nullptr, dt, rows, cols) == cudaSuccess);
+      require_result(r, fused_cast_amax(FP8T_ACT_GELU, hg, at::Tensor()));
+      REQUIRE(r.run(FP8T_ACT_DGELU, dyg.data_ptr(), hg.data_ptr(), dt, rows, cols) == cudaSuccess);
+      require_result(r, fused_cast_amax(FP8T_ACT_DGELU, dyg, hg));
+    }
+  }
+}
+
 TEST_CASE("amax pass: SwiGLU and its backward, bit-exact against swiglu_math.h on the host and the fused casts",
           "[kernels][cuda]") {
   require_gpu();
