@@ -80,7 +80,6 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
     }
     b.options = params_[group.front()].options().requires_grad(false);
     b.params = group;
-    if (shard_) b.shard = at::zeros({b.shard_numel}, b.options);
     // DDP: persistent buckets. ZeRO-1: allocated by the first gradient of a step, or now when
     // a parameter already holds a gradient (it is copied in).
     const bool has_grad = std::any_of(group.begin(), group.end(), [&](size_t k) { return params_[k].grad().defined(); });
@@ -139,6 +138,22 @@ void GradientSync::release(Bucket& b) {
   --live_;
 }
 
+void GradientSync::attach_shard(Bucket& b) {
+  at::NoGradGuard no_grad;
+  b.shard = at::empty({b.shard_numel}, b.options);  // the reduce-scatter writes all of it
+  const int64_t lo = comm_->rank() * b.shard_numel;
+  for (size_t si : b.segments) {
+    Segment& s = segments_[si];
+    s.grad.set_(b.shard, offset_of_[s.param] + s.begin - lo, {s.length}, {1});
+  }
+}
+
+void GradientSync::release_shard(Bucket& b) {
+  at::NoGradGuard no_grad;
+  for (size_t si : b.segments) segments_[si].grad.set_();  // drops its reference to the shard
+  b.shard.reset();
+}
+
 void GradientSync::arm() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Bucket& b : buckets_) {
@@ -190,6 +205,7 @@ void GradientSync::launch(Bucket& b) {
     return;
   }
   if (!b.flat.defined()) allocate(b);  // no gradient reached it: zeros, so every rank reduces the same buckets
+  attach_shard(b);
   b.pending = comm_->reduce_scatter_async(b.shard, b.flat);
   b.launched = true;
 }
@@ -201,7 +217,8 @@ void GradientSync::build_segments() {
     const int64_t first = std::max(lo, offset_of_[k]), last = std::min(hi, offset_of_[k] + params_[k].numel());
     if (last <= first) continue;
     b.segments.push_back(segments_.size());
-    segments_.push_back(Segment{k, first - offset_of_[k], last - first, b.shard.narrow(0, first - lo, last - first)});
+    // Not a view of a shard: a tensor of its own that attach_shard points into each new shard.
+    segments_.push_back(Segment{k, first - offset_of_[k], last - first, at::empty({0}, b.options)});
   }
 }
 
@@ -281,6 +298,7 @@ void GradientSync::zero_grad() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Bucket& b : buckets_) {
       if (b.flat.defined()) release(b);
+      if (b.shard.defined()) release_shard(b);
     }
     return;
   }

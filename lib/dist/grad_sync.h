@@ -17,16 +17,16 @@
 // gradient accumulator allocates the parameter's bucket (zeroed, from the caching allocator)
 // when its first gradient of the step is about to arrive and points the bucket's .grads at
 // views of it, so autograd accumulates in place as under DDP. During the armed backward a
-// complete bucket is reduce-scattered into a persistent flat shard of 1/W of its size (what the
-// optimizer, the gradient norm and the non-finite check read: gradient_shards(),
-// Segment::grad), and the full bucket is released two launches later, once the current stream
-// has waited for its reduce-scatter (no stall: it finished while the next bucket filled);
-// finish() releases the rest. Between steps the parameters' .grads are undefined. With
-// accumulation (micro-batches 1..n-1 not armed) the buckets persist until the armed one.
-// The optimizer updates the owned parts of the parameters (shard_segments()), then
-// gather_parameters() all-gathers the updated weights through transient per-bucket staging
-// buffers (a few at a time). Usage per step: zero_grad(); ...; finish(); optimizer step on the
-// shard; gather_parameters().
+// complete bucket is reduce-scattered into a flat shard of 1/W of its size (what the optimizer,
+// the gradient norm and the non-finite check read: gradient_shards(), Segment::grad), and the
+// full bucket is released two launches later, once the current stream has waited for its
+// reduce-scatter (no stall: it finished while the next bucket filled); finish() releases the
+// rest. The shards live from their reduce-scatter to zero_grad(), so that during the forward
+// neither exists and the parameters' .grads are undefined. With accumulation (micro-batches
+// 1..n-1 not armed) the full buckets persist until the armed one. The optimizer updates the
+// owned parts of the parameters (shard_segments()), then gather_parameters() all-gathers the
+// updated weights through transient per-bucket staging buffers (a few at a time). Usage per
+// step: zero_grad(); ...; finish(); optimizer step on the shard; gather_parameters().
 //
 // Memory safety of a released bucket: an NCCL collective keeps its tensors alive until the
 // work is waited (c10d stashes them, no recordStream), and the wait makes the current stream
@@ -63,7 +63,7 @@ class GradientSync {
   void finish();
   // DDP: zeroes the gradient buckets in place (the grads stay views into them). ZeRO-1: releases
   // any full bucket still allocated (its grads become undefined; the next backward allocates
-  // zeroed ones); the shards are overwritten by the next reduce-scatter.
+  // zeroed ones) and the gradient shards (the next reduce-scatter allocates new ones).
   void zero_grad();
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
@@ -75,12 +75,14 @@ class GradientSync {
     size_t param = 0;    // index into the constructor's `params`
     int64_t begin = 0;   // first owned element of the flattened parameter
     int64_t length = 0;  // owned elements (> 0)
-    at::Tensor grad;     // the averaged gradient of these elements after finish(): a flat view
-                         // into this rank's persistent shard of the parameter's bucket
+    at::Tensor grad;     // the averaged gradient of these elements from finish() to zero_grad():
+                         // a flat tensor whose storage is this rank's shard of the parameter's
+                         // bucket (the same tensor every step, re-pointed at each new shard; empty
+                         // in between), so a holder such as the optimizer keeps it once
   };
   const std::vector<Segment>& shard_segments() const { return segments_; }
-  // ZeRO-1: this rank's persistent shard of every bucket (padding included: it stays zero).
-  // After finish() they hold the averaged gradients of the owned segments.
+  // ZeRO-1: this rank's shard of every bucket (padding included: it stays zero). From finish()
+  // to zero_grad() they hold the averaged gradients of the owned segments (undefined otherwise).
   std::vector<at::Tensor> gradient_shards() const;
   // ZeRO-1: after the optimizer updated the owned segments in place, every rank receives
   // every rank's segments (one all-gather per bucket into a transient staging buffer, at most
@@ -99,7 +101,7 @@ class GradientSync {
   struct Bucket {
     at::Tensor flat;                 // the gradient storage of its parameters (+ ZeRO padding);
                                      // ZeRO-1: undefined while released
-    at::Tensor shard;                // ZeRO-1: persistent, this rank's averaged part
+    at::Tensor shard;                // ZeRO-1: this rank's averaged part, reduce-scatter to zero_grad()
     int64_t numel = 0;               // of flat
     int64_t shard_numel = 0;         // ZeRO-1: numel / world size
     at::TensorOptions options;       // of flat
@@ -115,6 +117,8 @@ class GradientSync {
   void launch(Bucket& b);
   void allocate(Bucket& b);      // the full bucket, zeroed, and the grads as views into it
   void release(Bucket& b);       // ZeRO-1: after its collective; the grads become undefined
+  void attach_shard(Bucket& b);   // ZeRO-1: a new shard, and the segments' grads pointed into it
+  void release_shard(Bucket& b);
   void install_hooks();
   void build_segments();                        // ZeRO-1: segments_ from the bucket layout
   void gather_bucket(Bucket& b, at::Tensor& staging);  // ZeRO-1: owned segments in, launch

@@ -60,8 +60,9 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& sh
     s.step = at::zeros({}, param.options().dtype(at::kFloat).requires_grad(false));
     s.decay = param.dim() >= 2;  // of the whole parameter, whatever the range's shape
     if (const auto g = shard_grads.find(name); g != shard_grads.end()) {
-      FP8T_CHECK(g->second.dim() == 1 && g->second.numel() == r.length && g->second.scalar_type() == kStateDtype,
-                 "AdamW: the shard gradient of '", name, "' must be float32 with the range's ", r.length, " elements");
+      // Its elements may come later (ZeRO-1 points it at each step's gradient shard); step() checks them.
+      FP8T_CHECK(g->second.dim() == 1 && g->second.scalar_type() == kStateDtype && g->second.device() == param.device(),
+                 "AdamW: the shard gradient of '", name, "' must be a flat float32 tensor on the parameter's device");
       s.shard_grad = g->second;
     }
     slots_.push_back(std::move(s));
@@ -112,7 +113,10 @@ void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& foun
   };
   std::vector<Group> groups;
   for (const Slot& s : slots_) {
-    if (!s.shard_grad.defined()) {
+    if (s.shard_grad.defined()) {
+      FP8T_CHECK(s.shard_grad.numel() == s.range.length, "AdamW: the shard gradient of '", s.name, "' holds ",
+                 s.shard_grad.numel(), " elements, its range ", s.range.length, " (no reduced gradients this step?)");
+    } else {
       const at::Tensor& full = s.param.grad();
       if (!full.defined()) continue;
       FP8T_CHECK(!full.is_sparse(), "AdamW: sparse gradient for '", s.name, "' is not supported");

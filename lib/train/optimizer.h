@@ -63,9 +63,10 @@ class AdamW {
   // first name. State is allocated here (zeros) on each parameter's device.
   AdamW(NamedParameters params, AdamWOptions options);
   // Sharded (ZeRO-1): state for the ranges in `shard` only (parameters float32 and contiguous).
-  // `shard_grads` (optional, by name): a flat tensor of the range's length that holds the
-  // range's gradient when step() runs (a view into the rank's gradient shard: under ZeRO-1 the
-  // full .grad exists only during the backward); a parameter without one is read from .grad.
+  // `shard_grads` (optional, by name): a flat float32 tensor that holds the range's gradient
+  // (range length elements) whenever step() runs: under ZeRO-1 the full .grad exists only
+  // during the backward, and GradientSync points these tensors at each step's gradient shard.
+  // A parameter without one is read from .grad.
   AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard,
         const std::map<std::string, at::Tensor>& shard_grads = {});
 

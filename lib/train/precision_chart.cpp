@@ -199,7 +199,10 @@ ChartRow master_row(const Session& s, const std::vector<OwnedParam>& params) {
 
 ChartRow gradients_row(const Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("weight_gradients", "weight gradients");
-  std::string detail = s.gradient_sync() ? "accumulated in the all-reduce buckets" : "accumulated over the micro-batches";
+  std::string detail = !s.gradient_sync()           ? "accumulated over the micro-batches"
+                       : !s.gradient_sync()->sharded() ? "accumulated in the all-reduce buckets"
+                                                       : "ZeRO-1: accumulated in buckets that exist during the backward "
+                                                         "only; each rank keeps its reduce-scattered shard";
   if (s.loss_scaler()) detail += "; loss-scaled in the backward, divided by the scale as AdamW reads them";
   if (s.scaling()) detail += "; the FP8 wgrad GEMMs write FP32";
   for (const OwnedParam& p : params) {

@@ -65,9 +65,11 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   if (cfg.dist.zero == 1) {  // ZeRO-1: shards of the gradients and moments, plus the full buckets in use
     e.optimizer_bytes_per_param = 8.0 / e.world_size;
     e.grad_bytes_per_param = 4.0 / e.world_size;
+    // With accumulation the full buckets (4 bytes/parameter) live through the micro-batches
+    // before the last; the shards replace them as they are released.
     const double all_buckets = 4.0 * e.parameters;
     e.gradient_bucket_bytes = cfg.train.grad_accum_steps > 1
-                                  ? all_buckets
+                                  ? all_buckets - e.grad_bytes_per_param * e.parameters
                                   : std::min(all_buckets, kLiveGradientBuckets * cfg.dist.bucket_mb * 1024.0 * 1024.0);
   }
   // The block Linears run in FP8 (the head stays high precision by default): an E4M3 copy and

@@ -7,8 +7,9 @@
 //   gradients    4  (float32, accumulated over the micro-batches; all of them on every rank);
 //                dist.zero 1 (ZeRO-1): 4 / W (the rank's reduced shard) plus the full buckets
 //                alive at once, counted as bytes, not per parameter: about 3 x dist.bucket_mb
-//                during the backward (filling, reducing, being released), all of them (4 per
-//                parameter) with train.grad_accum_steps > 1 (they persist over the micro-batches)
+//                during the backward (filling, reducing, being released); with
+//                train.grad_accum_steps > 1 all of them persist over the micro-batches, 4 per
+//                parameter in all (4 - 4 / W of it counted as bucket bytes)
 //   optimizer    8  (AdamW's two float32 moments; 8 / W with dist.zero 1, ZeRO-1)
 //   copies       precision fp8: 2 per weight of an FP8 Linear (E4M3 copy and its transpose);
 //                bf16/fp16: 2 per Linear weight (autocast's copy, kept for the backward)

@@ -158,9 +158,12 @@ TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments
     sync.gather_parameters();
     for (auto& p : net.params) gathered[rank].push_back(p.detach().clone());
     // A NaN in one rank's shard: the global norm is NaN on both (the skip decision agrees).
-    sync.zero_grad();
     if (rank == 1) sync.gradient_shards().front().fill_(std::nanf(""));
     nan_norms[rank] = fp8t::train::sharded_grad_norm(sync.gradient_shards(), comm);
+    // zero_grad() releases the shards too (the next reduce-scatter allocates new ones).
+    sync.zero_grad();
+    for (const auto& shard : sync.gradient_shards()) released[rank] = released[rank] && !shard.defined();
+    for (const auto& s : sync.shard_segments()) released[rank] = released[rank] && s.grad.numel() == 0;
   });
   CHECK(released[0]);
   CHECK(released[1]);
@@ -224,7 +227,7 @@ TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, 
     int buckets = 0;
     int64_t all_bytes = 0, after_unarmed = 0, after_finish = 0, after_gather = 0;
     int peak_single = 0;  // full buckets at once in a backward without accumulation
-    bool grads_undefined = false;
+    bool grads_undefined = false, shards_released = false;
     std::vector<at::Tensor> accumulated, whole;  // per parameter: 2 micro-batches vs one batch of both
   };
   std::vector<RankResult> out(world);
@@ -257,6 +260,9 @@ TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, 
     for (const auto& s : ref_sync.shard_segments()) r.whole.push_back(s.grad.clone());
     sync.gather_parameters();  // transient staging: nothing stays allocated
     r.after_gather = sync.full_bucket_bytes();
+    sync.zero_grad();  // and the shards go until the next reduce-scatter
+    r.shards_released = true;
+    for (const auto& shard : sync.gradient_shards()) r.shards_released = r.shards_released && !shard.defined();
   });
   for (int rank = 0; rank < world; ++rank) {
     INFO("rank " << rank);
@@ -266,6 +272,7 @@ TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, 
     CHECK(r.after_finish == 0);             // and released once reduced
     CHECK(r.after_gather == 0);
     CHECK(r.grads_undefined);
+    CHECK(r.shards_released);
     // Without accumulation at most three full buckets exist at once (filling, reducing, the
     // one released at the next launch), not all six.
     CHECK(r.peak_single >= 1);

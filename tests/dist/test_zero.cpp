@@ -175,8 +175,9 @@ TEST_CASE("ZeRO-1 over NCCL on two GPUs matches DDP (fp32, bf16, fp8)", "[dist][
   for (size_t s = 0; s < zero[0].scales.size(); ++s) CHECK(at::equal(zero[0].scales[s], zero[1].scales[s]));
 }
 
-TEST_CASE("ZeRO-1 keeps no full gradient buckets between steps; DDP keeps all of them", "[dist]") {
-  // bytes of full buckets after each step, and whether any parameter still had a .grad
+TEST_CASE("ZeRO-1 keeps no gradient buffers between steps; DDP keeps all of its buckets", "[dist]") {
+  // bytes of full buckets after each step, and whether any parameter still had a .grad (or,
+  // ZeRO-1, any gradient shard was still allocated)
   std::vector<std::vector<int64_t>> bytes(2 * kWorld);
   std::vector<int> any_grad(2 * kWorld, 0);
   test::run_ranks(kWorld, std::chrono::seconds(120), [&](int rank, dist::Communicator& comm) {
@@ -193,6 +194,9 @@ TEST_CASE("ZeRO-1 keeps no full gradient buckets between steps; DDP keeps all of
         session.step([&] { return batch_of(rank, step, micro++); }, 3e-3, loss_sum, {}, step + 1);
         bytes[slot].push_back(session.gradient_sync()->full_bucket_bytes());
         for (const at::Tensor& p : session.parameters()) any_grad[slot] |= p.grad().defined() ? 1 : 0;
+        if (zero == 1) {  // nor the gradient shards: they exist from the reduce-scatter to the update
+          for (const at::Tensor& s : session.gradient_sync()->gradient_shards()) any_grad[slot] |= s.defined() ? 1 : 0;
+        }
       }
     }
   });
