@@ -83,9 +83,8 @@ __device__ __forceinline__ void input_offsets(int64_t p, int64_t cols, int64_t (
 
 template <int kOp>
 __device__ __forceinline__ const void* input_base(const AmaxArgs& a, int i) {
-  if constexpr (kOp == kSwiglu) return a.x;          // gate and up: both halves of h = x
-  if constexpr (kOp == kDswiglu) return i == 0 ? a.x : a.h;
-  return i == 0 ? a.x : a.h;                         // x; or dy = x and h
+  if constexpr (kOp == kSwiglu) return a.x;  // gate and up: both halves of h = x
+  return i == 0 ? a.x : a.h;                 // x; or dy = x, then h (GELU) or gate and up (SwiGLU)
 }
 
 // |value| bits of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.

@@ -203,9 +203,9 @@ class CudaBackend final : public Backend {
                       "update_scaling of ", slots, " slots, history ", history.size(0));
   }
 
-  // The amax pass of current scaling: the cast kernels with both outputs null read the source
-  // (evaluating GELU or its backward in the kernel) and only max-accumulate the amax. A separate
-  // launch, not yet fused into the producers (the norm's amax is: norm_forward's y_amax).
+  // A max-accumulating amax of any source: the cast kernels with both outputs null read it
+  // (evaluating GELU or its backward in the kernel). Current scaling's casts use the dedicated
+  // amax kernel instead (current_amax_scale), which also computes the scale.
   void record_amax(const CastSource& src, const at::Tensor& amax) override {
     if (src.op == CastOp::kSwiglu || src.op == CastOp::kDswiglu) {
       const bool backward = src.op == CastOp::kDswiglu;
