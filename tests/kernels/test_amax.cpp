@@ -326,12 +326,12 @@ TEST_CASE("amax pass: GPT-1.3B sizes against the old amax-only cast (timing with
   const at::Tensor unit = at::ones({}, on_cuda(at::kFloat));
   AmaxRun r;
   auto pass = [&](int act, const at::Tensor& x, const at::Tensor& hh) {
-    return [&, act] {
+    return [&, act, x, hh] {
       return r.run(act, x.data_ptr(), hh.defined() ? hh.data_ptr() : nullptr, x.scalar_type(), x.size(0), x.size(1));
     };
   };
   auto old = [&](int act, const at::Tensor& x, const at::Tensor& hh) {
-    return [&, act] {
+    return [&, act, x, hh] {
       return fp8t_cast_transpose_act(act, x.data_ptr(), hh.defined() ? hh.data_ptr() : nullptr,
                                      dtype_code(x.scalar_type()), x.size(0), x.size(1), unit.data_ptr<float>(),
                                      FP8T_FORMAT_E4M3, nullptr, nullptr, r.amax.data_ptr<float>(), nullptr, nullptr,
