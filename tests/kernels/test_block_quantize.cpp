@@ -285,16 +285,20 @@ TEST_CASE("block_quantize_act: edge values through GELU and its backward", "[ker
 
 TEST_CASE("block_quantize_act: the kernels' GELU values are LibTorch's within one rounding", "[kernels][cuda]") {
   require_gpu();
-  // Not bit-exact by design (device tanhf vs ATen's): within 2 units of the dtype's last place.
+  // Not bit-exact by design: the device's tanhf and ATen's kernel may differ in the last FP32 bit
+  // of tanh (or of its argument). Within 2 units of the dtype's last place of the value, plus
+  // 1e-5 absolute: where 1 + tanh cancels (h < -3), one FP32 ulp of tanh (6e-8) times |h| / 2
+  // (<= 10 here) stays below 1e-6, and one dy (|dy| < 6) times that below 1e-5.
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     CAPTURE(dtype_name(dt));
-    const at::Tensor h = (at::randn({64, 512}) * 3).to(dt).cuda(), dy = at::randn({64, 512}).to(dt).cuda();
+    const at::Tensor h = (at::randn({64, 512}) * 3).clamp(-20, 20).to(dt).cuda();
+    const at::Tensor dy = at::randn({64, 512}).clamp(-6, 6).to(dt).cuda();
     const double ulp = dt == at::kFloat ? std::ldexp(1.0, -23) : std::ldexp(1.0, -7);
     const at::Tensor g = fused_values(FP8T_ACT_GELU, h, at::Tensor()).to(at::kDouble);
     const at::Tensor d = fused_values(FP8T_ACT_DGELU, dy, h).to(at::kDouble);
     const at::Tensor g_ref = at::gelu(h, "tanh").to(at::kDouble), d_ref = at::gelu_backward(dy, h, "tanh").to(at::kDouble);
-    REQUIRE(((g - g_ref).abs() <= g_ref.abs() * 2 * ulp + 1e-30).all().item<bool>());
-    REQUIRE(((d - d_ref).abs() <= d_ref.abs() * 2 * ulp + 1e-30).all().item<bool>());
+    REQUIRE(((g - g_ref).abs() <= g_ref.abs() * 2 * ulp + 1e-5).all().item<bool>());
+    REQUIRE(((d - d_ref).abs() <= d_ref.abs() * 2 * ulp + 1e-5).all().item<bool>());
   }
 }
 
