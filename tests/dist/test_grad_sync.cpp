@@ -227,7 +227,7 @@ TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, 
     int buckets = 0;
     int64_t all_bytes = 0, after_unarmed = 0, after_finish = 0, after_gather = 0;
     int peak_single = 0;  // full buckets at once in a backward without accumulation
-    bool grads_undefined = false, shards_released = false;
+    bool grads_undefined = false, shards_released = false, versions_bumped = false;
     std::vector<at::Tensor> accumulated, whole;  // per parameter: 2 micro-batches vs one batch of both
   };
   std::vector<RankResult> out(world);
@@ -258,8 +258,16 @@ TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, 
     r.grads_undefined = std::none_of(net.params.begin(), net.params.end(), [](const at::Tensor& p) { return p.grad().defined(); });
     for (const auto& s : sync.shard_segments()) r.accumulated.push_back(s.grad.clone());
     for (const auto& s : ref_sync.shard_segments()) r.whole.push_back(s.grad.clone());
-    sync.gather_parameters();  // transient staging: nothing stays allocated
+    std::vector<int64_t> versions;
+    for (const auto& p : net.params) versions.push_back(static_cast<int64_t>(p._version()));
+    sync.gather_parameters();  // in place: the parameters are views into the buckets' weight buffers
     r.after_gather = sync.full_bucket_bytes();
+    // The collective wrote them behind autograd's back: their versions must move (caches of
+    // values derived from them, such as the FP8 weight copies, compare versions).
+    r.versions_bumped = true;
+    for (size_t i = 0; i < net.params.size(); ++i) {
+      r.versions_bumped = r.versions_bumped && static_cast<int64_t>(net.params[i]._version()) > versions[i];
+    }
     sync.zero_grad();  // and the shards go until the next reduce-scatter
     r.shards_released = true;
     for (const auto& shard : sync.gradient_shards()) r.shards_released = r.shards_released && !shard.defined();
@@ -273,6 +281,7 @@ TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, 
     CHECK(r.after_gather == 0);
     CHECK(r.grads_undefined);
     CHECK(r.shards_released);
+    CHECK(r.versions_bumped);
     // Without accumulation at most three full buckets exist at once (filling, reducing, the
     // one released at the next launch), not all six.
     CHECK(r.peak_single >= 1);
