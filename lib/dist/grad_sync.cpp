@@ -16,6 +16,8 @@ namespace fp8t::dist {
 
 namespace {
 
+constexpr int64_t kParamAlignment = 128;  // elements: 512 bytes of float32, the caching allocator's
+
 // Runs `fn` before the node does (ZeRO-1: before a gradient accumulator adds into .grad).
 struct LambdaPreHook : torch::autograd::FunctionPreHook {
   explicit LambdaPreHook(std::function<void()> f) : fn(std::move(f)) {}
@@ -68,6 +70,9 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
   for (const auto& group : groups) {
     Bucket b;
     for (size_t k : group) {
+      // ZeRO-1: the parameters live in the bucket; each starts as aligned as an allocation of its
+      // own would (the vectorized cast kernels read them with 16-byte loads). The gaps stay zero.
+      if (shard_) b.numel = (b.numel + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
       offset_of_[k] = b.numel;
       b.numel += params_[k].numel();
       bucket_of_[k] = static_cast<int>(buckets_.size());
