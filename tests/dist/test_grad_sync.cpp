@@ -8,11 +8,13 @@
 #include <cmath>      // std::isnan, std::sqrt
 #include <exception>  // std::exception_ptr
 #include <functional>  // std::function
+#include <string>     // std::string
 #include <thread>     // std::thread
 
 #include "lib/dist/communicator.h"    // Communicator
 #include "lib/fp8/delayed_scaling.h"  // DelayedScaling
 #include "lib/train/grad_clip.h"      // sharded_grad_norm
+#include "lib/util/error.h"           // fp8t::Error
 #include "tests/catch.h"
 #include "tests/dist/dist_test_util.h"  // run_ranks
 
@@ -295,4 +297,30 @@ TEST_CASE("ZeRO-1 buckets exist only while needed: kept over the micro-batches, 
     }
     CHECK(r.whole.front().abs().max().item<float>() > 0);  // the gradients are not trivially zero
   }
+}
+
+TEST_CASE("ZeRO-1: the parameters live in the buckets, and one given other storage is refused at the gather", "[dist]") {
+  const int world = 2;
+  std::vector<int> in_bucket(world, 0), refused(world, 0);
+  run_ranks(world, std::chrono::seconds(60), [&](int rank, Communicator& comm) {
+    DeepNet net(5);
+    const at::Tensor before = net.params[2].detach().clone();
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    GradientSync sync(shared, net.params, /*bucket_bytes=*/2048, /*shard=*/true);  // two layers a bucket
+    // The same tensor and values, now a view into its bucket's weight buffer: its storage holds
+    // both layers of the bucket (512 elements, no padding for 2 ranks), at the second offset.
+    in_bucket[rank] = at::equal(net.params[2].detach(), before) &&
+                      net.params[2].storage().nbytes() == 512 * sizeof(float) && net.params[2].storage_offset() == 256;
+    {
+      torch::NoGradGuard no_grad;
+      net.params[2].set_data(net.params[2].detach().clone());  // moved away behind the sync's back
+    }
+    try {
+      sync.gather_parameters();
+    } catch (const fp8t::Error& e) {
+      refused[rank] = std::string(e.what()).find("no longer lives in its ZeRO-1 bucket") != std::string::npos;
+    }
+  });
+  CHECK(in_bucket == std::vector<int>{1, 1});
+  CHECK(refused == std::vector<int>{1, 1});
 }
