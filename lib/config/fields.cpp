@@ -192,8 +192,9 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.dist.timeout_s; }, at_least(1)));
   t.push_back(float_field("dist.bucket_mb", "data-parallel runs: gradient all-reduce bucket size in MiB",
                           [](auto& c) -> auto& { return c.dist.bucket_mb; }, greater_than(0)));
-  t.push_back(int_field("dist.zero", "data-parallel runs: 1 = ZeRO-1, the AdamW moments sharded across the ranks (each updates its "
-                        "shard of the FP32 weights, then they are all-gathered); 0 = every rank holds all",
+  t.push_back(int_field("dist.zero", "data-parallel runs: 1 = ZeRO-1, the AdamW moments and the FP32 gradients sharded across the "
+                        "ranks (each updates its shard of the FP32 weights, then they are all-gathered); 0 = every "
+                        "rank holds all",
                         [](auto& c) -> auto& { return c.dist.zero; }, Range{0.0, 1.0}));
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
