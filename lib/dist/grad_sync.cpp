@@ -2,9 +2,10 @@
 
 #include <torch/csrc/autograd/function_hook.h>           // FunctionPreHook
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>  // LambdaPostHook
-#include <torch/csrc/autograd/variable.h>                // impl::grad_accumulator, impl::bump_version
+#include <torch/csrc/autograd/variable.h>                // impl::grad_accumulator
 
 #include <algorithm>  // std::max, std::min, std::find_if, std::any_of, std::fill
+#include <deque>      // std::deque
 #include <functional>  // std::function
 #include <utility>  // std::pair, std::declval
 
@@ -15,8 +16,6 @@
 namespace fp8t::dist {
 
 namespace {
-
-constexpr int64_t kParamAlignment = 128;  // elements: 512 bytes of float32, the caching allocator's
 
 // Runs `fn` before the node does (ZeRO-1: before a gradient accumulator adds into .grad).
 struct LambdaPreHook : torch::autograd::FunctionPreHook {
@@ -70,9 +69,6 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
   for (const auto& group : groups) {
     Bucket b;
     for (size_t k : group) {
-      // ZeRO-1: the parameters live in the bucket; each starts as aligned as an allocation of its
-      // own would (the vectorized cast kernels read them with 16-byte loads). The gaps stay zero.
-      if (shard_) b.numel = (b.numel + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
       offset_of_[k] = b.numel;
       b.numel += params_[k].numel();
       bucket_of_[k] = static_cast<int>(buckets_.size());
@@ -84,7 +80,6 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
     }
     b.options = params_[group.front()].options().requires_grad(false);
     b.params = group;
-    if (shard_) flatten_parameters(b);
     // DDP: persistent buckets. ZeRO-1: allocated by the first gradient of a step, or now when
     // a parameter already holds a gradient (it is copied in).
     const bool has_grad = std::any_of(group.begin(), group.end(), [&](size_t k) { return params_[k].grad().defined(); });
@@ -95,19 +90,6 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
   if (shard_) build_segments();
   peak_live_ = live_;
   install_hooks();
-}
-
-void GradientSync::flatten_parameters(Bucket& b) {
-  at::NoGradGuard no_grad;
-  b.weights = at::zeros({b.numel}, b.options);  // the padding stays zero
-  for (size_t k : b.params) {
-    at::Tensor& p = params_[k];
-    at::Tensor slot = b.weights.narrow(0, offset_of_[k], p.numel()).view(p.sizes());
-    slot.copy_(p.detach());
-    // The same tensor (modules, the optimizer and the gradient accumulator keep it) now
-    // stores its values in the bucket; its old storage is freed.
-    p.set_data(slot);
-  }
 }
 
 void GradientSync::install_hooks() {
@@ -255,27 +237,41 @@ int64_t GradientSync::full_bucket_bytes() const {
   return bytes;
 }
 
+void GradientSync::gather_bucket(Bucket& b, at::Tensor& staging) {
+  staging = at::empty({b.numel}, b.options);
+  // The owned segments go into the rank's slice (its padding is never read back) ...
+  for (size_t si : b.segments) {
+    const Segment& s = segments_[si];
+    staging.narrow(0, offset_of_[s.param] + s.begin, s.length)
+        .copy_(params_[s.param].detach().view(-1).narrow(0, s.begin, s.length));
+  }
+  // ... which is all-gathered in place.
+  b.pending = comm_->all_gather_async(staging, staging.narrow(0, comm_->rank() * b.shard_numel, b.shard_numel));
+}
+
+void GradientSync::scatter_gathered(Bucket& b, const at::Tensor& staging) {
+  b.pending.wait();
+  for (size_t k : b.params) {
+    params_[k].detach().view(-1).copy_(staging.narrow(0, offset_of_[k], params_[k].numel()));
+  }
+}
+
 void GradientSync::gather_parameters() {
   FP8T_CHECK(shard_, "GradientSync::gather_parameters needs ZeRO-1");
   at::NoGradGuard no_grad;
-  const int64_t rank = comm_->rank();
-  for (const Bucket& b : buckets_) {
-    const char* base = static_cast<const char*>(b.weights.const_data_ptr());
-    for (size_t k : b.params) {
-      FP8T_CHECK(params_[k].const_data_ptr() == base + offset_of_[k] * static_cast<int64_t>(b.weights.element_size()),
-                 "GradientSync: parameter ", k, " no longer lives in its ZeRO-1 bucket (replaced after the training "
-                 "state was set up?)");
+  // A window of kGatherInFlight buckets: the next all-gather runs while the previous one is
+  // copied into the parameters, and at most that many staging buffers exist at once (a
+  // buffer dropped after its wait is reused by the caching allocator in stream order).
+  std::deque<std::pair<Bucket*, at::Tensor>> in_flight;
+  for (Bucket& b : buckets_) {
+    in_flight.emplace_back(&b, at::Tensor());
+    gather_bucket(b, in_flight.back().second);
+    if (in_flight.size() > kGatherInFlight) {
+      scatter_gathered(*in_flight.front().first, in_flight.front().second);
+      in_flight.pop_front();
     }
   }
-  // Each rank's updated slice of every bucket goes to every rank, in place: the buckets are the
-  // parameters' storage, so there is nothing to stage or copy. All launched, then waited.
-  for (Bucket& b : buckets_) {
-    b.pending = comm_->all_gather_async(b.weights, b.weights.narrow(0, rank * b.shard_numel, b.shard_numel));
-  }
-  for (Bucket& b : buckets_) b.pending.wait();
-  // The collective wrote the parameters behind autograd's back: a new version tells whatever
-  // caches values derived from them (the FP8 weight copies) that they changed.
-  for (const at::Tensor& p : params_) torch::autograd::impl::bump_version(p);
+  for (auto& [b, staging] : in_flight) scatter_gathered(*b, staging);
 }
 
 void GradientSync::finish() {

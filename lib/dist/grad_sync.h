@@ -23,12 +23,10 @@
 // reduce-scatter (no stall: it finished while the next bucket filled); finish() releases the
 // rest. The shards live from their reduce-scatter to zero_grad(), so that during the forward
 // neither exists and the parameters' .grads are undefined. With accumulation (micro-batches
-// 1..n-1 not armed) the full buckets persist until the armed one. The parameters themselves
-// are moved at construction into one flat FP32 buffer per bucket, laid out as the gradient
-// bucket (set_data: the same tensors, now views into it). The optimizer updates the owned
-// parts of the parameters in place (shard_segments()), then gather_parameters() all-gathers
-// every bucket's weights in place, with no staging and no copy. Usage per step: zero_grad();
-// ...; finish(); optimizer step on the shard; gather_parameters().
+// 1..n-1 not armed) the full buckets persist until the armed one. The optimizer updates the
+// owned parts of the parameters (shard_segments()), then gather_parameters() all-gathers the
+// updated weights through transient per-bucket staging buffers (a few at a time). Usage per
+// step: zero_grad(); ...; finish(); optimizer step on the shard; gather_parameters().
 //
 // Memory safety of a released bucket: an NCCL collective keeps its tensors alive until the
 // work is waited (c10d stashes them, no recordStream), and the wait makes the current stream
@@ -51,8 +49,7 @@ class GradientSync {
  public:
   // `params`: the unique leaf parameters (tied weights listed once), all on one device, all
   // float32 or all of one dtype per bucket (a bucket never mixes dtypes).
-  // `shard`: ZeRO-1 (above); the parameters must then be float32 and contiguous, and they are
-  // moved into the buckets' weight buffers (create the optimizer afterwards).
+  // `shard`: ZeRO-1 (above); the parameters must then be float32 and contiguous.
   GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::Tensor> params, int64_t bucket_bytes,
                bool shard = false);
   ~GradientSync();
@@ -88,9 +85,10 @@ class GradientSync {
   // to zero_grad() they hold the averaged gradients of the owned segments (undefined otherwise).
   std::vector<at::Tensor> gradient_shards() const;
   // ZeRO-1: after the optimizer updated the owned segments in place, every rank receives
-  // every rank's segments (one in-place all-gather per bucket of parameters). Throws when a
-  // parameter was given other storage since the construction.
+  // every rank's segments (one all-gather per bucket into a transient staging buffer, at most
+  // kGatherInFlight of them allocated at once).
   void gather_parameters();
+  static constexpr size_t kGatherInFlight = 2;
   // Bytes of full gradient buckets allocated now (DDP: all of them, always; ZeRO-1: 0 after
   // finish() and between steps).
   int64_t full_bucket_bytes() const;
@@ -104,7 +102,6 @@ class GradientSync {
     at::Tensor flat;                 // the gradient storage of its parameters (+ ZeRO padding);
                                      // ZeRO-1: undefined while released
     at::Tensor shard;                // ZeRO-1: this rank's averaged part, reduce-scatter to zero_grad()
-    at::Tensor weights;              // ZeRO-1: the storage of its parameters (the same layout)
     int64_t numel = 0;               // of flat
     int64_t shard_numel = 0;         // ZeRO-1: numel / world size
     at::TensorOptions options;       // of flat
@@ -124,7 +121,8 @@ class GradientSync {
   void release_shard(Bucket& b);
   void install_hooks();
   void build_segments();                        // ZeRO-1: segments_ from the bucket layout
-  void flatten_parameters(Bucket& b);  // ZeRO-1: the parameters into b.weights
+  void gather_bucket(Bucket& b, at::Tensor& staging);  // ZeRO-1: owned segments in, launch
+  void scatter_gathered(Bucket& b, const at::Tensor& staging);  // wait, copy into the parameters
 
   std::shared_ptr<Communicator> comm_;
   std::vector<at::Tensor> params_;
