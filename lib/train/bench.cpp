@@ -120,12 +120,18 @@ std::vector<BenchRun> bench_runs(const BenchOptions& options) {
   return runs;
 }
 
-BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const BenchOptions& options,
-                      const at::Device& device, const std::shared_ptr<dist::Communicator>& comm) {
+// The config one benchmarked run trains: the base with the run's precision, recipe and micro-batches.
+ExperimentConfig run_config(const ExperimentConfig& base, const BenchRun& run, const BenchOptions& options) {
   ExperimentConfig cfg = base;
   cfg.precision = run.precision;
   if (run.recipe) cfg.fp8.kind = *run.recipe;
   cfg.train.grad_accum_steps = options.micro_batches;
+  return cfg;
+}
+
+BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const BenchOptions& options,
+                      const at::Device& device, const std::shared_ptr<dist::Communicator>& comm) {
+  const ExperimentConfig cfg = run_config(base, run, options);
   BenchResult r;
   r.precision = config::to_string(run.precision);
   if (run.recipe) r.recipe = fp8::to_string(*run.recipe);
@@ -243,6 +249,12 @@ std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptio
   FP8T_INPUT_CHECK(options.micro_batches >= 1, "bench: --micro-batches must be at least 1, got ",
                    options.micro_batches);
   const at::Device device = resolve_device(cfg.run.device, options.launch.local_rank);
+  // Sizes that cannot fit stop here (exit 2, naming the keys), as in training: before any rank
+  // builds a model or joins the rendezvous.
+  for (const BenchRun& run : bench_runs(options)) {
+    check_memory_fits(run_config(cfg, run, options), device_memory_capacity(device), device.str(),
+                      options.launch.world_size);
+  }
   std::shared_ptr<dist::Communicator> comm;
   if (options.launch.launched) {
     comm = dist::Communicator::connect(options.launch, device, std::chrono::seconds(cfg.dist.timeout_s));

@@ -69,4 +69,11 @@ set -e
 [ "$rc1" = 2 ] && grep -q "fp8.amax_history_len.*has no effect under" none.txt || { cat none.txt; fail "a key of no listed recipe: rc $rc1"; }
 [ "$rc2" = 2 ] && grep -q "both choose the FP8 recipe" both.txt || { cat both.txt; fail "--recipes with --fp8-recipe: rc $rc2"; }
 [ ! -e none.json ] && [ ! -e both.json ] || fail "a rejected bench wrote its JSON file"
+# A size that cannot fit is refused by the memory estimate before any model is built, as in training.
+set +e
+timeout 60 "$FP8TRAIN" bench --config "$CONFIG" --set model.d_model=1000000 --json big.json > big.txt 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "cannot fit on cpu" big.txt && grep -q "model.d_model=1000000" big.txt || { head -c 2000 big.txt; fail "oversized bench: rc $rc"; }
+[ ! -e big.json ] || fail "a refused bench wrote its JSON file"
 echo "ok"
