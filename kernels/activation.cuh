@@ -9,7 +9,9 @@
 
 #include <math.h>  // tanhf, M_SQRT2, M_2_SQRTPI
 
-#include "fp8_device.cuh"  // round_to_dtype
+#include "dispatch.cuh"     // IntTag
+#include "fp8_device.cuh"   // round_to_dtype
+#include "fp8t_kernels.h"   // FP8T_ACT_*
 
 namespace fp8t {
 namespace kern {
@@ -39,6 +41,23 @@ __device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
   const float inner_derivative = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
   const float right_derivative = left * tanh_derivative * inner_derivative;
   return dy * (left_derivative + right_derivative);
+}
+
+// What a GELU-fused cast evaluates before it quantizes: x itself, gelu(x), or the GELU backward
+// dy * gelu'(h) (x = dy). The values are the C API's FP8T_ACT_* codes.
+enum Act { kActNone = FP8T_ACT_NONE, kActGelu = FP8T_ACT_GELU, kActDgelu = FP8T_ACT_DGELU };
+
+// f(IntTag<act>{}) for kActGelu and kActDgelu, f(IntTag<kActNone>{}) for anything else (the
+// launchers check the code first).
+template <typename F>
+void dispatch_act(int act, F&& f) {
+  if (act == kActGelu) {
+    f(IntTag<kActGelu>{});
+  } else if (act == kActDgelu) {
+    f(IntTag<kActDgelu>{});
+  } else {
+    f(IntTag<kActNone>{});
+  }
 }
 
 // The activation dtype as a rounding of FP32 values (the Round of lib/fp8/swiglu_math.h).

@@ -23,7 +23,7 @@
 // The shared amax partials and the code tile share their memory (phases 1-2 vs 3).
 #include <cfloat>  // FLT_MAX
 
-#include "activation.cuh"        // gelu_tanh, gelu_tanh_backward
+#include "activation.cuh"        // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
 #include "block_tile.cuh"        // block::SubTile, load_sub_tile, apply_activation, encode8, Tile
 #include "dispatch.cuh"          // dispatch_dtype, IntTag
 #include "fp8_device.cuh"        // load_elem, store_elem, round_to_dtype
@@ -320,18 +320,6 @@ __global__ void activation_values_kernel(const void* x, const void* h, int64_t n
 // ---- launchers --------------------------------------------------------------------------------
 
 constexpr int64_t kMaxRowTiles = 65535;  // gridDim.y
-
-// f(IntTag<act>) for a checked activation code.
-template <typename F>
-void dispatch_act(int act, F&& f) {
-  if (act == kActGelu) {
-    f(IntTag<kActGelu>{});
-  } else if (act == kActDgelu) {
-    f(IntTag<kActDgelu>{});
-  } else {
-    f(IntTag<kActNone>{});
-  }
-}
 
 struct Request {
   int block_rows, act;

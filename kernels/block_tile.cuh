@@ -12,7 +12,7 @@
 #include <cuda_runtime.h>  // __uint_as_float, uint2
 #include <stdint.h>        // uint8_t, uint32_t, int64_t
 
-#include "activation.cuh"        // gelu_tanh, gelu_tanh_backward
+#include "activation.cuh"        // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
 #include "fp8_device.cuh"        // load_elem, round_to_dtype
 #include "fp8t_kernels.h"        // FP8T_DTYPE_*, FP8T_ACT_*
 #include "lib/fp8/block_math.h"  // kBlockLen
@@ -29,8 +29,6 @@ constexpr int kSub = 8;                     // a thread's sub-tile is kSub x kSu
 constexpr int kLanesPerRow = kTile / kSub;  // 16: a half-warp spans one tile row
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowPartStride = kLanesPerRow + 2;  // 18 floats: the two half-warps' rows hit different banks
-
-enum Act { kActNone = FP8T_ACT_NONE, kActGelu = FP8T_ACT_GELU, kActDgelu = FP8T_ACT_DGELU };
 
 struct Tile {
   int64_t r0, c0;  // first row / col of the tile in x

@@ -2,7 +2,7 @@
 // columnwise codes [cols, rows] (what dgrad/wgrad need on Hopper, docs/fp8-formats.md),
 // with the fused amax and, for gradients, dbias = column sums in FP32 (TE's bgrad_quantize).
 // Tiling, the transposed store and the dbias order: kernels/cast_tile.cuh.
-#include "activation.cuh"     // gelu_tanh, gelu_tanh_backward
+#include "activation.cuh"     // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
 #include "cast_tile.cuh"      // tile::*, load_chunk, store_chunk, store_transposed, reduce_dbias
 #include "dispatch.cuh"       // dispatch_dtype_format, dispatch_bool
 #include "fp8_device.cuh"     // load/convert helpers, block_amax_commit
@@ -17,9 +17,8 @@ namespace {
 using namespace fp8t::kern;
 using namespace fp8t::kern::tile;
 
-// What the kernel casts: x itself, gelu(x), or the GELU backward dy * gelu'(h) (x = dy), with
-// kernels/activation.cuh's functions, rounded to the input dtype before the cast.
-enum Act { kActNone = FP8T_ACT_NONE, kActGelu = FP8T_ACT_GELU, kActDgelu = FP8T_ACT_DGELU };
+// What the kernel casts (Act of kernels/activation.cuh) is rounded to the input dtype before the
+// cast.
 
 // Loads the 8 values the cast sees at (row, col..col+7): x, gelu(x) or dy * gelu'(h).
 template <int kDtype, int kAct>
@@ -134,18 +133,6 @@ struct CastArgs {
   float* partial;  // dbias partial sums (kDbias only)
   bool vec;
 };
-
-// The activation as a compile-time tag (dispatch.cuh does dtype, format and dbias).
-template <typename F>
-void dispatch_act(int act, F&& f) {
-  if (act == kActGelu) {
-    f(IntTag<kActGelu>{});
-  } else if (act == kActDgelu) {
-    f(IntTag<kActDgelu>{});
-  } else {
-    f(IntTag<kActNone>{});
-  }
-}
 
 void launch_cast_transpose(int act, int x_dtype, bool want_dbias, int fp8_format, dim3 grid, cudaStream_t stream,
                            const CastArgs& a) {
