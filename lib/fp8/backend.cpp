@@ -2,7 +2,6 @@
 
 #include <cmath>  // std::fabs
 
-#include "lib/fp8/block_backend.h"  // block_quantize_operands
 #include "lib/fp8/cpu_backend.h"    // cpu_backend
 #include "lib/fp8/scaling_math.h"   // amax_combine
 #include "lib/fp8/swiglu_ops.h"     // swiglu_value, swiglu_gradient
@@ -84,12 +83,6 @@ void Backend::current_amax_scale(const CastSource& src, const at::Tensor& known_
     record_amax(src, amax);
   }
   current_scale(amax, scale, scale_inv, fp8_max, two_pow_margin);
-}
-
-Fp8Tensor Backend::block_quantize(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
-                                  bool pow2_scales) {
-  // One implementation for both devices (lib/fp8/block_quantize.h: the CPU emulation or the kernels).
-  return block_quantize_operands(x, block_rows, rowwise, columnwise, pow2_scales);
 }
 
 #if defined(FP8T_WITH_CUDA)

@@ -158,15 +158,6 @@ class Backend {
                                   const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
                                   float fp8_max, float two_pow_margin);
 
-  // Block scaling (implemented with the block recipe): x [rows, K] (any float dtype) cast to
-  // E4M3 codes with one FP32 scale per block, computed from the block's own amax:
-  // block_rows = 1 -> 1x128 blocks along K (ScaleLayout::kBlock1x128), 128 -> 128x128 blocks
-  // (kBlock128x128). The columnwise copy (of x^T) is quantized from x itself with blocks along
-  // its own K (a 1x128-quantized tensor cannot be transposed). pow2_scales rounds each scale
-  // down to a power of 2. The default throws (a backend without block casts).
-  virtual Fp8Tensor block_quantize(const at::Tensor& x, int block_rows, bool rowwise, bool columnwise,
-                                   bool pow2_scales);
-
   // out[M,N] = dequant(a)[M,K] * dequant(b)[N,K]^T (+ bias[N]), out in out_dtype.
   virtual at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
                           at::ScalarType out_dtype, GemmKind kind, bool fast_accum) = 0;
