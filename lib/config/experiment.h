@@ -89,6 +89,9 @@ struct TrainSection {
   double loss_scale_backoff = 0.5;        // scale *= this after a step with inf/NaN gradients
   int64_t loss_scale_growth_interval = 2000;
   Recompute recompute = Recompute::kNone;  // activations recomputed in the backward instead of saved
+  // CUDA: capture the whole training step as one CUDA graph and replay it (lib/train/step_graph.h);
+  // where that is not correct the run falls back to launching kernels one by one, with a logged reason.
+  bool cuda_graphs = true;
 };
 
 // Data-parallel settings (used only when launched by torchrun, lib/dist/launch.h).

@@ -184,6 +184,10 @@ std::vector<Field> build_table() {
   t.push_back(enum_field("train.recompute",
                          "activations recomputed in the backward instead of saved: none, attention, mlp or block",
                          recompute_names(), [](auto& c) -> auto& { return c.train.recompute; }));
+  t.push_back(bool_field("train.cuda_graphs",
+                         "CUDA: capture the training step as one CUDA graph and replay it; false launches kernels "
+                         "one by one (runs that cannot be captured fall back on their own, with the reason logged)",
+                         [](auto& c) -> auto& { return c.train.cuda_graphs; }));
   // precision
   // dist
   t.push_back(int_field("dist.timeout_s",
