@@ -12,6 +12,14 @@ namespace model {
 
 namespace {
 
+// norm(x + h) and x + h: through the slot's module in one call when it takes the add
+// (ResidualNorm: fused on the GPU), else the add and then the norm.
+AddNormOutput add_then_norm(UnaryModule& norm, const at::Tensor& x, const at::Tensor& h) {
+  if (auto* fused = dynamic_cast<ResidualNorm*>(&norm)) return fused->forward_add(x, h);
+  const at::Tensor r = x + h;
+  return {r, norm.forward(r)};
+}
+
 std::shared_ptr<UnaryModule> make_norm(const ModelSection& cfg) {
   const auto kind = cfg.norm == NormKind::kRMSNorm ? Norm::Kind::kRMSNorm : Norm::Kind::kLayerNorm;
   return std::make_shared<Norm>(kind, cfg.d_model, cfg.norm_eps, cfg.bias);
@@ -89,28 +97,53 @@ Block::Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary) {
 
 void Block::set_recompute(Recompute mode) { recompute_ = mode; }
 
-at::Tensor Block::forward(const at::Tensor& x) {
-  if (recompute_ != Recompute::kBlock) return forward_parts(x);
+at::Tensor Block::forward(const at::Tensor& x) { return forward(Residual{x, at::Tensor()}).sum(); }
+
+Residual Block::forward(const Residual& in) {
+  if (recompute_ == Recompute::kNone) return forward_fused(in);
+  const at::Tensor x = in.sum();
+  if (recompute_ != Recompute::kBlock) return {forward_parts(x), at::Tensor()};
   // Keeps only the block's input (the residual stream).
-  return recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return forward_parts(in[0]); }, {x});
+  return {recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return forward_parts(in[0]); }, {x}),
+          at::Tensor()};
+}
+
+// The residual reaches each norm as x + pending and every add is fused into the norm after it;
+// the MLP's output is left pending for the next block's ln_1 (or ln_f). On the CPU each fused call
+// runs the add and the norm as separate ops, so the graph (and every bit) is that of the unfused
+// block.
+Residual Block::forward_fused(const Residual& in) {
+  at::Tensor x = in.x, y1;
+  if (in.pending.defined()) {
+    AddNormOutput o = add_then_norm(*ln_1, in.x, in.pending);
+    x = std::move(o.sum);
+    y1 = std::move(o.y);
+  } else {
+    y1 = ln_1->forward(x);
+  }
+  const AddNormOutput o2 = add_then_norm(*ln_2, x, attn->forward(y1));
+  return {o2.sum, mlp->forward(o2.y)};
 }
 
 // Each sub-layer's part includes its residual add: the residual's gradient is then summed from
 // its uses (the add and the norm's, which are two with RMSNorm) in the same order as without
-// recompute, so the sum is the same bit for bit.
+// recompute, so the sum is the same bit for bit. Inside the whole block (recompute block, or a
+// plain forward of one tensor) the attention's add is fused into ln_2, as without recompute.
 at::Tensor Block::forward_parts(const at::Tensor& x) {
-  at::Tensor h;
   if (recompute_ == Recompute::kAttention) {
     // Keeps only x: not ln_1's output, q/k/v, RoPE's rotated q and k, nor what attention keeps
     // (its output and log-sum-exp), nor c_proj's input.
-    h = recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return attention_residual(in[0]); },
-                              {x});
-  } else {
-    h = attention_residual(x);
+    const at::Tensor h = recompute_in_backward(
+        *this, [this](const std::vector<at::Tensor>& in) { return attention_residual(in[0]); }, {x});
+    return mlp_residual(h);
   }
-  if (recompute_ != Recompute::kMlp) return mlp_residual(h);
-  // Keeps only h: not ln_2's output, c_fc's output (ff or 2ff wide) nor c_proj's input.
-  return recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return mlp_residual(in[0]); }, {h});
+  if (recompute_ == Recompute::kMlp) {
+    // Keeps only h: not ln_2's output, c_fc's output (ff or 2ff wide) nor c_proj's input.
+    return recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return mlp_residual(in[0]); },
+                                 {attention_residual(x)});
+  }
+  const AddNormOutput o = add_then_norm(*ln_2, x, attn->forward(ln_1->forward(x)));
+  return o.sum + mlp->forward(o.y);
 }
 
 at::Tensor Block::attention_residual(const at::Tensor& x) { return x + attn->forward(ln_1->forward(x)); }
@@ -154,9 +187,12 @@ at::Tensor Gpt::forward(const at::Tensor& idx) {
   const int64_t T = idx.size(1);
   at::Tensor x = wte->forward(idx);
   if (wpe) x = x + wpe->forward(torch::arange(T, idx.options()));
-  x = drop_->forward(x);
-  for (auto& b : blocks) x = b->forward(x);
-  return lm_head->forward(ln_f->forward(x));
+  Residual stream{drop_->forward(x), at::Tensor()};
+  for (auto& b : blocks) stream = b->forward(stream);
+  // Without recompute the last block's MLP add is fused into ln_f.
+  const at::Tensor y =
+      stream.pending.defined() ? add_then_norm(*ln_f, stream.x, stream.pending).y : ln_f->forward(stream.x);
+  return lm_head->forward(y);
 }
 
 void Gpt::set_recompute(Recompute mode) {
@@ -165,7 +201,8 @@ void Gpt::set_recompute(Recompute mode) {
 }
 
 at::Tensor Gpt::loss(const at::Tensor& logits, const at::Tensor& targets) {
-  return ops::cross_entropy(logits, targets);
+  // The training step and evaluation read the logits only through the loss.
+  return ops::cross_entropy(logits, targets, ops::LogitsAfterBackward::kOverwriteLogits);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Gpt::unique_named_parameters() const {

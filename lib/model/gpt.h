@@ -12,6 +12,11 @@
 // recomputes instead of keeping (lib/model/recompute.h): attention = ln_1, the attention and its
 // residual add; mlp = ln_2, the MLP and its residual add; block = the whole block. A norm hands its
 // output to the following Linear (in FP8 runs as an FP8 copy), so it is always in its Linear's part.
+//
+// Residual adds go through the norm that reads their sum (ResidualNorm::forward_add, fused into
+// one kernel on the GPU) wherever no recompute part boundary lies between the add and the norm:
+// without recompute every add (the MLP's into the next block's ln_1 or into ln_f), with
+// recompute block the attention's add into ln_2; attention and mlp keep each part's own add.
 #pragma once
 
 #include <torch/torch.h>  // torch::nn
@@ -56,10 +61,20 @@ class Mlp : public SlotModule {
   torch::nn::Dropout drop_{nullptr};
 };
 
+// The residual stream between blocks: x + pending, where pending (when defined) is a branch
+// output whose add is left to the next norm (fused into it).
+struct Residual {
+  at::Tensor x;
+  at::Tensor pending;
+  at::Tensor sum() const { return pending.defined() ? x + pending : x; }
+};
+
 class Block : public SlotModule {
  public:
   Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary);
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x);  // the block's output residual, all adds done
+  // The block on the stream: without recompute it returns its MLP output as pending.
+  Residual forward(const Residual& in);
   void set_recompute(Recompute mode);
   std::shared_ptr<UnaryModule> ln_1;
   std::shared_ptr<UnaryModule> ln_2;
@@ -67,7 +82,8 @@ class Block : public SlotModule {
   std::shared_ptr<Mlp> mlp;
 
  private:
-  at::Tensor forward_parts(const at::Tensor& x);       // the block inside a block-level recompute
+  Residual forward_fused(const Residual& in);          // no recompute: every add into its norm
+  at::Tensor forward_parts(const at::Tensor& x);       // the block with the recompute parts
   at::Tensor attention_residual(const at::Tensor& x);  // x + attn(ln_1(x))
   at::Tensor mlp_residual(const at::Tensor& h);        // h + mlp(ln_2(h))
   Recompute recompute_ = Recompute::kNone;
@@ -81,7 +97,9 @@ class Gpt : public SlotModule {
   // train.recompute: what every block recomputes in the backward (none by default).
   void set_recompute(Recompute mode);
   Recompute recompute() const { return recompute_; }
-  // Mean next-token cross-entropy in FP32 (ops::cross_entropy: fused kernels on the GPU).
+  // Mean next-token cross-entropy in FP32 (ops::cross_entropy: fused kernels on the GPU). On the
+  // GPU its backward overwrites the logits with their gradient (to save a logits-sized buffer):
+  // read the logits before the backward, never after.
   static at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
 
   // Parameters without duplicates (a tied LM head shares the embedding weight), by name.

@@ -5,7 +5,7 @@
 namespace fp8t {
 namespace ops {
 
-at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, LogitsAfterBackward overwrite) {
   FP8T_CHECK(logits.defined() && targets.defined(), "cross_entropy: logits and targets must be defined tensors");
   FP8T_CHECK(logits.dim() >= 1 && logits.size(-1) >= 1 && at::isFloatingType(logits.scalar_type()),
              "cross_entropy: logits must be a floating-point tensor [..., vocab] with vocab >= 1, got ",
@@ -29,9 +29,10 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
     // the gradient back). reshape, to and contiguous are differentiable.
     at::Tensor x = logits.reshape({-1, vocab});
     if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) x = x.to(at::kFloat);
-    return detail::cross_entropy_cuda(x.contiguous(), t.contiguous());
+    return detail::cross_entropy_cuda(x.contiguous(), t.contiguous(), overwrite);
   }
 #endif
+  (void)overwrite;  // the CPU gradient comes from ATen's composition
   return at::cross_entropy_loss(logits.reshape({-1, vocab}).to(at::kFloat), t);
 }
 

@@ -207,6 +207,37 @@ TEST_CASE("ops::cross_entropy on CUDA matches the CPU result, loss and gradient"
   }
 }
 
+TEST_CASE("ops::cross_entropy on CUDA: kOverwriteLogits gives the same gradient in the logits' memory",
+          "[ops][cuda]") {
+  fp8t::test::require_gpu();
+  using fp8t::ops::LogitsAfterBackward;
+  for (const at::ScalarType dt : {at::kBFloat16, at::kFloat, at::kHalf}) {
+    CAPTURE(fp8t::test::dtype_name(dt));
+    const auto [values, targets] = make_inputs({4, 33}, 50304, dt, 7);
+    const at::Tensor t = targets.cuda();
+    auto grad_of = [&](LogitsAfterBackward mode, at::Tensor* logits_out) {
+      at::Tensor x = values.cuda().requires_grad_(true);
+      at::Tensor logits = x * 1.0;  // a non-leaf, as the head's output is
+      (cross_entropy(logits, t, mode) * 3.0).backward();
+      if (logits_out != nullptr) *logits_out = logits.detach();
+      return x.grad();
+    };
+    const at::Tensor kept = grad_of(LogitsAfterBackward::kKeep, nullptr);
+    at::Tensor overwritten_logits;
+    const at::Tensor overwritten = grad_of(LogitsAfterBackward::kOverwriteLogits, &overwritten_logits);
+    // The same kernel on the same values: bit for bit.
+    REQUIRE(at::equal(kept, overwritten));
+    if (dt != at::kHalf) {
+      // bf16 / fp32 logits are read as they are: their memory now holds their gradient (x.grad is
+      // that gradient times 1.0, exact).
+      REQUIRE(at::equal(overwritten_logits, kept));
+    } else {
+      // fp16 logits go through an FP32 copy; the copy is overwritten, the logits are not.
+      REQUIRE(at::equal(overwritten_logits, values.cuda()));
+    }
+  }
+}
+
 TEST_CASE("ops::cross_entropy on CUDA: an out-of-range target gives NaN, not a device assert", "[ops][cuda]") {
   fp8t::test::require_gpu();
   at::Tensor x = at::randn({4, 10}, fp8t::test::on_cuda(at::kFloat)).requires_grad_(true);
