@@ -17,6 +17,7 @@
 #include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/model/gpt.h"          // model::Gpt
 #include "lib/train/session.h"      // Session
+#include "lib/train/step_graph.h"   // StepGraph::kWarmupSteps
 #include "lib/train/step_health.h"  // StepHealth (the skipped-step count)
 #include "lib/train/trainer.h"      // resolve_device
 #include "lib/util/error.h"         // FP8T_INPUT_CHECK
@@ -91,6 +92,16 @@ std::string short_kernel_name(std::string name, size_t width) {
     }
   }
   return name.size() <= width ? name : name.substr(0, width - 3) + "...";
+}
+
+// Whether the session's last steps replayed its CUDA graph, and if not why.
+void record_cuda_graph(const Session& session, BenchResult& r) {
+  r.cuda_graph = session.cuda_graph_active();
+  r.cuda_graph_off_reason = session.cuda_graph_off_reason();
+  if (!r.cuda_graph && r.cuda_graph_off_reason.empty()) {
+    r.cuda_graph_off_reason = "the steps ended before the capture, which follows " +
+                              std::to_string(StepGraph::kWarmupSteps) + " eager steps";
+  }
 }
 
 // One benchmarked configuration: a precision, and for fp8 under --recipes a recipe.
@@ -170,6 +181,7 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
     ms.push_back(watch.lap() * 1e3);
   }
   r.final_loss = loss_sum.item<double>() / static_cast<double>(options.micro_batches);
+  record_cuda_graph(session, r);
   r.skipped_steps = session.health().read().skipped;  // warm-up and timed steps
   if (options.breakdown) {
     std::vector<std::string> names;
@@ -202,6 +214,25 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   r.tflops = flops_per_token * r.tokens_per_s / 1e12;
   r.peak_memory_bytes = peak_memory_bytes(device);
   return r;
+}
+
+// Whether each row's timed steps replayed a CUDA graph: one statement when all rows agree.
+std::string cuda_graphs_line(const std::vector<BenchResult>& results) {
+  if (results.empty()) return "";
+  const BenchResult& first = results.front();
+  bool same = true;
+  for (const auto& r : results) {
+    same = same && r.cuda_graph == first.cuda_graph && r.cuda_graph_off_reason == first.cuda_graph_off_reason;
+  }
+  auto state = [](const BenchResult& r) {
+    if (r.cuda_graph) return std::string("replayed");
+    return r.cuda_graph_off_reason.empty() ? std::string("eager") : "eager (" + r.cuda_graph_off_reason + ")";
+  };
+  if (same) return "CUDA graphs: " + state(first) + (results.size() > 1 ? " in every row" : "") + "\n";
+  std::string line = "CUDA graphs:";
+  for (const auto& r : results) line += " " + r.label() + " " + state(r) + ";";
+  line.back() = '\n';
+  return line;
 }
 
 // The row named `label` ("bf16", "fp8", "fp8:delayed").
@@ -297,6 +328,7 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     if (recipes) s << ratio_cell(r, r.recipe.empty() ? nullptr : delayed, 12);
     s << std::setw(12) << std::setprecision(4) << r.final_loss << std::setw(9) << r.skipped_steps << "\n";
   }
+  s << cuda_graphs_line(results);
   s << "\nmemory per rank, estimated (bytes/parameter; lib/train/resources.h), against the measured peak:\n";
   s << std::left << std::setw(10) << "precision" << std::right << std::setw(9) << "weights" << std::setw(7) << "grads"
     << std::setw(11) << "optimizer" << std::setw(11) << "wt copies" << std::setw(8) << "total" << std::setw(13)
@@ -354,6 +386,7 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                     {"peak_memory_bytes", r.peak_memory_bytes},
                     {"final_loss", r.final_loss},
                     {"skipped_steps", r.skipped_steps},
+                    {"cuda_graph", r.cuda_graph},
                     {"memory_estimate",
                      {{"bytes_per_parameter",
                        {{"weights", r.memory.weight_bytes_per_param},
@@ -367,6 +400,7 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                       {"activation_bytes", r.memory.activation_bytes}}}});
     if (!r.recipe.empty()) rows.back()["recipe"] = r.recipe;
     if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
+    if (!r.cuda_graph_off_reason.empty()) rows.back()["cuda_graph_off_reason"] = r.cuda_graph_off_reason;
     if (!r.phase_ms.empty()) {
       nlohmann::json phases = nlohmann::json::object();
       for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;

@@ -3,8 +3,9 @@
 // not part of the measurement).
 //
 // Per precision: build the model (and the FP8 rewrite; for fp16 the dynamic loss scaler), run
-// `warmup` optimizer steps untimed (cuBLASLt plans, allocator, autotuning), then `steps` timed
-// steps, each ended by a device synchronize; report the median. Every step is a full training
+// `warmup` optimizer steps untimed (cuBLASLt plans, allocator, autotuning; with CUDA graphs the
+// capture, after StepGraph::kWarmupSteps of them), then `steps` timed steps, each ended by a
+// device synchronize; report the median. Every step is a full training
 // step: forward and backward of `micro_batches` micro-batches, FP8 scale update, clipping and
 // AdamW (fp16: with the loss scaled, and the unscale folded into AdamW).
 //
@@ -81,6 +82,10 @@ struct BenchResult {
   // scale backing off; see lib/train/loss_scaler.h). A skipped step still counts as timed.
   int64_t skipped_steps = 0;
   std::string fp8_rewrite;          // the rewrite summary, fp8 only
+  // Whether the timed steps were replayed from a captured CUDA graph (train.cuda_graphs,
+  // lib/train/step_graph.h), and if not why.
+  bool cuda_graph = false;
+  std::string cuda_graph_off_reason;
   // The memory estimate per rank for this precision (lib/train/resources.h): bytes per parameter
   // by category and the activations of one micro-batch, next to the measured peak.
   MemoryEstimate memory;

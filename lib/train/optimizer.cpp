@@ -102,15 +102,14 @@ bool AdamW::needs_master_copy(const at::Tensor& param) {
   return param.scalar_type() != kStateDtype || !param.is_contiguous();
 }
 
-void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
-  at::NoGradGuard no_grad;
-  // Groups keyed by (device, decay), in first-seen order.
-  struct Group {
-    at::Device device;
-    bool decay;
-    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
-    std::vector<const Slot*> slots;
-  };
+struct AdamW::Group {
+  at::Device device;
+  bool decay;
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  std::vector<const Slot*> slots;
+};
+
+std::vector<AdamW::Group> AdamW::groups() const {
   std::vector<Group> groups;
   for (const Slot& s : slots_) {
     if (s.shard_grad.defined()) {
@@ -139,7 +138,23 @@ void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& foun
     group->steps.push_back(s.step);
     group->slots.push_back(&s);
   }
-  for (Group& group : groups) {
+  return groups;
+}
+
+void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
+  update(&lr, at::Tensor(), grad_scale, found_inf);
+}
+
+void AdamW::step(const at::Tensor& lr, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
+  FP8T_CHECK(lr.defined() && lr.dim() == 0 && lr.scalar_type() == at::kFloat,
+             "AdamW: a tensor learning rate must be a 0-d float32 tensor");
+  update(nullptr, lr, grad_scale, found_inf);
+}
+
+void AdamW::update(const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale,
+                   const at::Tensor& found_inf) {
+  at::NoGradGuard no_grad;
+  for (Group& group : groups()) {
     std::optional<at::Tensor> skip;
     if (found_inf.defined()) {
       skip = found_inf.to(group.device, at::kFloat);
@@ -148,14 +163,19 @@ void AdamW::step(double lr, const at::Tensor& grad_scale, const at::Tensor& foun
     } else {
       at::_foreach_add_(group.steps, 1);
     }
+    const double wd = group.decay ? options_.weight_decay : 0.0;
+    const std::optional<at::Tensor> scale =
+        grad_scale.defined() ? std::optional<at::Tensor>(grad_scale.to(group.device, at::kFloat)) : std::nullopt;
     // With found_inf == 1.0 the fused kernel returns before touching params and moments.
-    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs,
-                      /*max_exp_avg_sqs=*/{}, group.steps, lr, options_.beta1, options_.beta2,
-                      group.decay ? options_.weight_decay : 0.0, options_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false,
-                      grad_scale.defined() ? std::optional<at::Tensor>(grad_scale.to(group.device, at::kFloat))
-                                           : std::nullopt,
-                      skip);
+    if (lr != nullptr) {
+      at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
+                        group.steps, *lr, options_.beta1, options_.beta2, wd, options_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, scale, skip);
+    } else {
+      at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
+                        group.steps, lr_tensor.to(group.device), options_.beta1, options_.beta2, wd, options_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, scale, skip);
+    }
     for (const Slot* s : group.slots) {
       if (s->separate_master) s->param.copy_(s->master);
     }

@@ -78,6 +78,11 @@ class AdamW {
   // the step is skipped on the device — weights, moments and step counts stay as they were —
   // without a host sync.
   void step(double lr, const at::Tensor& grad_scale = at::Tensor(), const at::Tensor& found_inf = at::Tensor());
+  // The same update with the learning rate read on the device: `lr` is a 0-d float32 tensor on
+  // the parameters' device, so a captured CUDA graph (lib/train/step_graph.h) replays it with
+  // each step's value. The fused kernel rounds a host lr to float32 too, so a tensor holding
+  // float(lr) gives the same bits as step(lr).
+  void step(const at::Tensor& lr, const at::Tensor& grad_scale = at::Tensor(), const at::Tensor& found_inf = at::Tensor());
 
   // set_to_none: grads become undefined (the default, as torch.optim); else zeroed in place.
   void zero_grad(bool set_to_none = true);
@@ -124,7 +129,12 @@ class AdamW {
     at::Tensor shard_grad;  // sharded: the gradient of `range` kept outside .grad (flat), if given
     at::Tensor grad() const;  // the gradient of `range`, as the parameter's shape unless sharded
   };
+  struct Group;  // the parameters of one fused launch (optimizer.cpp)
   void check_options() const;
+  // The parameters with a gradient, grouped by (device, weight decay) in first-seen order.
+  std::vector<Group> groups() const;
+  // step()'s work: the learning rate is *lr when given, else the tensor lr_tensor.
+  void update(const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale, const at::Tensor& found_inf);
 
   AdamWOptions options_;
   bool sharded_ = false;

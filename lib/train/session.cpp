@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>  // torch::manual_seed, torch::NoGradGuard
 #include <c10/util/Exception.h>  // c10::OutOfMemoryError
+#include <spdlog/spdlog.h>       // spdlog::info, spdlog::warn
 
 #include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/dist/grad_sync.h"     // dist::GradientSync
@@ -15,6 +16,7 @@
 #include "lib/dist/launch.h"         // dist::launch_info_from_environment
 #include "lib/train/step_health.h"  // StepHealth
 #include "lib/util/error.h"         // FP8T_CHECK
+#include "lib/util/memory.h"        // release_cached_memory
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
 
 namespace fp8t {
@@ -138,6 +140,7 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
     opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
   }
   health_ = std::make_unique<StepHealth>(device_, std::max<int64_t>(cfg_.train.max_skipped_steps, 1));
+  set_up_cuda_graph();
 }
 
 at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
@@ -156,31 +159,76 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
 }
 
 at::Tensor Session::train_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
-                               const std::function<void(const char*)>& mark, int64_t step_number) {
+                               const Mark& mark, int64_t step_number) {
+  if (graph_ && graph_->ready()) return graph_step(next_batch, lr, loss_sum, mark, step_number);
+  if (graph_) graph_->count_eager_step();
+  return eager_step([&](int64_t) { return next_batch(); }, lr, loss_sum, mark, step_number);
+}
+
+at::Tensor Session::eager_step(const MicroBatch& micro_batch, double lr, at::Tensor& loss_sum, const Mark& mark,
+                               int64_t step_number) {
+  const StepOutputs out = update_step(forward_backward(micro_batch, mark), StepLr{lr, at::Tensor()}, mark,
+                                      /*scale_update=*/true);
+  loss_sum += out.applied_loss;
+  health_->end_step(step_number);
+  return out.grad_norm;
+}
+
+at::Tensor Session::graph_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                               const Mark& mark, int64_t step_number) {
+  std::vector<data::Batch> batches;
+  for (int64_t m = 0; m < cfg_.train.grad_accum_steps; ++m) batches.push_back(next_batch());
+  StepOutputs out;
+  try {
+    out = graph_->run(batches, lr, [this](const MicroBatch& micro_batch, const at::Tensor& lr_device) {
+      return update_step(forward_backward(micro_batch, {}), StepLr{0.0, lr_device}, {}, /*scale_update=*/false);
+    });
+  } catch (const Error& e) {  // a failed capture or a batch of another shape: this step and the rest run eagerly
+    drop_graph(e.what());
+    return eager_step([&](int64_t m) { return batches.at(static_cast<size_t>(m)); }, lr, loss_sum, mark,
+                      step_number);
+  }
+  // Host state of the step, after the replay (lib/train/step_graph.h): the FP8 scale update
+  // (its counters and the weight cache's epoch), the skip counters, the caller's loss sum.
+  if (scaling_) scaling_->end_micro_batch(/*last_of_step=*/true, health_->found_inf());
+  health_->end_step(step_number);
+  loss_sum += out.applied_loss;
+  bump_parameter_versions();
+  if (mark) mark("graph");
+  return out.grad_norm.clone();  // the graph's own tensor is overwritten by the next replay
+}
+
+at::Tensor Session::forward_backward(const MicroBatch& micro_batch, const Mark& mark) {
   auto phase = [&](const char* name) {
     if (mark) mark(name);
   };
   const int64_t micro_batches = cfg_.train.grad_accum_steps;
-  at::Tensor step_loss = at::zeros({}, loss_sum.options());
+  at::Tensor step_loss = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   health_->begin_step();  // producers below (and e.g. a loss scaler) may set found_inf
-  {
-    compat::AutocastGuard autocast(device_.type(), autocast_dtype_);
-    for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      const data::Batch b = next_batch();
-      if (grad_sync_ && micro + 1 == micro_batches) grad_sync_->arm();  // reduce during the last backward
-      const at::Tensor logits = gpt_->forward(b.inputs.to(device_, /*non_blocking=*/true));
-      phase("forward");
-      const at::Tensor loss = model::Gpt::loss(logits, b.targets.to(device_, /*non_blocking=*/true));
-      phase("loss");
-      const at::Tensor micro_loss = loss / static_cast<double>(micro_batches);
-      // fp16: the backward runs on loss * S, so that small FP16 activation gradients survive.
-      (loss_scaler_ ? loss_scaler_->scale_loss(micro_loss) : micro_loss).backward();
-      step_loss += loss.detach();
-      phase("backward");
-      // fp8.amax_update microbatch: a scale update after every micro-batch (a no-op for `step`).
-      if (scaling_ && micro + 1 < micro_batches) scaling_->end_micro_batch(/*last_of_step=*/false);
-    }
+  compat::AutocastGuard autocast(device_.type(), autocast_dtype_);
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    const data::Batch b = micro_batch(micro);
+    if (grad_sync_ && micro + 1 == micro_batches) grad_sync_->arm();  // reduce during the last backward
+    const at::Tensor logits = gpt_->forward(b.inputs.to(device_, /*non_blocking=*/true));
+    phase("forward");
+    const at::Tensor loss = model::Gpt::loss(logits, b.targets.to(device_, /*non_blocking=*/true));
+    phase("loss");
+    const at::Tensor micro_loss = loss / static_cast<double>(micro_batches);
+    // fp16: the backward runs on loss * S, so that small FP16 activation gradients survive.
+    (loss_scaler_ ? loss_scaler_->scale_loss(micro_loss) : micro_loss).backward();
+    step_loss += loss.detach();
+    phase("backward");
+    // fp8.amax_update microbatch: a scale update after every micro-batch (a no-op for `step`).
+    if (scaling_ && micro + 1 < micro_batches) scaling_->end_micro_batch(/*last_of_step=*/false);
   }
+  return step_loss;
+}
+
+StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, const Mark& mark,
+                                 bool scale_update) {
+  auto phase = [&](const char* name) {
+    if (mark) mark(name);
+  };
   if (grad_sync_) grad_sync_->finish();  // gradients now averaged over the ranks
   phase("grad_sync");
   // ZeRO-1: each rank holds the averaged gradients of its shard only; one all-reduce of the
@@ -198,25 +246,56 @@ at::Tensor Session::train_step(const std::function<data::Batch()>& next_batch, d
   phase("clip");
   // Scales for the next step (amax MAX over ranks first). In `step` mode a skipped step's amaxes
   // (possibly inf) do not enter the history; `microbatch` mode keeps them, as TE does.
-  if (scaling_) scaling_->end_micro_batch(/*last_of_step=*/true, health_->found_inf());
+  if (scaling_ && scale_update) scaling_->end_micro_batch(/*last_of_step=*/true, health_->found_inf());
   phase("fp8_update");
   // Clipping is folded into the optimizer: AdamW divides the gradients by the clip divisor
   // as it reads them (one pass over the gradients fewer than scaling them first).
   // fp16: the unscale is folded in too (AdamW divides by S times the clip divisor).
   at::Tensor divisor = cfg_.train.grad_clip > 0.0 ? clip_divisor(grad_norm, cfg_.train.grad_clip) : at::Tensor();
   if (loss_scaler_) divisor = loss_scaler_->grad_divisor(divisor);
-  opt_->step(lr, divisor, health_->found_inf());
+  if (lr.device.defined()) {
+    opt_->step(lr.device, divisor, health_->found_inf());
+  } else {
+    opt_->step(lr.value, divisor, health_->found_inf());
+  }
   if (zero) grad_sync_->gather_parameters();  // every rank's updated segments to every rank
   if (loss_scaler_) loss_scaler_->update();  // backoff or growth of S, GradScaler's rules
-  loss_sum += health_->unless_skipped(step_loss);
-  health_->end_step(step_number);
+  const StepOutputs out{grad_norm, health_->unless_skipped(step_loss)};
   if (grad_sync_) {
     grad_sync_->zero_grad();  // DDP: the grads stay views into the buckets; ZeRO-1: released already
   } else {
     opt_->zero_grad();
   }
   phase("optimizer");
-  return grad_norm;
+  return out;
+}
+
+void Session::set_up_cuda_graph() {
+  graph_off_reason_ = cuda_graph_fallback_reason(cfg_, device_, comm_ ? comm_->world_size() : 1);
+  if (graph_off_reason_.empty()) {
+    graph_ = std::make_unique<StepGraph>(device_, cfg_.train.grad_accum_steps);
+    spdlog::info("CUDA graphs: on; the training step is captured after {} eager steps and replayed",
+                 StepGraph::kWarmupSteps);
+  } else if (cfg_.train.cuda_graphs && device_.is_cuda()) {
+    spdlog::info("CUDA graphs: off, {}; the training step runs eagerly", graph_off_reason_);
+  } else {
+    spdlog::debug("CUDA graphs: off, {}", graph_off_reason_);
+  }
+}
+
+void Session::drop_graph(const std::string& why) {
+  spdlog::warn("CUDA graphs: off from here on: {}; the training step runs eagerly", why);
+  graph_off_reason_ = why;
+  // A failed capture executed nothing but left a step's host state: gradients in the graph's
+  // pool and FP8 weight copies cached for the current weight versions (never written).
+  opt_->zero_grad();
+  bump_parameter_versions();
+  graph_.reset();  // the graph and its memory pool
+  release_cached_memory(device_);
+}
+
+void Session::bump_parameter_versions() {
+  for (const at::Tensor& p : params_) p.unsafeGetTensorImpl()->bump_version();
 }
 
 at::Tensor Session::eval_loss_sum(const std::function<data::Batch(int64_t)>& batch, int64_t batches) {

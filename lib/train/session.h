@@ -13,6 +13,7 @@
 
 #include "lib/config/experiment.h"  // ExperimentConfig
 #include "lib/data/dataset.h"       // data::Batch
+#include "lib/train/step_graph.h"   // StepGraph, StepOutputs
 
 namespace fp8t {
 namespace dist {
@@ -63,7 +64,11 @@ class Session {
   // update and the FP8 scaling drops the step's amaxes. `step_number` (1-based) is recorded
   // by the skip counters.
   // `mark`, when given, is called after each phase with its name ("forward", "loss",
-  // "backward", "grad_sync", "clip", "fp8_update", "optimizer"), e.g. to time the phases.
+  // "backward", "grad_sync", "clip", "fp8_update", "optimizer"), e.g. to time the phases; a
+  // step replayed from the CUDA graph has one phase, "graph".
+  // CUDA graphs (train.cuda_graphs, lib/train/step_graph.h): after StepGraph::kWarmupSteps
+  // eager steps the step is captured once and replayed, with the same results bit for bit; a
+  // configuration that cannot be captured, or a failed capture, runs eagerly (logged once).
   at::Tensor step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
                   const std::function<void(const char*)>& mark = {}, int64_t step_number = 0);
 
@@ -93,14 +98,41 @@ class Session {
   // outside the FP8 GEMMs), fp16 for fp16, else float32.
   c10::ScalarType autocast_dtype() const { return autocast_dtype_; }
   const std::vector<at::Tensor>& parameters() const { return params_; }
+  // Whether steps are replayed from a captured CUDA graph now, and why not: "" while they are or
+  // will be after the warm-up, else the reason (cuda_graph_fallback_reason or a failed capture).
+  bool cuda_graph_active() const { return graph_ && graph_->captured(); }
+  const std::string& cuda_graph_off_reason() const { return graph_off_reason_; }
 
  private:
+  using MicroBatch = StepGraph::MicroBatch;
+  using Mark = std::function<void(const char*)>;
+  // A step's learning rate: the host value, or a device tensor (read by a replayed graph).
+  struct StepLr {
+    double value = 0.0;
+    at::Tensor device;
+  };
   // The constructor's, prepare_training's and step's work; the public functions turn a CUDA
   // out-of-memory error there (first step only) into an actionable one (lib/train/resources.h).
   void build();
   void allocate_training_state(std::shared_ptr<dist::Communicator> comm);
   at::Tensor train_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
-                        const std::function<void(const char*)>& mark, int64_t step_number);
+                        const Mark& mark, int64_t step_number);
+  // The phases of a step. eager_step: all of it in order; graph_step: the device work replayed
+  // from the graph, with what keeps host state around it (lib/train/step_graph.h).
+  at::Tensor eager_step(const MicroBatch& micro_batch, double lr, at::Tensor& loss_sum, const Mark& mark,
+                        int64_t step_number);
+  at::Tensor graph_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                        const Mark& mark, int64_t step_number);
+  // Every micro-batch's forward, loss and backward; returns the summed loss (0-d, device).
+  at::Tensor forward_backward(const MicroBatch& micro_batch, const Mark& phase);
+  // Gradient averaging, norm, non-finite flags, the FP8 scale update (when `scale_update`),
+  // clipping, AdamW, the loss scaler's update and the release of the gradients.
+  StepOutputs update_step(const at::Tensor& step_loss, const StepLr& lr, const Mark& phase, bool scale_update);
+  void set_up_cuda_graph();
+  // Drops the graph for good (logged with `why`) and undoes what a failed capture left on the host.
+  void drop_graph(const std::string& why);
+  // What an in-place optimizer step does to the version counters, for a replayed one.
+  void bump_parameter_versions();
 
   ExperimentConfig cfg_;
   c10::Device device_;
@@ -116,6 +148,8 @@ class Session {
   std::unique_ptr<dist::GradientSync> grad_sync_;
   std::unique_ptr<StepHealth> health_;
   int64_t steps_done_ = 0;
+  std::unique_ptr<StepGraph> graph_;  // null: eager steps (graph_off_reason_ says why)
+  std::string graph_off_reason_;
 };
 
 }  // namespace train

@@ -1,5 +1,6 @@
 #include "lib/train/optimizer.h"
 
+#include <algorithm>  // std::max
 #include <cmath>   // std::sqrt, std::pow
 #include <vector>  // std::vector
 
@@ -256,8 +257,54 @@ TEST_CASE("AdamW optimizes a tensor listed under two names once", "[train]") {
   REQUIRE(state.at("wte.step").item<float>() == 1.0f);
 }
 
+namespace {
+
+// Two optimizers over copies of the same parameters and gradients, one stepped with a host lr,
+// the other with a device tensor holding float(lr) (the CUDA graph path, lib/train/step_graph.h).
+// Returns the largest difference of the weights after `steps` steps.
+double host_vs_tensor_lr(const at::Device& device, double lr, int steps) {
+  torch::manual_seed(17);
+  const at::Tensor w0 = torch::randn({16, 8}).to(device), b0 = torch::randn({8}).to(device);
+  at::Tensor w1 = leaf(w0), b1 = leaf(b0), w2 = leaf(w0), b2 = leaf(b0);
+  AdamW host({{"w", w1}, {"b", b1}}, test_options());
+  AdamW dev({{"w", w2}, {"b", b2}}, test_options());
+  const at::Tensor lr_tensor = at::full({}, lr, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (int i = 0; i < steps; ++i) {
+    const at::Tensor gw = torch::randn({16, 8}).to(device), gb = torch::randn({8}).to(device);
+    w1.mutable_grad() = gw.clone();
+    b1.mutable_grad() = gb.clone();
+    w2.mutable_grad() = gw.clone();
+    b2.mutable_grad() = gb.clone();
+    host.step(lr);
+    dev.step(lr_tensor);
+  }
+  return std::max((w1 - w2).abs().max().item<double>(), (b1 - b2).abs().max().item<double>());
+}
+
+}  // namespace
+
+TEST_CASE("AdamW with a device learning rate gives the bits of the host one (an lr exact in float32)", "[train]") {
+  // The CPU kernel reads a tensor lr as double(float(lr)): equal bits for an lr float32 holds exactly.
+  REQUIRE(host_vs_tensor_lr(at::Device(at::kCPU), 0.0078125, 4) == 0.0);
+  at::Tensor w = leaf(torch::ones({2, 2}));
+  AdamW opt({{"w", w}}, test_options());
+  w.mutable_grad() = torch::ones({2, 2});
+  REQUIRE_THROWS_AS(opt.step(at::full({1}, 1e-3)), fp8t::Error);  // not 0-d
+  REQUIRE_THROWS_AS(opt.step(at::full({}, 1e-3, at::kDouble)), fp8t::Error);  // not float32
+}
+
 #if defined(FP8T_WITH_CUDA)
 #include <c10/cuda/CUDAFunctions.h>  // c10::cuda::warning_state (sync debug mode)
+
+TEST_CASE("AdamW on CUDA: a device learning rate gives the bits of the host one", "[train][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device");
+    return;
+  }
+  // The CUDA kernel rounds a host lr to float32 as well (opmath float): 6e-4 is not exact in
+  // float32, and still the weights agree bit for bit.
+  REQUIRE(host_vs_tensor_lr(at::Device(at::kCUDA, 0), 6e-4, 5) == 0.0);
+}
 
 TEST_CASE("AdamW on CUDA matches the CPU fused kernel without a host sync", "[train][cuda]") {
   if (!torch::cuda::is_available()) {
