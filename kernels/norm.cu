@@ -1,5 +1,7 @@
 // LayerNorm and RMSNorm over the rows of x[rows, cols]: forward with an optional fused FP8 cast
-// of the output (TE's LayerNormLinear, docs/fp8-formats.md), and backward.
+// of the output (TE's LayerNormLinear, docs/fp8-formats.md), and backward. The add_norm variants
+// fuse the residual add before the norm: the forward normalises r = x + h and writes r, the
+// backward adds the gradient arriving at r from its other use and writes the gradients of x and h.
 //
 // Statistics and accumulation are FP32. Forward: one block per row; each thread keeps its
 // columns (c = tid + k * blockDim) in registers when the row fits (kPer columns per thread),
@@ -24,13 +26,30 @@ using namespace fp8t::kern;
 // fixed number (not a device query) keeps dgamma's summation order the same on every GPU.
 constexpr int kMaxBackwardBlocks = 2048;
 
+// The branch dtype of a plain norm (no residual add).
+constexpr int kNoBranch = -1;
+
+// Element c of the normalised row: x, or with a branch the residual sum x + h in FP32 (what an
+// unfused ATen x + h of an FP32 x computes; __fadd_rn keeps it out of any FMA contraction).
+template <int kDtype, int kHDtype>
+__device__ __forceinline__ float row_input(const void* x, const void* h, int64_t i) {
+  if constexpr (kHDtype == kNoBranch) {
+    return load_elem<kDtype>(x, i);
+  } else {
+    return __fadd_rn(load_elem<kDtype>(x, i), load_elem<kHDtype>(h, i));
+  }
+}
+
 template <int kPer>
 struct RowCache {
   float v[kPer > 0 ? kPer : 1];
 };
 
-template <int kDtype, int kFormat, int kPer>
-__global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
+// kHDtype: the branch h's dtype (kNoBranch: a plain norm of x); with a branch the row is
+// r = x + h, written to r_out. y has kYDtype.
+template <int kDtype, int kHDtype, int kYDtype, int kFormat, int kPer>
+__global__ void norm_forward_kernel(const void* __restrict__ x, const void* __restrict__ h,
+                                    float* __restrict__ r_out, int64_t cols,
                                     const float* __restrict__ gamma, const float* __restrict__ beta,
                                     float eps, int rms, void* __restrict__ y, float* mean,
                                     float* rstd, const float* scale_ptr, uint8_t* __restrict__ y_fp8,
@@ -46,12 +65,12 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
   const float inv_cols = 1.0f / static_cast<float>(cols);
 
   RowCache<kPer> row;
-  auto value = [&](int64_t c) -> float { return load_elem<kDtype>(x, base + c); };
+  auto value = [&](int64_t c) -> float { return row_input<kDtype, kHDtype>(x, h, base + c); };
   if constexpr (kPer > 0) {
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      row.v[k] = c < cols ? load_elem<kDtype>(x, base + c) : 0.0f;
+      row.v[k] = c < cols ? value(c) : 0.0f;
     }
   }
 
@@ -90,10 +109,11 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
 
   int local_max = 0;
   auto emit = [&](int64_t c, float xv) {
+    if constexpr (kHDtype != kNoBranch) r_out[base + c] = xv;
     float yv = (xv - mu) * r * gamma[c];
     if (!rms && beta != nullptr) yv += beta[c];
-    const float ys = round_to_dtype<kDtype>(yv);  // the value y will read back as
-    if (y != nullptr) store_elem<kDtype>(y, base + c, ys);
+    const float ys = round_to_dtype<kYDtype>(yv);  // the value y will read back as
+    if (y != nullptr) store_elem<kYDtype>(y, base + c, ys);
     if (fp8) y_fp8[base + c] = to_fp8<kFormat>(ys * scale);
     if (want_amax) local_max = max(local_max, abs_bits(ys));
   };
@@ -109,12 +129,26 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, int64_t cols,
   if (want_amax) block_amax_commit(local_max, amax);
 }
 
-template <int kDyDtype, int kDtype, int kPer>
+// kHDtype != kNoBranch: the backward of the fused add (x is r, float32): dx = the norm's gradient
+// + dr (the gradient at r from its other use; null: none), also written to dh in kHDtype.
+template <int kDyDtype, int kDtype, int kHDtype, int kPer>
 __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __restrict__ x,
                                      int64_t rows, int64_t cols, const float* __restrict__ gamma,
                                      const float* __restrict__ mean, const float* __restrict__ rstd,
                                      int rms, void* __restrict__ dx, float* __restrict__ dgamma_part,
-                                     float* __restrict__ dbeta_part) {
+                                     float* __restrict__ dbeta_part, const float* __restrict__ dr,
+                                     void* __restrict__ dh) {
+  // The gradient of the row's input: the norm's, plus with the fused add the residual's other
+  // term, added in FP32 after the norm's value is rounded (as autograd sums the two unfused).
+  auto store_dx = [&](int64_t i, float dnorm) {
+    if constexpr (kHDtype == kNoBranch) {
+      store_elem<kDtype>(dx, i, dnorm);
+    } else {
+      const float total = dr != nullptr ? __fadd_rn(dnorm, dr[i]) : dnorm;
+      store_elem<kDtype>(dx, i, total);
+      if (dh != nullptr) store_elem<kHDtype>(dh, i, total);
+    }
+  };
   __shared__ float scratch[32];
   const float inv_cols = 1.0f / static_cast<float>(cols);
   float* my_dgamma = dgamma_part + static_cast<int64_t>(blockIdx.x) * cols;
@@ -163,7 +197,7 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
       for (int k = 0; k < kPer; ++k) {
         const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
         if (c < cols) {
-          store_elem<kDtype>(dx, base + c, r * (g[k] - mean_a - xh[k] * mean_b));
+          store_dx(base + c, r * (g[k] - mean_a - xh[k] * mean_b));
           dg_acc[k] += dyv[k] * xh[k];
           db_acc[k] += dyv[k];
         }
@@ -172,7 +206,7 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
         const float d = load_elem<kDyDtype>(dy, base + c);
         const float xk = (load_elem<kDtype>(x, base + c) - mu) * r;
-        store_elem<kDtype>(dx, base + c, r * (d * gamma[c] - mean_a - xk * mean_b));
+        store_dx(base + c, r * (d * gamma[c] - mean_a - xk * mean_b));
         my_dgamma[c] += d * xk;  // this thread owns column c in every row: no race
         my_dbeta[c] += d;
       }
@@ -218,15 +252,32 @@ NormPolicy norm_policy(int64_t cols) {
   return {512, 0};
 }
 
-template <int kDtype, int kFormat>
-void launch_forward_fmt(NormPolicy p, int64_t rows, cudaStream_t stream, const void* x,
-                        int64_t cols, const float* gamma, const float* beta, float eps, int rms,
-                        void* y, float* mean, float* rstd, const float* scale, uint8_t* y_fp8,
-                        float* amax, float* scale_inv_out) {
-  const dim3 grid(static_cast<unsigned>(rows));
-#define FP8T_NORM_FWD(PER)                                                                      \
-  norm_forward_kernel<kDtype, kFormat, PER><<<grid, p.threads, 0, stream>>>(                     \
-      x, cols, gamma, beta, eps, rms, y, mean, rstd, scale, y_fp8, amax, scale_inv_out)
+// The pointers and sizes of one forward launch (h and r only for the fused add).
+struct ForwardArgs {
+  const void* x;
+  const void* h;
+  float* r;
+  int64_t rows, cols;
+  const float* gamma;
+  const float* beta;
+  float eps;
+  int rms;
+  void* y;
+  float* mean;
+  float* rstd;
+  const float* scale;
+  uint8_t* y_fp8;
+  float* amax;
+  float* scale_inv_out;
+};
+
+template <int kDtype, int kHDtype, int kYDtype, int kFormat>
+void launch_forward(NormPolicy p, const ForwardArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.rows));
+#define FP8T_NORM_FWD(PER)                                                                         \
+  norm_forward_kernel<kDtype, kHDtype, kYDtype, kFormat, PER><<<grid, p.threads, 0, stream>>>(       \
+      a.x, a.h, a.r, a.cols, a.gamma, a.beta, a.eps, a.rms, a.y, a.mean, a.rstd, a.scale, a.y_fp8, \
+      a.amax, a.scale_inv_out)
   switch (p.per) {
     case 1: FP8T_NORM_FWD(1); break;
     case 2: FP8T_NORM_FWD(2); break;
@@ -239,13 +290,28 @@ void launch_forward_fmt(NormPolicy p, int64_t rows, cudaStream_t stream, const v
 #undef FP8T_NORM_FWD
 }
 
-template <int kDyDtype, int kDtype>
-void launch_backward(NormPolicy p, int blocks, cudaStream_t stream, const void* dy, const void* x,
-                     int64_t rows, int64_t cols, const float* gamma, const float* mean,
-                     const float* rstd, int rms, void* dx, float* dgamma_part, float* dbeta_part) {
-#define FP8T_NORM_BWD(PER)                                                               \
-  norm_backward_kernel<kDyDtype, kDtype, PER><<<blocks, p.threads, 0, stream>>>(                    \
-      dy, x, rows, cols, gamma, mean, rstd, rms, dx, dgamma_part, dbeta_part)
+// The pointers and sizes of one backward launch (dr and dh only for the fused add).
+struct BackwardArgs {
+  const void* dy;
+  const void* x;
+  int64_t rows, cols;
+  const float* gamma;
+  const float* mean;
+  const float* rstd;
+  int rms;
+  void* dx;
+  float* dgamma_part;
+  float* dbeta_part;
+  const float* dr;
+  void* dh;
+};
+
+template <int kDyDtype, int kDtype, int kHDtype>
+void launch_backward(NormPolicy p, int blocks, const BackwardArgs& a, cudaStream_t stream) {
+#define FP8T_NORM_BWD(PER)                                                                        \
+  norm_backward_kernel<kDyDtype, kDtype, kHDtype, PER><<<blocks, p.threads, 0, stream>>>(          \
+      a.dy, a.x, a.rows, a.cols, a.gamma, a.mean, a.rstd, a.rms, a.dx, a.dgamma_part, a.dbeta_part, \
+      a.dr, a.dh)
   switch (p.per) {
     case 1: FP8T_NORM_BWD(1); break;
     case 2: FP8T_NORM_BWD(2); break;
@@ -265,32 +331,109 @@ int backward_blocks(int64_t rows) {
 
 // ---- launchers ------------------------------------------------------------------------------
 
+namespace {
+
+// The checks every forward launcher makes (x_dtype: the dtype of x, or of h for the fused add);
+// the parameter named fp8t_launcher_ is what FP8T_KERNEL_REQUIRE names.
+cudaError_t check_forward(const char* fp8t_launcher_, const ForwardArgs& a, int x_dtype, int fp8_format) {
+  FP8T_KERNEL_REQUIRE(a.rows >= 0 && a.rows <= 0x7fffffff, "rows outside [0, 2^31-1] (one block per row)");
+  FP8T_KERNEL_REQUIRE(a.cols > 0, "rows have no columns");
+  FP8T_KERNEL_REQUIRE(valid_dtype(x_dtype), "the input dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(a.rows == 0 || (a.x != nullptr && a.gamma != nullptr && a.rstd != nullptr),
+                      "no input, gamma or rstd output for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(a.rows == 0 || a.y != nullptr || a.scale != nullptr, "neither y nor an FP8 output is asked for");
+  FP8T_KERNEL_REQUIRE(a.rms || a.rows == 0 || a.mean != nullptr, "LayerNorm needs a mean output");
+  FP8T_KERNEL_REQUIRE(a.eps >= 0.0f, "eps is negative or NaN");
+  FP8T_KERNEL_REQUIRE(a.scale == nullptr || a.y_fp8 != nullptr, "an FP8 output needs its code buffer");
+  FP8T_KERNEL_REQUIRE(a.scale == nullptr || valid_format(fp8_format), "the FP8 format is not E4M3 or E5M2");
+  return cudaSuccess;
+}
+
+// A forward of no rows: only the scale_inv snapshot to write, what a cast of nothing does.
+cudaError_t empty_forward(const ForwardArgs& a, int dtype, int fp8_format, cudaStream_t stream) {
+  if (a.scale == nullptr || a.scale_inv_out == nullptr) return cudaSuccess;
+  return fp8t_cast(nullptr, dtype, 0, a.scale, fp8_format, nullptr, nullptr, a.scale_inv_out, stream);
+}
+
+// The checks every backward launcher makes.
+cudaError_t check_backward(const char* fp8t_launcher_, const BackwardArgs& a, const float* dgamma,
+                           const void* workspace) {
+  FP8T_KERNEL_REQUIRE(a.rows >= 0, "rows is negative");
+  FP8T_KERNEL_REQUIRE(a.cols > 0, "rows have no columns");
+  FP8T_KERNEL_REQUIRE(a.gamma != nullptr && dgamma != nullptr, "no gamma or dgamma output");
+  FP8T_KERNEL_REQUIRE(workspace != nullptr, "no workspace");
+  FP8T_KERNEL_REQUIRE(aligned(workspace, 16), "the workspace is not 16-byte aligned");
+  FP8T_KERNEL_REQUIRE(a.rows == 0 || (a.dy != nullptr && a.x != nullptr && a.rstd != nullptr && a.dx != nullptr),
+                      "no dy, x, rstd or dx for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(a.rms || a.rows == 0 || a.mean != nullptr, "LayerNorm needs the saved mean");
+  return cudaSuccess;
+}
+
+// Points the per-block partials into the workspace, runs `launch` (the row kernel) and adds the
+// partials into dgamma/dbeta in block order. No rows: zero gradients.
+template <typename Launch>
+cudaError_t run_backward(BackwardArgs& a, float* dgamma, float* dbeta, void* workspace, cudaStream_t stream,
+                         Launch&& launch) {
+  float* want_dbeta = a.rms ? nullptr : dbeta;
+  if (a.rows == 0) {
+    cudaError_t err = cudaMemsetAsync(dgamma, 0, a.cols * sizeof(float), stream);
+    if (err == cudaSuccess && want_dbeta != nullptr) err = cudaMemsetAsync(want_dbeta, 0, a.cols * sizeof(float), stream);
+    return err;
+  }
+  const NormPolicy p = norm_policy(a.cols);
+  const int blocks = backward_blocks(a.rows);
+  a.dgamma_part = static_cast<float*>(workspace);
+  a.dbeta_part = a.dgamma_part + static_cast<int64_t>(blocks) * a.cols;
+  launch(p, blocks);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  constexpr int kReduceThreads = 256;
+  const dim3 rgrid(static_cast<unsigned>((a.cols + kReduceThreads - 1) / kReduceThreads));
+  column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(a.dgamma_part, blocks, a.cols, dgamma);
+  if (want_dbeta != nullptr) {
+    column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(a.dbeta_part, blocks, a.cols, want_dbeta);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
 extern "C" cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t cols,
                                          const float* gamma, const float* beta, float eps, int rms,
                                          void* y, float* mean, float* rstd, const float* scale,
                                          int fp8_format, uint8_t* y_fp8, float* amax,
                                          float* scale_inv_out, cudaStream_t stream) {
   FP8T_LAUNCHER("fp8t_norm_forward");
-  FP8T_KERNEL_REQUIRE(rows >= 0 && rows <= 0x7fffffff, "rows outside [0, 2^31-1] (one block per row)");
-  FP8T_KERNEL_REQUIRE(cols > 0, "rows have no columns");
-  FP8T_KERNEL_REQUIRE(valid_dtype(x_dtype), "the input dtype is not fp32 or bf16");
-  FP8T_KERNEL_REQUIRE(rows == 0 || (x != nullptr && gamma != nullptr && rstd != nullptr),
-                      "no input, gamma or rstd output for a nonempty tensor");
-  FP8T_KERNEL_REQUIRE(rows == 0 || y != nullptr || scale != nullptr, "neither y nor an FP8 output is asked for");
-  FP8T_KERNEL_REQUIRE(rms || rows == 0 || mean != nullptr, "LayerNorm needs a mean output");
-  FP8T_KERNEL_REQUIRE(eps >= 0.0f, "eps is negative or NaN");
-  FP8T_KERNEL_REQUIRE(scale == nullptr || y_fp8 != nullptr, "an FP8 output needs its code buffer");
-  FP8T_KERNEL_REQUIRE(scale == nullptr || valid_format(fp8_format), "the FP8 format is not E4M3 or E5M2");
-  if (rows == 0) {
-    // Only the scale_inv snapshot to write: what a cast of nothing does.
-    if (scale == nullptr || scale_inv_out == nullptr) return cudaSuccess;
-    return fp8t_cast(nullptr, x_dtype, 0, scale, fp8_format, nullptr, nullptr, scale_inv_out, stream);
-  }
+  const ForwardArgs a{x,    nullptr,              nullptr, rows,  cols,  gamma, beta, eps, rms,
+                      y,    rms ? nullptr : mean, rstd,    scale, y_fp8, amax,  scale_inv_out};
+  if (check_forward(fp8t_launcher_, a, x_dtype, fp8_format) != cudaSuccess) return cudaErrorInvalidValue;
+  if (rows == 0) return empty_forward(a, x_dtype, fp8_format, stream);
   const NormPolicy p = norm_policy(cols);
-  float* mean_out = rms ? nullptr : mean;
   dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
-    launch_forward_fmt<decltype(dtype)::value, decltype(format)::value>(
-        p, rows, stream, x, cols, gamma, beta, eps, rms, y, mean_out, rstd, scale, y_fp8, amax, scale_inv_out);
+    constexpr int kDtype = decltype(dtype)::value;
+    launch_forward<kDtype, kNoBranch, kDtype, decltype(format)::value>(p, a, stream);
+  });
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t fp8t_add_norm_forward(const float* x, const void* h, int h_dtype, int64_t rows, int64_t cols,
+                                             float* r, const float* gamma, const float* beta, float eps, int rms,
+                                             void* y, int y_dtype, float* mean, float* rstd, const float* scale,
+                                             int fp8_format, uint8_t* y_fp8, float* amax, float* scale_inv_out,
+                                             cudaStream_t stream) {
+  FP8T_LAUNCHER("fp8t_add_norm_forward");
+  const ForwardArgs a{x,    h,                    r,    rows,  cols,  gamma, beta, eps, rms,
+                      y,    rms ? nullptr : mean, rstd, scale, y_fp8, amax,  scale_inv_out};
+  if (check_forward(fp8t_launcher_, a, h_dtype, fp8_format) != cudaSuccess) return cudaErrorInvalidValue;
+  FP8T_KERNEL_REQUIRE(valid_dtype(y_dtype), "the output dtype is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(rows == 0 || (h != nullptr && r != nullptr), "no branch input or sum output for a nonempty tensor");
+  if (rows == 0) return empty_forward(a, y_dtype, fp8_format, stream);
+  const NormPolicy p = norm_policy(cols);
+  dispatch_dtype(h_dtype, [&](auto h_tag) {
+    dispatch_dtype_format(y_dtype, fp8_format, [&](auto y_tag, auto format) {
+      launch_forward<FP8T_DTYPE_F32, decltype(h_tag)::value, decltype(y_tag)::value, decltype(format)::value>(
+          p, a, stream);
+    });
   });
   return cudaGetLastError();
 }
@@ -305,40 +448,32 @@ extern "C" cudaError_t fp8t_norm_backward(const void* dy, int dy_dtype, const vo
                                           const float* rstd, int rms, void* dx, float* dgamma,
                                           float* dbeta, void* workspace, cudaStream_t stream) {
   FP8T_LAUNCHER("fp8t_norm_backward");
-  FP8T_KERNEL_REQUIRE(rows >= 0, "rows is negative");
-  FP8T_KERNEL_REQUIRE(cols > 0, "rows have no columns");
+  BackwardArgs a{dy, x, rows, cols, gamma, mean, rstd, rms, dx, nullptr, nullptr, nullptr, nullptr};
+  if (check_backward(fp8t_launcher_, a, dgamma, workspace) != cudaSuccess) return cudaErrorInvalidValue;
   FP8T_KERNEL_REQUIRE(valid_dtype(dtype) && valid_dtype(dy_dtype), "x or dy is not fp32 or bf16");
-  FP8T_KERNEL_REQUIRE(gamma != nullptr && dgamma != nullptr, "no gamma or dgamma output");
-  FP8T_KERNEL_REQUIRE(workspace != nullptr, "no workspace");
-  FP8T_KERNEL_REQUIRE(aligned(workspace, 16), "the workspace is not 16-byte aligned");
-  FP8T_KERNEL_REQUIRE(rows == 0 || (dy != nullptr && x != nullptr && rstd != nullptr && dx != nullptr),
-                      "no dy, x, rstd or dx for a nonempty tensor");
-  FP8T_KERNEL_REQUIRE(rms || rows == 0 || mean != nullptr, "LayerNorm needs the saved mean");
-  float* want_dbeta = rms ? nullptr : dbeta;
-  if (rows == 0) {
-    cudaError_t err = cudaMemsetAsync(dgamma, 0, cols * sizeof(float), stream);
-    if (err == cudaSuccess && want_dbeta != nullptr) {
-      err = cudaMemsetAsync(want_dbeta, 0, cols * sizeof(float), stream);
-    }
-    return err;
-  }
-  const NormPolicy p = norm_policy(cols);
-  const int blocks = backward_blocks(rows);
-  float* dgamma_part = static_cast<float*>(workspace);
-  float* dbeta_part = dgamma_part + static_cast<int64_t>(blocks) * cols;
-  dispatch_dtype(dtype, [&](auto x_tag) {
-    dispatch_dtype(dy_dtype, [&](auto dy_tag) {
-      launch_backward<decltype(dy_tag)::value, decltype(x_tag)::value>(p, blocks, stream, dy, x, rows, cols, gamma,
-                                                                       mean, rstd, rms, dx, dgamma_part, dbeta_part);
+  return run_backward(a, dgamma, dbeta, workspace, stream, [&](NormPolicy p, int blocks) {
+    dispatch_dtype(dtype, [&](auto x_tag) {
+      dispatch_dtype(dy_dtype, [&](auto dy_tag) {
+        launch_backward<decltype(dy_tag)::value, decltype(x_tag)::value, kNoBranch>(p, blocks, a, stream);
+      });
     });
   });
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  constexpr int kReduceThreads = 256;
-  const dim3 rgrid(static_cast<unsigned>((cols + kReduceThreads - 1) / kReduceThreads));
-  column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(dgamma_part, blocks, cols, dgamma);
-  if (want_dbeta != nullptr) {
-    column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(dbeta_part, blocks, cols, want_dbeta);
-  }
-  return cudaGetLastError();
+}
+
+extern "C" cudaError_t fp8t_add_norm_backward(const void* dy, int dy_dtype, const float* r, const float* dr,
+                                              int64_t rows, int64_t cols, const float* gamma, const float* mean,
+                                              const float* rstd, int rms, float* dx, void* dh, int h_dtype,
+                                              float* dgamma, float* dbeta, void* workspace, cudaStream_t stream) {
+  FP8T_LAUNCHER("fp8t_add_norm_backward");
+  BackwardArgs a{dy, r, rows, cols, gamma, mean, rstd, rms, dx, nullptr, nullptr, dr, dh};
+  if (check_backward(fp8t_launcher_, a, dgamma, workspace) != cudaSuccess) return cudaErrorInvalidValue;
+  FP8T_KERNEL_REQUIRE(valid_dtype(dy_dtype), "dy is not fp32 or bf16");
+  FP8T_KERNEL_REQUIRE(dh == nullptr || valid_dtype(h_dtype), "dh's dtype is not fp32 or bf16");
+  return run_backward(a, dgamma, dbeta, workspace, stream, [&](NormPolicy p, int blocks) {
+    dispatch_dtype(dy_dtype, [&](auto dy_tag) {
+      dispatch_dtype(h_dtype, [&](auto h_tag) {
+        launch_backward<decltype(dy_tag)::value, FP8T_DTYPE_F32, decltype(h_tag)::value>(p, blocks, a, stream);
+      });
+    });
+  });
 }

@@ -179,6 +179,17 @@ cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t 
                               uint8_t* y_fp8, float* amax, float* scale_inv_out,
                               cudaStream_t stream);
 
+// The residual add fused into the norm: r[rows, cols] = x + h (x float32, h fp32 or bf16, the
+// FP32 sum of x and float(h): what an unfused x + h of an FP32 x gives), written to r (float32),
+// and the norm of r as fp8t_norm_forward computes it (the same reductions, so y, mean, rstd, the
+// FP8 copy and amax are bit-equal to fp8t_norm_forward of the stored r), y in y_dtype (fp32 or
+// bf16: the FP32 value rounded once).
+cudaError_t fp8t_add_norm_forward(const float* x, const void* h, int h_dtype, int64_t rows, int64_t cols,
+                                  float* r, const float* gamma, const float* beta, float eps, int rms,
+                                  void* y, int y_dtype, float* mean, float* rstd, const float* scale,
+                                  int fp8_format, uint8_t* y_fp8, float* amax, float* scale_inv_out,
+                                  cudaStream_t stream);
+
 // Bytes of device workspace fp8t_norm_backward needs (per-block dgamma/dbeta partials).
 size_t fp8t_norm_backward_workspace_bytes(int64_t rows, int64_t cols);
 
@@ -191,6 +202,16 @@ cudaError_t fp8t_norm_backward(const void* dy, int dy_dtype, const void* x, int 
                                int64_t cols, const float* gamma, const float* mean,
                                const float* rstd, int rms, void* dx, float* dgamma, float* dbeta,
                                void* workspace, cudaStream_t stream);
+
+// Backward of fp8t_add_norm_forward: the gradient of r is the norm's (fp8t_norm_backward of dy at
+// r, rounded to FP32) plus dr [rows, cols] float32, the gradient arriving at r from its other use
+// (null: none), added in FP32 (what autograd sums unfused); written to dx (float32, the gradient
+// of x) and to dh (nullable) in h_dtype (fp32 or bf16, rounded once: the gradient of h). dgamma,
+// dbeta and the workspace as fp8t_norm_backward (fp8t_norm_backward_workspace_bytes).
+cudaError_t fp8t_add_norm_backward(const void* dy, int dy_dtype, const float* r, const float* dr,
+                                   int64_t rows, int64_t cols, const float* gamma, const float* mean,
+                                   const float* rstd, int rms, float* dx, void* dh, int h_dtype,
+                                   float* dgamma, float* dbeta, void* workspace, cudaStream_t stream);
 
 // ---- FP8 health statistics (kernels/saturation.cu) -------------------------------------------
 // out[0] = fraction of x with |x * scale| >= fp8_max (saturates), out[1] = fraction with x != 0

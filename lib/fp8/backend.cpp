@@ -100,5 +100,25 @@ Backend& backend_for(const at::Device& device) {
              " in this build (supported: ", kSupported, ")");
 }
 
+NormForwardResult Backend::add_norm_forward(const at::Tensor& x, const at::Tensor& h, const at::Tensor& gamma,
+                                            const at::Tensor& beta, double eps, bool rms, const SlotRef* slot,
+                                            bool write_y, const at::Tensor& y_amax) {
+  FP8T_CHECK(x.scalar_type() == at::kFloat && h.sizes() == x.sizes(), "add_norm_forward: x must be float32 and h of ",
+             "its shape, got ", x.scalar_type(), " ", x.sizes(), " and ", h.scalar_type(), " ", h.sizes());
+  const at::Tensor r = x + h;  // FP32: ATen promotes h
+  NormForwardResult out = norm_forward(r, gamma, beta, eps, rms, slot, write_y, y_amax);
+  out.sum = r;
+  return out;
+}
+
+NormBackwardResult Backend::add_norm_backward(const at::Tensor& dy, const at::Tensor& dr, const at::Tensor& r,
+                                              const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mean,
+                                              const at::Tensor& rstd, bool rms, at::ScalarType h_dtype) {
+  NormBackwardResult out = norm_backward(dy, r, gamma, beta, mean, rstd, rms);
+  if (dr.defined()) out.grad_x = out.grad_x + dr;  // the sum autograd forms unfused (the order is immaterial)
+  out.grad_h = out.grad_x.to(h_dtype);
+  return out;
+}
+
 }  // namespace fp8
 }  // namespace fp8t

@@ -96,12 +96,14 @@ struct NormForwardResult {
   Fp8Tensor y_fp8;   // y cast with the consumer's input slot (empty when no slot was given)
   at::Tensor mean;   // [rows] float32 (LayerNorm only)
   at::Tensor rstd;   // [rows] float32
+  at::Tensor sum;    // add_norm_forward only: r = x + h, float32
 };
 
 struct NormBackwardResult {
   at::Tensor grad_x;
   at::Tensor grad_gamma;
   at::Tensor grad_beta;  // undefined for RMSNorm or when beta is undefined
+  at::Tensor grad_h;     // add_norm_backward only: the gradient of h, in h's dtype
 };
 
 class Backend {
@@ -176,6 +178,20 @@ class Backend {
                                            const at::Tensor& gamma, const at::Tensor& beta,
                                            const at::Tensor& mean, const at::Tensor& rstd,
                                            bool rms) = 0;
+
+  // The residual add fused into the norm: norm_forward of r = x + h (x float32 [rows, cols], h of
+  // x's shape and device in any float dtype; r float32, the value an unfused x + h gives), with r
+  // returned as `sum`; y (when written) is float32, as norm_forward of r writes it. Its backward:
+  // g = norm_backward(dy at r).grad_x + dr (dr float32: the gradient arriving at r from its other
+  // use; undefined: none), returned as grad_x (float32, x's gradient) and grad_h (g in h_dtype).
+  // The defaults add with ATen and call norm_forward / norm_backward; CUDA runs one kernel each.
+  virtual NormForwardResult add_norm_forward(const at::Tensor& x, const at::Tensor& h, const at::Tensor& gamma,
+                                             const at::Tensor& beta, double eps, bool rms, const SlotRef* slot,
+                                             bool write_y = true, const at::Tensor& y_amax = at::Tensor());
+  virtual NormBackwardResult add_norm_backward(const at::Tensor& dy, const at::Tensor& dr, const at::Tensor& r,
+                                               const at::Tensor& gamma, const at::Tensor& beta,
+                                               const at::Tensor& mean, const at::Tensor& rstd, bool rms,
+                                               at::ScalarType h_dtype);
 
   // One delayed-scaling update of every slot (scaling_math.h update_slot per slot, in one
   // pass / one launch). history [L, S], scale [S], scale_inv [S], fp8_max [S]: float32.

@@ -7,16 +7,18 @@
 #include <memory>  // std::shared_ptr
 
 #include "lib/fp8/fp8_linear.h"  // Fp8Linear
-#include "lib/model/layers.h"    // model::Norm
+#include "lib/model/layers.h"    // model::Norm, model::ResidualNorm
 
 namespace fp8t {
 namespace fp8 {
 
-class Fp8Norm : public model::UnaryModule {
+class Fp8Norm : public model::ResidualNorm {
  public:
   // Shares src's weight and bias. `consumer` is the only Linear reading this norm's output.
   Fp8Norm(const model::Norm& src, std::shared_ptr<Fp8Linear> consumer);
   at::Tensor forward(const at::Tensor& x) override;
+  // Fused when x is float32 and h a float tensor of its shape; otherwise x + h, then forward.
+  model::AddNormOutput forward_add(const at::Tensor& x, const at::Tensor& h) override;
 
   model::Norm::Kind kind;
   int64_t dim;
@@ -26,6 +28,8 @@ class Fp8Norm : public model::UnaryModule {
   const Fp8Linear& consumer() const { return *consumer_; }
 
  private:
+  // The norm of x, or with h defined of x + h (then `sum` is x + h), handed to the consumer.
+  model::AddNormOutput run(const at::Tensor& x, const at::Tensor& h);
   std::shared_ptr<Fp8Linear> consumer_;
 };
 

@@ -103,6 +103,9 @@ void convert_norms(const Containers& containers, const Fp8Linears& fp8_linears, 
       const auto it = fp8_linears.find(consumer);
       if (consumer.empty()) {
         d.reason = "no single consumer Linear";
+        // Its consumers may be FP8 Linears, which cast their input from full precision: a fused
+        // residual add must hand them y unrounded, as the unfused norm does.
+        norm->fused_output_autocast = false;
       } else if (it == fp8_linears.end()) {
         d.reason = "its consumer " + consumer + " stays in high precision";
       } else {

@@ -1,7 +1,9 @@
 #include "lib/model/layers.h"
 
-#include "lib/model/rms_norm.h"  // rms_norm
-#include "lib/util/error.h"       // FP8T_CHECK
+#include "lib/model/rms_norm.h"     // rms_norm
+#include "lib/ops/add_norm.h"        // ops::add_norm, ops::add_norm_fused
+#include "lib/util/error.h"          // FP8T_CHECK
+#include "lib/util/torch_compat.h"   // compat::autocast_dtype_or
 
 namespace fp8t {
 namespace model {
@@ -28,6 +30,18 @@ Norm::Norm(Kind k, int64_t d, double e, bool with_bias) : kind(k), dim(d), eps(e
 at::Tensor Norm::forward(const at::Tensor& x) {
   if (kind == Kind::kLayerNorm) return at::layer_norm(x, {dim}, weight, bias, eps);
   return rms_norm(x, weight, eps).y;
+}
+
+AddNormOutput Norm::forward_add(const at::Tensor& x, const at::Tensor& h) {
+  // Unfused, the consumer Linear would round y to its autocast dtype; the kernel rounds it once.
+  const at::ScalarType y_dtype =
+      fused_output_autocast ? compat::autocast_dtype_or(x.device().type(), x.scalar_type()) : x.scalar_type();
+  if (ops::add_norm_fused(x, h, y_dtype)) {
+    const ops::AddNormResult r = ops::add_norm(x, h, weight, bias, eps, kind == Kind::kRMSNorm, y_dtype);
+    return {r.sum, r.y};
+  }
+  const at::Tensor r = x + h;
+  return {r, forward(r)};
 }
 
 at::Tensor Activation::forward(const at::Tensor& x) {

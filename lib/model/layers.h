@@ -34,14 +34,33 @@ class Linear : public UnaryModule {
   at::Tensor bias;  // undefined when bias = false
 };
 
+struct AddNormOutput {
+  at::Tensor sum;  // x + h: the residual stream after the add
+  at::Tensor y;    // the norm of sum
+};
+
+// A norm that can also take the residual add before it: forward_add(x, h) is x + h and
+// forward(x + h), computed together where an implementation can fuse them (the model routes every
+// residual add that a norm reads through it; lib/model/gpt.cpp).
+class ResidualNorm : public UnaryModule {
+ public:
+  virtual AddNormOutput forward_add(const at::Tensor& x, const at::Tensor& h) = 0;
+};
+
 // Normalisation over the last dim. kind: LayerNorm (mean and variance, weight and optional
 // bias) or RMSNorm (root mean square, weight only).
-class Norm : public UnaryModule {
+class Norm : public ResidualNorm {
  public:
   enum class Kind { kLayerNorm, kRMSNorm };
   Norm(Kind kind, int64_t dim, double eps, bool bias);
   at::Tensor forward(const at::Tensor& x) override;
+  // On CUDA with an FP32 x one fused kernel (ops::add_norm) whose y has the dtype the consumer
+  // computes in (autocast's); elsewhere x + h, then forward: on the CPU the same ops as unfused.
+  AddNormOutput forward_add(const at::Tensor& x, const at::Tensor& h) override;
   Kind kind;
+  // forward_add's fused y in the autocast dtype (true: the consumers are autocast Linears, which
+  // round their input to it anyway) or in x's dtype (false: some consumer reads y unrounded).
+  bool fused_output_autocast = true;
   int64_t dim;
   double eps;
   at::Tensor weight;

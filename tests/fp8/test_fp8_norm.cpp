@@ -140,3 +140,46 @@ TEST_CASE("fp8 norm: evaluation records no amax and hands over the FP8 input", "
   REQUIRE(at::equal(fp8.forward(x), plain.forward(x)));
   REQUIRE(fp8.scaling->amax_history().eq(0).all().item<bool>());
 }
+
+TEST_CASE("fp8 norm: forward_add is x + h and then the norm, bit for bit, gradients of x, h and the parameters too",
+          "[fp8]") {
+  // The fused node (one Backend::add_norm_forward / add_norm_backward) against an ATen add and the
+  // plain FP8 norm node: the same FP32 sum, the same norm, and r's two gradient terms summed once.
+  const Norm::Kind kind = GENERATE(Norm::Kind::kLayerNorm, Norm::Kind::kRMSNorm);
+  const bool r_used = GENERATE(true, false);  // r's other use: a gradient arrives at r, or none does
+  INFO((kind == Norm::Kind::kRMSNorm ? "RMSNorm" : "LayerNorm") << ", r used after the norm: " << r_used);
+  NormThenLinear fused(kind, true, fp8::Recipe{}, /*convert=*/true);
+  NormThenLinear unfused(kind, true, fp8::Recipe{}, /*convert=*/true);
+  auto& fused_norm = dynamic_cast<fp8::Fp8Norm&>(*fused.norm);
+  auto& unfused_norm = dynamic_cast<fp8::Fp8Norm&>(*unfused.norm);
+  for (int step = 0; step < 3; ++step) {  // from step 1 on the casts use real (non-unit) scales
+    INFO("step " << step);
+    const at::Tensor x1 = input(20 + step), x2 = input(20 + step);
+    const at::Tensor h1 = input(40 + step), h2 = input(40 + step);
+    const at::Tensor dy = torch::randn({3, 7, kOut}), dr = torch::randn({3, 7, kDim});
+    const model::AddNormOutput o = fused_norm.forward_add(x1, h1);
+    const at::Tensor r2 = x2 + h2;
+    const at::Tensor y1 = fused.linear->forward(o.y), y2 = unfused.linear->forward(unfused_norm.forward(r2));
+    REQUIRE(at::equal(o.sum, r2));
+    REQUIRE(at::equal(y1, y2));
+    REQUIRE(at::equal(fused.scaling->amax_history(), unfused.scaling->amax_history()));
+    if (r_used) {
+      torch::autograd::backward({y1, o.sum}, {dy, dr});
+      torch::autograd::backward({y2, r2}, {dy, dr});
+    } else {
+      y1.backward(dy);
+      y2.backward(dy);
+    }
+    REQUIRE(at::equal(x1.grad(), x2.grad()));
+    REQUIRE(at::equal(h1.grad(), h2.grad()));
+    REQUIRE(at::equal(fused_norm.weight.grad(), unfused_norm.weight.grad()));
+    if (kind == Norm::Kind::kLayerNorm) REQUIRE(at::equal(fused_norm.bias.grad(), unfused_norm.bias.grad()));
+    REQUIRE(at::equal(fused.linear->weight.grad(), unfused.linear->weight.grad()));
+    fused.scaling->update();
+    unfused.scaling->update();
+    for (auto* m : {&fused, &unfused}) {
+      m->norm->zero_grad();
+      m->linear->zero_grad();
+    }
+  }
+}

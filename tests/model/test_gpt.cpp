@@ -1,13 +1,28 @@
 // lib/model/gpt.* and layers.*
 #include "lib/model/gpt.h"
 
-#include <cmath>  // std::log
+#include <cmath>   // std::log
+#include <memory>  // std::shared_ptr
+#include <string>  // std::string
+#include <vector>  // std::vector
 
 #include "tests/catch.h"
 
 using namespace fp8t;
 
 namespace {
+
+// A norm that counts the residual adds the model routes through it (its forward_add).
+class CountingNorm : public model::Norm {
+ public:
+  explicit CountingNorm(const model::Norm& src) : model::Norm(src.kind, src.dim, src.eps, src.bias.defined()) {}
+  model::AddNormOutput forward_add(const at::Tensor& x, const at::Tensor& h) override {
+    ++calls;
+    return model::Norm::forward_add(x, h);
+  }
+  int calls = 0;
+};
+
 ModelSection tiny() {
   ModelSection m;
   m.vocab_size = 50;
@@ -85,4 +100,55 @@ TEST_CASE("gpt: flops per token follows 6N + 12 L T d", "[model]") {
   model::Gpt gpt(tiny());
   const double n_dense = static_cast<double>(gpt.parameter_count() - 50 * 32 - 12 * 32);
   REQUIRE(gpt.flops_per_token() == Approx(6.0 * n_dense + 12.0 * 2 * 12 * 32));
+}
+
+TEST_CASE("gpt: residual adds go through the norm after them where no recompute part lies between", "[model]") {
+  // Without recompute every add is handed to the norm reading it (the MLP's to the next block's
+  // ln_1 or ln_f): 2 per block. With recompute block only the attention's (into ln_2), with
+  // attention or mlp none (each part keeps its own add). The logits are the same bits either way.
+  const Recompute mode = GENERATE(Recompute::kNone, Recompute::kAttention, Recompute::kMlp, Recompute::kBlock);
+  const bool rms = GENERATE(false, true);
+  INFO("recompute " << static_cast<int>(mode) << ", RMSNorm " << rms);
+  ModelSection m = tiny();
+  m.n_layer = 3;
+  if (rms) m.norm = NormKind::kRMSNorm;
+  torch::manual_seed(1);
+  model::Gpt plain(m);
+  torch::manual_seed(1);
+  model::Gpt counted(m);
+  std::vector<std::shared_ptr<CountingNorm>> norms;
+  auto count = [&](model::SlotModule& owner, const std::string& slot) {
+    auto n = std::make_shared<CountingNorm>(dynamic_cast<const model::Norm&>(*owner.slot(slot)));
+    owner.replace_slot(slot, n);
+    norms.push_back(n);
+  };
+  for (auto& b : counted.blocks) {
+    count(*b, "ln_1");
+    count(*b, "ln_2");
+  }
+  count(counted, "ln_f");
+  plain.set_recompute(mode);
+  counted.set_recompute(mode);
+  const at::Tensor idx = torch::randint(0, 50, {2, 12});
+  const at::Tensor want = plain.forward(idx);
+  const at::Tensor got = counted.forward(idx);
+  REQUIRE(at::equal(got, want));
+  int calls = 0;
+  for (const auto& n : norms) calls += n->calls;
+  const int expected = mode == Recompute::kNone ? 2 * 3 : mode == Recompute::kBlock ? 3 : 0;
+  REQUIRE(calls == expected);
+  if (mode == Recompute::kNone) REQUIRE(norms.front()->calls == 0);  // block 0's ln_1 reads the embeddings
+}
+
+TEST_CASE("gpt: Norm::forward_add on the CPU is x + h and the norm of it, gradients too", "[model]") {
+  const bool rms = GENERATE(false, true);
+  model::Norm norm(rms ? model::Norm::Kind::kRMSNorm : model::Norm::Kind::kLayerNorm, 16, 1e-5, true);
+  torch::manual_seed(2);
+  const at::Tensor x = torch::randn({3, 16}, torch::requires_grad()), h = torch::randn({3, 16}, torch::requires_grad());
+  const model::AddNormOutput o = norm.forward_add(x, h);
+  const at::Tensor r = (x + h).detach();
+  REQUIRE(at::equal(o.sum, r));
+  REQUIRE(at::equal(o.y, norm.forward(r)));
+  (o.y.pow(2).sum() + o.sum.sum()).backward();
+  REQUIRE(at::equal(x.grad(), h.grad()));  // dx = dh = dr
 }
