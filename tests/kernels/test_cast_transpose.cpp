@@ -24,9 +24,13 @@ at::Tensor grad_like_input(int64_t rows, int64_t cols, at::ScalarType dtype, uin
 }
 
 // [rows, cols] shapes: tiny, the TE odd shapes, non-multiples of 8 (scalar edges), one tile,
-// a partial edge tile in both directions, and a large one.
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},   {60, 160},  {217, 256}, {64, 64},
-                                                          {100, 72}, {13, 7},    {130, 200}, {2056, 4160}};
+// a partial edge tile in both directions, and large ones. Without dbias the 128x64 tiled kernel
+// runs: 16-byte paths when rows % 16 == 0 and cols % 8 == 0 ({144, 200}: vector tiles and
+// partial edge tiles in both directions; {2048, 4160}: many full tiles, more than one wave),
+// element paths otherwise ({2056, 4160}: rows % 16 == 8; {130, 200}).
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},   {60, 160},  {217, 256},  {64, 64},
+                                                          {100, 72}, {13, 7},    {130, 200},  {144, 200},
+                                                          {128, 64}, {16, 8},    {2048, 4160}, {2056, 4160}};
 
 }  // namespace
 
