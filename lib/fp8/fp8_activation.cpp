@@ -48,12 +48,18 @@ class Fp8ActivationFunction : public torch::autograd::Function<Fp8ActivationFunc
     if (consumer == nullptr || !consumer->takes_fp8_input_only(training)) return materialize(value_of(kind, h));
 
     const at::Tensor h2 = h.reshape({-1, h.size(-1)});
+    // The columnwise copy (c_proj's wgrad operand, as large as the rowwise one) is cast in the
+    // backward from h, which this node saves anyway: one FP8 copy of act(h) less held per layer
+    // between the passes, for one more read of h in the backward.
+    const bool col = consumer->needs_input_columnwise(training);
+    const bool later = col && layer->defers_columnwise();
     CastOptions opt;
-    opt.columnwise = consumer->needs_input_columnwise(training);
+    opt.columnwise = col && !later;
     opt.record = training;
     Fp8Tensor y_fp8 = consumer->scaling().quantize(consumer->slot_input(), value_of(kind, h2), opt);
     at::Tensor carrier = nan_carrier(output_sizes(kind, h.sizes()), h.options());
-    consumer->set_pending_input(carrier, std::move(y_fp8));
+    consumer->set_pending_input(carrier, std::move(y_fp8),
+                                later ? std::optional<CastSource>(value_of(kind, h2)) : std::nullopt);
     return carrier;
   }
 

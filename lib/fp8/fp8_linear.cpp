@@ -23,13 +23,13 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias_opt, Fp8Linear* layer,
-                            const Fp8Tensor* given_x_fp8) {
+                            const Fp8Tensor* given_x_fp8, const CastSource* x_columnwise_later) {
     // Optional tensors go in as std::optional: LibTorch's custom functions reject undefined inputs.
     const at::Tensor bias = bias_opt.value_or(at::Tensor());
     const auto& ovr = layer->scaling().recipe().override_linear_precision;
     const bool training = layer->is_training() && (x.requires_grad() || weight.requires_grad());
     const at::ScalarType hp = compat::autocast_dtype_or(x.device().type(), x.scalar_type());
-    const Fp8Tensor x_fp8 = input_fp8(*layer, x, given_x_fp8, training);
+    const Fp8Tensor x_fp8 = input_fp8(*layer, x, given_x_fp8, x_columnwise_later, training);
     const Fp8Tensor& w_fp8 = layer->weight_fp8(training, !ovr.fprop, training && !ovr.dgrad);
 
     at::Tensor y;
@@ -39,7 +39,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       y = backend_for(x.device()).gemm(x_fp8.rowwise, w_fp8.rowwise, bias, hp, GemmKind::kFprop,
                                        layer->scaling().fast_accumulation(GemmKind::kFprop));
     }
-    if (training) save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, x_fp8, w_fp8);
+    if (training) save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, x_fp8, w_fp8, x_columnwise_later);
     return y;
   }
 
@@ -68,20 +68,22 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       if (ovr.wgrad) {
         dw = at::mm(g.dy.to(hp).t(), saved[0].to(hp)).to(at::kFloat);
       } else {
-        dw = backend.gemm(g.dy_fp8.columnwise, saved_operand(ctx, "x"), at::Tensor(), at::kFloat, GemmKind::kWgrad,
-                          scaling.fast_accumulation(GemmKind::kWgrad));
+        dw = backend.gemm(g.dy_fp8.columnwise, saved_input_columnwise(ctx, *state), at::Tensor(), at::kFloat,
+                          GemmKind::kWgrad, scaling.fast_accumulation(GemmKind::kWgrad));
       }
     }
-    return {dx, dw, has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
-  // The FP8 input: handed over by the preceding norm or activation, or cast here (one pass for
-  // both layouts).
-  static Fp8Tensor input_fp8(Fp8Linear& layer, const at::Tensor& x, const Fp8Tensor* given, bool training) {
+  // The FP8 input: handed over by the preceding norm or activation (the columnwise copy possibly
+  // left to the backward), or cast here (one pass for both layouts).
+  static Fp8Tensor input_fp8(Fp8Linear& layer, const at::Tensor& x, const Fp8Tensor* given,
+                             const CastSource* columnwise_later, bool training) {
     const auto& ovr = layer.scaling().recipe().override_linear_precision;
     const bool x_row = !ovr.fprop, x_col = training && !ovr.wgrad;
-    if (given != nullptr && (!x_row || given->rowwise.defined()) && (!x_col || given->columnwise.defined())) {
+    if (given != nullptr && (!x_row || given->rowwise.defined()) &&
+        (!x_col || given->columnwise.defined() || columnwise_later != nullptr)) {
       return *given;
     }
     if (!x_row && !x_col) return Fp8Tensor{};
@@ -96,13 +98,19 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   // overridden GEMM; and a reference to the layer's gradient state.
   static void save_for_backward(torch::autograd::AutogradContext* ctx, const Fp8Linear& layer, const at::Tensor& x,
                                 const at::Tensor& weight, bool has_bias, at::ScalarType hp, const Fp8Tensor& x_fp8,
-                                const Fp8Tensor& w_fp8) {
+                                const Fp8Tensor& w_fp8, const CastSource* x_columnwise_later) {
     const auto& ovr = layer.scaling().recipe().override_linear_precision;
     ctx->saved_data["grad_state"] = compat::to_ivalue(layer.grad_state());
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["hp"] = static_cast<int64_t>(hp);
     ctx->save_for_backward({ovr.wgrad ? x : at::Tensor(), ovr.dgrad ? weight : at::Tensor()});
-    if (!ovr.wgrad) save_operand(ctx, "x", x_fp8.columnwise);
+    if (!ovr.wgrad && x_fp8.columnwise.defined()) {
+      save_operand(ctx, "x", x_fp8.columnwise);
+    } else if (!ovr.wgrad) {
+      FP8T_CHECK(x_columnwise_later != nullptr, "fp8 linear: no columnwise FP8 input for wgrad");
+      ctx->saved_data["x_later_op"] = static_cast<int64_t>(x_columnwise_later->op);
+      ctx->saved_data["x_later"] = x_columnwise_later->x;  // the activation saves the same tensor
+    }
     if (!ovr.dgrad) save_operand(ctx, "w", w_fp8.columnwise);
   }
 
@@ -111,6 +119,21 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     ctx->saved_data[name + "_col_sinv"] = op.scale_inv;
     ctx->saved_data[name + "_fmt"] = static_cast<int64_t>(op.format);
     ctx->saved_data[name + "_layout"] = static_cast<int64_t>(op.scale_layout);
+  }
+
+  // wgrad's x^T: kept from the forward, or cast now from the value the activation handed over
+  // (same scale, same codes: the recipe's cast under NoRecordScope records nothing).
+  static Fp8Operand saved_input_columnwise(torch::autograd::AutogradContext* ctx, const Fp8LinearGradState& state) {
+    const auto later = ctx->saved_data.find("x_later");
+    if (later == ctx->saved_data.end()) return saved_operand(ctx, "x");
+    const CastSource src{static_cast<CastOp>(ctx->saved_data["x_later_op"].toInt()), later->second.toTensor(),
+                         at::Tensor()};
+    const NoRecordScope no_record;
+    CastOptions opt;
+    opt.rowwise = false;
+    opt.columnwise = true;
+    opt.record = false;
+    return state.scaling->quantize(state.slot_input, src, opt).columnwise;
   }
 
   static Fp8Operand saved_operand(torch::autograd::AutogradContext* ctx, const std::string& name) {
@@ -162,13 +185,15 @@ Fp8Linear::Fp8Linear(const model::Linear& src, const std::string& name, std::sha
   slot_grad_ = scaling_->add_slot(name + ":grad_output", TensorRole::kGradOutput);
   grad_ = c10::make_intrusive<Fp8LinearGradState>();
   grad_->scaling = scaling_;
+  grad_->slot_input = slot_input_;
   grad_->slot_grad = slot_grad_;
   grad_->has_bias = bias.defined();
 }
 
-void Fp8Linear::set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8) {
+void Fp8Linear::set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8, std::optional<CastSource> columnwise_later) {
   pending_.y = y;
   pending_.y_fp8 = std::move(y_fp8);
+  pending_.columnwise_later = std::move(columnwise_later);
 }
 
 bool Fp8Linear::needs_input_columnwise(bool training) const {
@@ -208,13 +233,15 @@ at::Tensor Fp8Linear::forward(const at::Tensor& x) {
              in_features);
   const at::Tensor x2 = x.reshape({-1, in_features});
   const Fp8Tensor* given = nullptr;
-  Fp8Tensor handed;
+  const CastSource* later = nullptr;
+  Pending handed;
   if (same_storage(pending_.y, x)) {
-    handed = std::move(pending_.y_fp8);
-    given = &handed;
+    handed = std::move(pending_);
+    given = &handed.y_fp8;
+    if (handed.columnwise_later) later = &*handed.columnwise_later;
   }
   pending_ = Pending{};
-  at::Tensor y = Fp8LinearFunction::apply(x2, weight, optional_tensor(bias), this, given);
+  at::Tensor y = Fp8LinearFunction::apply(x2, weight, optional_tensor(bias), this, given, later);
   auto out_shape = x.sizes().vec();
   out_shape.back() = out_features;
   return y.view(out_shape);

@@ -14,8 +14,9 @@
 // is reused by every micro-batch until the weight or the scales change.
 #pragma once
 
-#include <memory>  // std::shared_ptr
-#include <string>  // std::string
+#include <memory>    // std::shared_ptr
+#include <optional>  // std::optional
+#include <string>    // std::string
 
 #include "lib/fp8/backend.h"          // Fp8Tensor
 #include "lib/fp8/delayed_scaling.h"  // DelayedScaling, for callers that build layers on the default
@@ -33,6 +34,7 @@ namespace fp8 {
 // one pointer copy per forward.
 struct Fp8LinearGradState : torch::CustomClassHolder {
   std::shared_ptr<Scaling> scaling;
+  int slot_input = -1;  // for an input whose columnwise copy the backward casts (set_pending_input)
   int slot_grad = -1;
   bool has_bias = false;
   // Set by the following activation's backward: the output gradient cast for slot_grad (and
@@ -57,7 +59,12 @@ class Fp8Linear : public model::UnaryModule {
 
   // Handed over by a preceding Fp8Norm or fused activation: its output y (or the carrier that
   // stands for it), already cast for slot_input().
-  void set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8);
+  //
+  // columnwise_later: the value of y (e.g. gelu(h) of a saved h), when y_fp8 carries only the
+  // rowwise copy. The backward then casts the columnwise copy that wgrad reads from it, with the
+  // scale of the forward and recording nothing (NoRecordScope), instead of keeping it from the
+  // forward to the backward: the same codes, and no FP8 copy of y held between the passes.
+  void set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8, std::optional<CastSource> columnwise_later = {});
   // Whether the backward needs the column-wise FP8 copy of the input (wgrad in FP8).
   bool needs_input_columnwise(bool training) const;
   // Whether no GEMM of this layer reads the high-precision input (fprop, and wgrad when
@@ -94,6 +101,7 @@ class Fp8Linear : public model::UnaryModule {
   struct Pending {
     at::Tensor y;
     Fp8Tensor y_fp8;
+    std::optional<CastSource> columnwise_later;
   } pending_;
 
   c10::intrusive_ptr<Fp8LinearGradState> grad_;

@@ -6,8 +6,9 @@
 
 #include <cmath>  // std::isnan
 
-#include "lib/fp8/rewrite.h"  // rewrite_to_fp8
-#include "lib/model/gpt.h"    // Gpt
+#include "lib/fp8/rewrite.h"   // rewrite_to_fp8
+#include "lib/model/gpt.h"     // Gpt
+#include "lib/util/memory.h"   // peak_memory_bytes, reset_peak_memory
 #include "tests/catch.h"
 
 using namespace fp8t;
@@ -49,6 +50,38 @@ at::Tensor loss_and_backward(model::Gpt& gpt, const at::Tensor& idx) {
   const at::Tensor loss = model::Gpt::loss(gpt.forward(idx.narrow(1, 0, 16)), idx.narrow(1, 1, 16));
   loss.backward();
   return loss.detach();
+}
+
+
+// Trains `later` (c_proj's columnwise input cast in the backward, the default) and `kept` (cast
+// in the forward and kept) side by side for 3 steps: losses, every gradient and the recipe state
+// must agree bit for bit (the same cast of the same values with the same scale).
+void expect_deferral_changes_nothing(const fp8::Recipe& recipe, const at::Device& device) {
+  Twins t(small_model(false), recipe, device);
+  for (auto& b : t.plain->blocks) {  // `plain` keeps its fused activation here, without deferral
+    b->mlp->replace_slot("act", std::make_shared<fp8::Fp8Gelu>(std::static_pointer_cast<fp8::Fp8Linear>(b->mlp->c_fc),
+                                                               std::static_pointer_cast<fp8::Fp8Linear>(b->mlp->c_proj)));
+    auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act);
+    REQUIRE(act != nullptr);
+    act->set_defers_columnwise(false);
+  }
+  for (auto& b : t.fused->blocks) REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act)->defers_columnwise());
+  torch::manual_seed(4);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    const at::Tensor idx = torch::randint(0, 64, {3, 17}).to(device);
+    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
+    REQUIRE(at::equal(lf, lp));
+    const auto pp = t.plain->named_parameters();
+    for (const auto& item : t.fused->named_parameters()) {
+      INFO(item.key());
+      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
+    }
+    t.fused_rw.scaling->update();
+    t.plain_rw.scaling->update();
+    t.fused->zero_grad();
+    t.plain->zero_grad();
+  }
 }
 
 }  // namespace
@@ -115,7 +148,46 @@ TEST_CASE("fp8 gelu: the hand-over happens only when the neighbour reads nothing
   }
 }
 
+TEST_CASE("fp8 gelu: c_proj's wgrad operand cast in the backward changes no bit, every recipe (CPU)", "[fp8]") {
+  for (const fp8::RecipeKind kind : {fp8::RecipeKind::kDelayed, fp8::RecipeKind::kCurrent, fp8::RecipeKind::kBlock}) {
+    INFO("recipe " << fp8::to_string(kind));
+    fp8::Recipe recipe;
+    recipe.kind = kind;
+    expect_deferral_changes_nothing(recipe, at::kCPU);
+  }
+}
+
 #if defined(FP8T_WITH_CUDA)
+TEST_CASE("fp8 gelu on CUDA: c_proj's wgrad operand cast in the backward changes no bit and holds less memory",
+          "[fp8][cuda]") {
+  REQUIRE(torch::cuda::is_available());
+  const at::Device gpu(at::kCUDA, 0);
+  for (const fp8::RecipeKind kind : {fp8::RecipeKind::kDelayed, fp8::RecipeKind::kCurrent, fp8::RecipeKind::kBlock}) {
+    INFO("recipe " << fp8::to_string(kind));
+    fp8::Recipe recipe;
+    recipe.kind = kind;
+    expect_deferral_changes_nothing(recipe, gpu);
+  }
+  // The forward's peak (every saved tensor alive at the loss) drops by the columnwise copies:
+  // 2 layers x [128, 48] FP8 codes (d_ff 128, 3 x 16 tokens) plus their scales.
+  const ModelSection cfg = small_model(false);
+  auto forward_peak = [&](bool defer) {
+    Twins t(cfg, fp8::Recipe{}, gpu);
+    for (auto& b : t.fused->blocks) std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act)->set_defers_columnwise(defer);
+    const at::Tensor idx = torch::randint(0, 64, {3, 17}).to(gpu);
+    torch::cuda::synchronize();
+    reset_peak_memory(gpu);
+    const at::Tensor loss = model::Gpt::loss(t.fused->forward(idx.narrow(1, 0, 16)), idx.narrow(1, 1, 16));
+    torch::cuda::synchronize();
+    const int64_t peak = peak_memory_bytes(gpu);
+    loss.backward();
+    return peak;
+  };
+  const int64_t kept = forward_peak(false), later = forward_peak(true);
+  CAPTURE(kept, later);
+  REQUIRE(kept - later >= 2 * 128 * 48);
+}
+
 TEST_CASE("fp8 gelu on CUDA: the fused kernels give the unfused model's loss and gradients", "[fp8][cuda]") {
   REQUIRE(torch::cuda::is_available());
   const at::Device gpu(at::kCUDA, 0);
