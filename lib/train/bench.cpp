@@ -224,13 +224,14 @@ std::string cuda_graphs_line(const std::vector<BenchResult>& results) {
   for (const auto& r : results) {
     same = same && r.cuda_graph == first.cuda_graph && r.cuda_graph_off_reason == first.cuda_graph_off_reason;
   }
-  auto state = [](const BenchResult& r) {
-    if (r.cuda_graph) return std::string("replayed");
-    return r.cuda_graph_off_reason.empty() ? std::string("eager") : "eager (" + r.cuda_graph_off_reason + ")";
+  const std::string every = results.size() > 1 ? " in every row" : "";
+  auto state = [&](const BenchResult& r, const std::string& where) {
+    if (r.cuda_graph) return "replayed" + where;
+    return "eager" + where + (r.cuda_graph_off_reason.empty() ? "" : ": " + r.cuda_graph_off_reason);
   };
-  if (same) return "CUDA graphs: " + state(first) + (results.size() > 1 ? " in every row" : "") + "\n";
+  if (same) return "CUDA graphs: " + state(first, every) + "\n";
   std::string line = "CUDA graphs:";
-  for (const auto& r : results) line += " " + r.label() + " " + state(r) + ";";
+  for (const auto& r : results) line += " " + r.label() + " " + state(r, "") + ";";
   line.back() = '\n';
   return line;
 }

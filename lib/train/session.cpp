@@ -271,7 +271,7 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
 }
 
 void Session::set_up_cuda_graph() {
-  graph_off_reason_ = cuda_graph_fallback_reason(cfg_, device_, comm_ ? comm_->world_size() : 1);
+  graph_off_reason_ = cuda_graph_fallback_reason(cfg_, device_, comm_ ? comm_->world_size() : 0);
   if (graph_off_reason_.empty()) {
     graph_ = std::make_unique<StepGraph>(device_, cfg_.train.grad_accum_steps);
     spdlog::info("CUDA graphs: on; the training step is captured after {} eager steps and replayed",

@@ -3,20 +3,20 @@
 #include <ATen/ATen.h>    // at::empty, at::zeros
 #include <fmt/format.h>  // fmt::format
 
-#include <string>  // std::to_string
+#include <string>  // std::string, std::to_string
 
 #include "lib/util/error.h"   // FP8T_CHECK, FP8T_THROW
 #include "lib/util/memory.h"  // release_cached_memory
 
 namespace fp8t::train {
 
-std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int world_size) {
+std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int job_ranks) {
   if (!cfg.train.cuda_graphs) return "train.cuda_graphs is false";
-  if (!device.is_cuda()) return "the device is the CPU (train.cuda_graphs applies to CUDA devices)";
-  if (world_size > 1) {
-    return "a data-parallel job (" + std::to_string(world_size) +
-           " ranks): the gradient collectives are launched from autograd hooks as the buckets fill, "
-           "which a replayed graph would not do";
+  if (!device.is_cuda()) return "the device is the CPU, and train.cuda_graphs applies to CUDA devices";
+  if (job_ranks > 0) {
+    return fmt::format("a data-parallel job ({} rank{}): the gradient collectives are launched from autograd "
+                       "hooks as the buckets fill, which a replayed graph would not do",
+                       job_ranks, job_ranks == 1 ? "" : "s");
   }
   if (cfg.model.dropout > 0.0) {
     return fmt::format("model.dropout is {}: the dropout masks' random numbers are not replayed like the eager "

@@ -38,9 +38,10 @@
 
 namespace fp8t::train {
 
-// Why the training step of `cfg` runs eagerly (no CUDA graph) on `device` in a job of
-// `world_size` ranks, naming the key or the reason; "" when it is captured.
-std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int world_size);
+// Why the training step of `cfg` runs eagerly (no CUDA graph) on `device`, naming the key or the
+// reason; "" when it is captured. `job_ranks`: the ranks of the data-parallel job this process
+// is part of (any job, even of one rank, has gradient hooks), 0 for a single process.
+std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int job_ranks);
 
 // One captured CUDA graph and its private memory pool (CUDA builds; elsewhere capture throws).
 class CapturedGraph {

@@ -173,3 +173,24 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   CHECK(per_param.at("total") == 11.5);
   CHECK(j.at("results")[0].at("memory_estimate").at("gradient_bucket_bytes") == 0.25 * 1073741824.0);
 }
+
+TEST_CASE("bench table and JSON: whether each row replayed a CUDA graph", "[train]") {
+  BenchResult bf16 = bf16_result(), fp8 = fp8_result();
+  bf16.cuda_graph = fp8.cuda_graph = true;
+  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
+                 "CUDA graphs: replayed in every row"));
+  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {fp8})),
+                 "CUDA graphs: replayed"));
+  fp8.cuda_graph = false;
+  fp8.cuda_graph_off_reason = "fp8.stats is on";
+  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
+                 "CUDA graphs: bf16 replayed; fp8 eager: fp8.stats is on"));
+  bf16.cuda_graph = false;
+  bf16.cuda_graph_off_reason = "fp8.stats is on";
+  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
+                 "CUDA graphs: eager in every row: fp8.stats is on"));
+  const auto j = fp8t::train::bench_to_json(bench_config(), bench_options(), {bf16_result(), fp8});
+  CHECK(j.at("results")[0].at("cuda_graph") == false);
+  CHECK_FALSE(j.at("results")[0].contains("cuda_graph_off_reason"));
+  CHECK(j.at("results")[1].at("cuda_graph_off_reason") == "fp8.stats is on");
+}

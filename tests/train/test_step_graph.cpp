@@ -24,41 +24,42 @@ bool mentions(const std::string& text, const std::string& part) { return text.fi
 TEST_CASE("cuda graphs: the configurations that run eagerly name their reason", "[train]") {
   ExperimentConfig cfg;
   REQUIRE(cfg.train.cuda_graphs);  // on by default
-  CHECK(cuda_graph_fallback_reason(cfg, kGpu, 1).empty());
+  CHECK(cuda_graph_fallback_reason(cfg, kGpu, 0).empty());
   cfg.precision = Precision::kFp8;
-  CHECK(cuda_graph_fallback_reason(cfg, kGpu, 1).empty());
+  CHECK(cuda_graph_fallback_reason(cfg, kGpu, 0).empty());
   cfg.train.grad_accum_steps = 4;  // every micro-batch is captured
   cfg.train.recompute = Recompute::kBlock;
   cfg.fp8.interval = 3;  // the scale update runs after the replay, where its counter lives
-  CHECK(cuda_graph_fallback_reason(cfg, kGpu, 1).empty());
+  CHECK(cuda_graph_fallback_reason(cfg, kGpu, 0).empty());
 
   SECTION("the switch, the device and the ranks") {
     ExperimentConfig off = cfg;
     off.train.cuda_graphs = false;
-    CHECK(cuda_graph_fallback_reason(off, kGpu, 1) == "train.cuda_graphs is false");
+    CHECK(cuda_graph_fallback_reason(off, kGpu, 0) == "train.cuda_graphs is false");
     CHECK(cuda_graph_fallback_reason(off, c10::Device(c10::kCPU), 4) == "train.cuda_graphs is false");  // first
-    CHECK(mentions(cuda_graph_fallback_reason(cfg, c10::Device(c10::kCPU), 1), "the device is the CPU"));
-    const std::string dp = cuda_graph_fallback_reason(cfg, kGpu, 2);
-    CHECK(mentions(dp, "data-parallel job (2 ranks)"));
+    CHECK(mentions(cuda_graph_fallback_reason(cfg, c10::Device(c10::kCPU), 0), "the device is the CPU"));
+    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 2), "a data-parallel job (2 ranks): the gradient collectives"));
+    // A job of one rank (torchrun --nproc-per-node 1) still has the gradient hooks.
+    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 1), "a data-parallel job (1 rank):"));
   }
   SECTION("dropout") {
     cfg.model.dropout = 0.1;
-    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 1), "model.dropout is 0.1"));
+    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 0), "model.dropout is 0.1"));
   }
   SECTION("fp8.stats, only where fp8 runs") {
     cfg.fp8.stats = true;
-    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 1), "fp8.stats is on"));
+    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 0), "fp8.stats is on"));
     cfg.precision = Precision::kBf16;
-    CHECK(cuda_graph_fallback_reason(cfg, kGpu, 1).empty());
+    CHECK(cuda_graph_fallback_reason(cfg, kGpu, 0).empty());
   }
   SECTION("per-micro-batch scale updates with several micro-batches") {
     cfg.fp8.amax_update = fp8::AmaxUpdate::kMicrobatch;
-    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 1), "fp8.amax_update is microbatch with train.grad_accum_steps 4"));
+    CHECK(mentions(cuda_graph_fallback_reason(cfg, kGpu, 0), "fp8.amax_update is microbatch with train.grad_accum_steps 4"));
     cfg.train.grad_accum_steps = 1;  // then its one update per step runs after the replay
-    CHECK(cuda_graph_fallback_reason(cfg, kGpu, 1).empty());
+    CHECK(cuda_graph_fallback_reason(cfg, kGpu, 0).empty());
     cfg.train.grad_accum_steps = 4;
     cfg.precision = Precision::kBf16;
-    CHECK(cuda_graph_fallback_reason(cfg, kGpu, 1).empty());
+    CHECK(cuda_graph_fallback_reason(cfg, kGpu, 0).empty());
   }
 }
 
