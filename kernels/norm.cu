@@ -140,11 +140,12 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
                                      void* __restrict__ dh) {
   // The gradient of the row's input: the norm's, plus with the fused add the residual's other
   // term, added in FP32 after the norm's value is rounded (as autograd sums the two unfused).
-  auto store_dx = [&](int64_t i, float dnorm) {
+  // dr_value: dr[i], read early by the caller where it can (its load then overlaps the reductions).
+  auto store_dx = [&](int64_t i, float dnorm, float dr_value) {
     if constexpr (kHDtype == kNoBranch) {
       store_elem<kDtype>(dx, i, dnorm);
     } else {
-      const float total = dr != nullptr ? __fadd_rn(dnorm, dr[i]) : dnorm;
+      const float total = dr != nullptr ? __fadd_rn(dnorm, dr_value) : dnorm;
       store_elem<kDtype>(dx, i, total);
       if (dh != nullptr) store_elem<kHDtype>(dh, i, total);
     }
@@ -155,7 +156,7 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
   float* my_dbeta = dbeta_part + static_cast<int64_t>(blockIdx.x) * cols;
 
   constexpr int kN = kPer > 0 ? kPer : 1;
-  float dg_acc[kN], db_acc[kN], xh[kN], g[kN], dyv[kN];
+  float dg_acc[kN], db_acc[kN], xh[kN], g[kN], dyv[kN], drv[kN];
 #pragma unroll
   for (int k = 0; k < kN; ++k) dg_acc[k] = db_acc[k] = 0.0f;
   if constexpr (kPer == 0) {
@@ -176,8 +177,9 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
           dyv[k] = load_elem<kDyDtype>(dy, base + c);
           xh[k] = (load_elem<kDtype>(x, base + c) - mu) * r;
           g[k] = dyv[k] * gamma[c];
+          drv[k] = kHDtype != kNoBranch && dr != nullptr ? dr[base + c] : 0.0f;
         } else {
-          dyv[k] = xh[k] = g[k] = 0.0f;
+          dyv[k] = xh[k] = g[k] = drv[k] = 0.0f;
         }
         a += g[k];
         b += g[k] * xh[k];
@@ -197,7 +199,7 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
       for (int k = 0; k < kPer; ++k) {
         const int64_t c = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
         if (c < cols) {
-          store_dx(base + c, r * (g[k] - mean_a - xh[k] * mean_b));
+          store_dx(base + c, r * (g[k] - mean_a - xh[k] * mean_b), drv[k]);
           dg_acc[k] += dyv[k] * xh[k];
           db_acc[k] += dyv[k];
         }
@@ -206,7 +208,8 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
         const float d = load_elem<kDyDtype>(dy, base + c);
         const float xk = (load_elem<kDtype>(x, base + c) - mu) * r;
-        store_dx(base + c, r * (d * gamma[c] - mean_a - xk * mean_b));
+        store_dx(base + c, r * (d * gamma[c] - mean_a - xk * mean_b),
+                 kHDtype != kNoBranch && dr != nullptr ? dr[base + c] : 0.0f);
         my_dgamma[c] += d * xk;  // this thread owns column c in every row: no race
         my_dbeta[c] += d;
       }
