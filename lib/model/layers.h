@@ -40,8 +40,8 @@ struct AddNormOutput {
 };
 
 // A norm that can also take the residual add before it: forward_add(x, h) is x + h and
-// forward(x + h), computed together where an implementation can fuse them (the model routes every
-// residual add that a norm reads through it; lib/model/gpt.cpp).
+// forward(x + h), computed together where an implementation can fuse them (lib/model/gpt.cpp says
+// which residual adds the model routes through it).
 class ResidualNorm : public UnaryModule {
  public:
   virtual AddNormOutput forward_add(const at::Tensor& x, const at::Tensor& h) = 0;
