@@ -35,6 +35,7 @@ TEST_CASE("gpt on CUDA: fused residual adds give the unfused logits bit for bit 
   c.fp8.skip_layers = {};  // lm_head in FP8 too, so ln_f is an FP8 norm like the others
   const at::Device cuda(at::kCUDA);
   train::Session session(c, cuda);
+  session.prepare_training(nullptr);
   model::Gpt& gpt = session.model();
   REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Norm>(gpt.ln_f) != nullptr);
   REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Norm>(gpt.blocks[1]->ln_1) != nullptr);
