@@ -302,17 +302,23 @@ void launch_cast_transpose_dbias(int act, int x_dtype, int fp8_format, cudaStrea
   });
 }
 
-// Blocks of `kernel` that fit on the current device at once: the tiled kernel's grid (one wave;
-// each block loops over tiles). The per-SM count is the same for every launch of an instantiation.
-template <typename Kernel>
-int64_t resident_blocks(Kernel kernel) {
-  static const int per_sm = [&] {
+// Blocks of the tiled kernel <kDtype, kFormat, kAct> that fit on the current device at once: its
+// grid (one wave; each block loops over tiles). The per-SM count depends only on the
+// instantiation (registers, shared memory), so it is asked once per instantiation.
+template <int kDtype, int kFormat, int kAct>
+int64_t resident_blocks() {
+  static const int per_sm = [] {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, ttile::kThreads, 0) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, cast_transpose_tiled_kernel<kDtype, kFormat, kAct>,
+                                                      ttile::kThreads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();  // not the launch's error: fall back to one block per SM
+      n = 1;
+    }
     return n < 1 ? 1 : n;
   }();
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
     sms = 1;
   }
   return static_cast<int64_t>(per_sm) * (sms < 1 ? 1 : sms);
@@ -328,10 +334,10 @@ void launch_cast_transpose_tiled(int act, int x_dtype, int fp8_format, cudaStrea
   const int64_t col_tiles = n_tiles == 0 ? 1 : ttile::n_col_tiles(a.cols);
   dispatch_act(act, [&](auto act_tag) {
     dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
-      const auto kernel = cast_transpose_tiled_kernel<decltype(dtype)::value, decltype(format)::value,
-                                                      decltype(act_tag)::value>;
-      const int64_t blocks = std::min(std::max<int64_t>(n_tiles, 1), resident_blocks(kernel));
-      kernel<<<static_cast<unsigned>(blocks), ttile::kThreads, 0, stream>>>(
+      constexpr int kDtype = decltype(dtype)::value, kFormat = decltype(format)::value;
+      constexpr int kAct = decltype(act_tag)::value;
+      const int64_t blocks = std::min(std::max<int64_t>(n_tiles, 1), resident_blocks<kDtype, kFormat, kAct>());
+      cast_transpose_tiled_kernel<kDtype, kFormat, kAct><<<static_cast<unsigned>(blocks), ttile::kThreads, 0, stream>>>(
           a.x, a.h, a.rows, a.cols, row_tiles, col_tiles, a.scale, a.out_row, a.out_col, a.amax, a.scale_inv_out, vec);
     });
   });
