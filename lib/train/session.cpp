@@ -181,7 +181,9 @@ at::Tensor Session::graph_step(const std::function<data::Batch()>& next_batch, d
   StepOutputs out;
   try {
     out = graph_->run(batches, lr, [this](const MicroBatch& micro_batch, const at::Tensor& lr_device) {
-      return update_step(forward_backward(micro_batch, {}), StepLr{0.0, lr_device}, {}, /*scale_update=*/false);
+      const at::Tensor step_loss = forward_backward(micro_batch, {});
+      maybe_inject_capture_failure();  // tests: a capture that fails half-way
+      return update_step(step_loss, StepLr{0.0, lr_device}, {}, /*scale_update=*/false);
     });
   } catch (const Error& e) {  // a failed capture or a batch of another shape: this step and the rest run eagerly
     drop_graph(e.what());

@@ -3,7 +3,8 @@
 #include <ATen/ATen.h>    // at::empty, at::zeros
 #include <fmt/format.h>  // fmt::format
 
-#include <string>  // std::string, std::to_string
+#include <cstdlib>  // std::getenv
+#include <string>   // std::string
 
 #include "lib/util/error.h"   // FP8T_CHECK, FP8T_THROW
 #include "lib/util/memory.h"  // release_cached_memory
@@ -32,6 +33,13 @@ std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::D
            ": the scale updates between the micro-batches keep their counters on the host";
   }
   return "";
+}
+
+void maybe_inject_capture_failure() {
+  const char* v = std::getenv("FP8TRAIN_TEST_CAPTURE");
+  if (v != nullptr && std::string(v) == "fail") {
+    FP8T_THROW(ExitCode::kFailure, "injected capture failure (FP8TRAIN_TEST_CAPTURE=fail)");
+  }
 }
 
 StepGraph::StepGraph(const c10::Device& device, int64_t micro_batches)

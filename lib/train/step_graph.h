@@ -43,6 +43,11 @@ namespace fp8t::train {
 // is part of (any job, even of one rank, has gradient hooks), 0 for a single process.
 std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int job_ranks);
 
+// Tests: with FP8TRAIN_TEST_CAPTURE=fail in the environment, throws fp8t::Error ("injected");
+// the Session calls it half-way through the captured body (after the backward), where a real
+// failure leaves the most host state behind. Otherwise does nothing.
+void maybe_inject_capture_failure();
+
 // One captured CUDA graph and its private memory pool (CUDA builds; elsewhere capture throws).
 class CapturedGraph {
  public:

@@ -7,6 +7,7 @@
 #include <ATen/Context.h>  // at::globalContext (attention backends)
 #include <torch/torch.h>   // torch::cuda::is_available
 
+#include <cstdlib>     // setenv, unsetenv
 #include <filesystem>  // std::filesystem::path
 #include <functional>  // std::function
 #include <map>         // std::map
@@ -217,6 +218,27 @@ TEST_CASE("cuda graphs: a batch of another shape drops the graph and the steps c
   INFO(graph.off_reason);
   REQUIRE(graph.off_reason.find("a batch of shape [2, 64] where the graph was captured for [4, 64]") !=
           std::string::npos);
+  INFO("graph and eager differ in: " << differing(graph.state, eager.state));
+  require_same(graph, eager);
+}
+
+TEST_CASE("cuda graphs: a capture that fails half-way leaves no trace; the steps continue eagerly, exactly",
+          "[train][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device");
+    return;
+  }
+  const MathAttentionOnly math;
+  // The failure comes after the captured backward: the FP8 weight cache then holds copies the
+  // capture never computed, and the gradients live in the graph's pool (Session::drop_graph).
+  const ExperimentConfig cfg = small(Precision::kFp8);
+  const Trace eager = train_run(cfg, false);
+  ::setenv("FP8TRAIN_TEST_CAPTURE", "fail", 1);
+  const Trace graph = train_run(cfg, true);
+  ::unsetenv("FP8TRAIN_TEST_CAPTURE");
+  REQUIRE_FALSE(graph.replayed);
+  INFO(graph.off_reason);
+  REQUIRE(graph.off_reason.find("injected capture failure") != std::string::npos);
   INFO("graph and eager differ in: " << differing(graph.state, eager.state));
   require_same(graph, eager);
 }
