@@ -2,8 +2,9 @@
 // columnwise codes [cols, rows] (what dgrad/wgrad need on Hopper, docs/fp8-formats.md),
 // with the fused amax and, for gradients, dbias = column sums in FP32 (TE's bgrad_quantize).
 // Two kernels: without dbias the 128x64 tiled kernel built for memory bandwidth
-// (kernels/transpose_tile.cuh); with dbias the 64x64 kernel of kernels/cast_tile.cuh, whose
-// summation order the fused SwiGLU backward (kernels/swiglu_cast.cu) shares bit for bit.
+// (kernels/transpose_tile.cuh; also the byte transpose of fp8t_transpose_codes); with dbias the
+// 64x64 kernel of kernels/cast_tile.cuh, whose summation order the fused SwiGLU backward
+// (kernels/swiglu_cast.cu) shares bit for bit.
 #include <algorithm>  // std::min, std::max
 
 #include "activation.cuh"     // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
@@ -108,47 +109,8 @@ struct TileInputs {
   ttile::RawRows<kDtype> h;
 };
 
-// Where a tile lies; tiles are numbered row-major over [row tiles, column tiles].
-struct TilePos {
-  int64_t r0, c0;
-  bool full;  // whole 128x64 tile in bounds
-};
-
-// A block's walk over the tiles blockIdx.x, blockIdx.x + gridDim.x, ...: the tile coordinates are
-// advanced by adding (no 64-bit division per tile).
-struct TileWalk {
-  int64_t tr, tc;              // current tile (row tile, column tile)
-  int64_t step_r, step_c;      // gridDim.x as (row tiles, column tiles)
-  int64_t col_tiles, row_tiles;
-
-  __device__ __forceinline__ TileWalk(int64_t rows_tiles, int64_t cols_tiles)
-      : tr(blockIdx.x / cols_tiles), tc(blockIdx.x % cols_tiles), step_r(gridDim.x / cols_tiles),
-        step_c(gridDim.x % cols_tiles), col_tiles(cols_tiles), row_tiles(rows_tiles) {}
-
-  __device__ __forceinline__ bool valid() const { return tr < row_tiles; }
-
-  __device__ __forceinline__ TileWalk next() const {
-    TileWalk w = *this;
-    w.tc += step_c;
-    w.tr += step_r;
-    if (w.tc >= col_tiles) {
-      w.tc -= col_tiles;
-      ++w.tr;
-    }
-    return w;
-  }
-
-  __device__ __forceinline__ TilePos pos(int64_t rows, int64_t cols) const {
-    TilePos p;
-    p.r0 = tr * ttile::kRows;
-    p.c0 = tc * ttile::kCols;
-    p.full = p.r0 + ttile::kRows <= rows && p.c0 + ttile::kCols <= cols;
-    return p;
-  }
-};
-
 template <int kDtype, int kAct>
-__device__ __forceinline__ void load_tile(const void* x, const void* h, int64_t rows, int64_t cols, const TilePos& p,
+__device__ __forceinline__ void load_tile(const void* x, const void* h, int64_t rows, int64_t cols, const ttile::TilePos& p,
                                           bool vec, TileInputs<kDtype>& in) {
   const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
   const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
@@ -177,7 +139,7 @@ __device__ __forceinline__ void row_values(const TileInputs<kDtype>& in, int rr,
 // Encodes the thread's 4 rows of the current tile, stores them rowwise and returns their amax.
 template <int kDtype, int kFormat, int kAct>
 __device__ __forceinline__ float encode_tile(const TileInputs<kDtype>& in, float scale, uint8_t* out_row,
-                                             int64_t rows, int64_t cols, const TilePos& p, bool fast,
+                                             int64_t rows, int64_t cols, const ttile::TilePos& p, bool fast,
                                              uint32_t (&codes)[ttile::kRowsPerThread][2]) {
   const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
   const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
@@ -190,16 +152,6 @@ __device__ __forceinline__ float encode_tile(const TileInputs<kDtype>& in, float
     if (out_row != nullptr) ttile::store_row(codes[rr], out_row, rows, cols, row0 + rr, col, fast);
   }
   return m;
-}
-
-// The thread's column words of the tile into the shared buffer `words`.
-__device__ __forceinline__ void stage_columns(const uint32_t (&codes)[ttile::kRowsPerThread][2], uint32_t* words) {
-  const int tc = threadIdx.x % ttile::kColChunks, tg = threadIdx.x / ttile::kColChunks;
-  uint32_t colw[ttile::kChunk];
-  ttile::transpose4x4(codes[0][0], codes[1][0], codes[2][0], codes[3][0], colw);
-  ttile::transpose4x4(codes[0][1], codes[1][1], codes[2][1], codes[3][1], colw + 4);
-#pragma unroll
-  for (int j = 0; j < ttile::kChunk; ++j) words[ttile::word_index(ttile::kChunk * tc + j, tg)] = colw[j];
 }
 
 // Blocks per SM the register budget is cut for (__launch_bounds__): the most without spills
@@ -225,11 +177,11 @@ __global__ void __launch_bounds__(ttile::kThreads, tiled_min_blocks(kDtype, kAct
   float m = 0.0f;
   int buf = 0;
   TileInputs<kDtype> cur, next;
-  TileWalk w(row_tiles, col_tiles);
+  ttile::TileWalk w(row_tiles, col_tiles);
   if (w.valid()) load_tile<kDtype, kAct>(x, h, rows, cols, w.pos(rows, cols), vec, cur);
   for (; w.valid(); w = w.next()) {
-    const TilePos p = w.pos(rows, cols);
-    const TileWalk wn = w.next();
+    const ttile::TilePos p = w.pos(rows, cols);
+    const ttile::TileWalk wn = w.next();
     if constexpr (kPrefetch) {
       if (wn.valid()) load_tile<kDtype, kAct>(x, h, rows, cols, wn.pos(rows, cols), vec, next);
     }
@@ -237,7 +189,7 @@ __global__ void __launch_bounds__(ttile::kThreads, tiled_min_blocks(kDtype, kAct
     uint32_t codes[ttile::kRowsPerThread][2];
     m = fmaxf(m, encode_tile<kDtype, kFormat, kAct>(cur, scale, out_row, rows, cols, p, fast, codes));
     if (out_col != nullptr) {
-      stage_columns(codes, words[buf]);
+      ttile::stage_columns(codes, words[buf]);
       __syncthreads();  // the other buffer's readers finished before the previous tile's barrier
       ttile::store_transposed(words[buf], out_col, rows, cols, p.r0, p.c0, fast);
       buf ^= 1;
@@ -251,30 +203,48 @@ __global__ void __launch_bounds__(ttile::kThreads, tiled_min_blocks(kDtype, kAct
   block_amax_commit(__float_as_int(m), amax);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    transpose_codes_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols,
-                           uint8_t* __restrict__ out, bool vec) {
-  __shared__ uint8_t tile[kTile][kTileStride];
-  const Geom g = geom(rows, cols);
-  const int tc = threadIdx.x % kChunksPerRow;
-  const int tr = threadIdx.x / kChunksPerRow;
-  const int64_t col = g.c0 + kChunk * tc;
+// One thread's codes of one tile of an FP8 code matrix: 4 rows x 8 bytes (8-byte loads on the
+// vector path, else bounds-checked bytes with 0 outside).
+__device__ __forceinline__ void load_code_rows(const uint8_t* in, int64_t rows, int64_t cols, const ttile::TilePos& p,
+                                               bool vec, uint32_t (&c)[ttile::kRowsPerThread][2]) {
+  const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
+  const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
 #pragma unroll
-  for (int pass = 0; pass < kTile / kRowsPerPass; ++pass) {
-    const int r = tr + pass * kRowsPerPass;
-    const int64_t row = g.r0 + r;
-    uint8_t q[kChunk];
-    if (g.full && vec) {
-      CodeChunk::ldg(in + row * cols + col).to_bytes(q);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) q[j] = (row < rows && col + j < cols) ? in[row * cols + col + j] : 0;
+  for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
+    const int64_t row = row0 + rr;
+    if (vec && p.full) {
+      const uint2 q = __ldg(reinterpret_cast<const uint2*>(in + row * cols + col));
+      c[rr][0] = q.x, c[rr][1] = q.y;
+      continue;
     }
+    c[rr][0] = c[rr][1] = 0u;
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) tile[r][kChunk * tc + j] = q[j];
+    for (int j = 0; j < ttile::kChunk; ++j) {
+      if (row < rows && col + j < cols) c[rr][j / 4] |= static_cast<uint32_t>(in[row * cols + col + j]) << (8 * (j % 4));
+    }
   }
-  __syncthreads();
-  store_transposed(tile, out, rows, cols, g, vec);
+}
+
+// fp8t_transpose_codes: the tiled kernel's walk and transposed stores for codes that exist already.
+__global__ void __launch_bounds__(ttile::kThreads, 4)
+    transpose_codes_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols, int64_t row_tiles,
+                           int64_t col_tiles, uint8_t* __restrict__ out, bool vec) {
+  __shared__ __align__(16) uint32_t words[2][ttile::kCols * ttile::kWordsPerCol];
+  int buf = 0;
+  uint32_t cur[ttile::kRowsPerThread][2], next[ttile::kRowsPerThread][2];
+  ttile::TileWalk w(row_tiles, col_tiles);
+  if (w.valid()) load_code_rows(in, rows, cols, w.pos(rows, cols), vec, cur);
+  for (; w.valid(); w = w.next()) {
+    const ttile::TilePos p = w.pos(rows, cols);
+    const ttile::TileWalk wn = w.next();
+    if (wn.valid()) load_code_rows(in, rows, cols, wn.pos(rows, cols), vec, next);
+    ttile::stage_columns(cur, words[buf]);
+    __syncthreads();  // as in cast_transpose_tiled_kernel
+    ttile::store_transposed(words[buf], out, rows, cols, p.r0, p.c0, vec && p.full);
+    buf ^= 1;
+#pragma unroll
+    for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) cur[rr][0] = next[rr][0], cur[rr][1] = next[rr][1];
+  }
 }
 
 // Everything a cast+transpose launch needs besides its template choices.
@@ -302,15 +272,14 @@ void launch_cast_transpose_dbias(int act, int x_dtype, int fp8_format, cudaStrea
   });
 }
 
-// Blocks of the tiled kernel <kDtype, kFormat, kAct> that fit on the current device at once: its
-// grid (one wave; each block loops over tiles). The per-SM count depends only on the
-// instantiation (registers, shared memory), so it is asked once per instantiation.
-template <int kDtype, int kFormat, int kAct>
+// Blocks of the tiled kernel `kKernel` that fit on the current device at once: its grid (one
+// wave; each block loops over tiles). The per-SM count depends only on the kernel (registers,
+// shared memory), so it is asked once per kernel.
+template <auto kKernel>
 int64_t resident_blocks() {
   static const int per_sm = [] {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, cast_transpose_tiled_kernel<kDtype, kFormat, kAct>,
-                                                      ttile::kThreads, 0) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, ttile::kThreads, 0) != cudaSuccess) {
       (void)cudaGetLastError();  // not the launch's error: fall back to one block per SM
       n = 1;
     }
@@ -324,21 +293,33 @@ int64_t resident_blocks() {
   return static_cast<int64_t>(per_sm) * (sms < 1 ? 1 : sms);
 }
 
+// The tiled grid over [rows, cols]: row and column tiles (0 and 1 for an empty tensor, which walks
+// no tile and divides by no zero) and the number of blocks.
+struct TiledGrid {
+  int64_t row_tiles, col_tiles, blocks;
+};
+
+TiledGrid tiled_grid(int64_t rows, int64_t cols, int64_t resident) {
+  const int64_t n_tiles = ttile::n_row_tiles(rows) * ttile::n_col_tiles(cols);
+  TiledGrid g;
+  g.row_tiles = n_tiles == 0 ? 0 : ttile::n_row_tiles(rows);
+  g.col_tiles = n_tiles == 0 ? 1 : ttile::n_col_tiles(cols);
+  g.blocks = std::min(std::max<int64_t>(n_tiles, 1), resident);
+  return g;
+}
+
 // The tiled kernel (no dbias). Its vector path also needs 16-byte transposed stores: rows a
 // multiple of 16 and the columnwise output 16-byte aligned.
 void launch_cast_transpose_tiled(int act, int x_dtype, int fp8_format, cudaStream_t stream, const CastArgs& a) {
   const bool vec = a.vec && a.rows % 16 == 0 && (a.out_col == nullptr || aligned(a.out_col, 16));
-  const int64_t n_tiles = ttile::n_row_tiles(a.rows) * ttile::n_col_tiles(a.cols);
-  // An empty tensor walks no tile (and divides by no zero column tiles).
-  const int64_t row_tiles = n_tiles == 0 ? 0 : ttile::n_row_tiles(a.rows);
-  const int64_t col_tiles = n_tiles == 0 ? 1 : ttile::n_col_tiles(a.cols);
   dispatch_act(act, [&](auto act_tag) {
     dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
-      constexpr int kDtype = decltype(dtype)::value, kFormat = decltype(format)::value;
-      constexpr int kAct = decltype(act_tag)::value;
-      const int64_t blocks = std::min(std::max<int64_t>(n_tiles, 1), resident_blocks<kDtype, kFormat, kAct>());
-      cast_transpose_tiled_kernel<kDtype, kFormat, kAct><<<static_cast<unsigned>(blocks), ttile::kThreads, 0, stream>>>(
-          a.x, a.h, a.rows, a.cols, row_tiles, col_tiles, a.scale, a.out_row, a.out_col, a.amax, a.scale_inv_out, vec);
+      constexpr auto kKernel = cast_transpose_tiled_kernel<decltype(dtype)::value, decltype(format)::value,
+                                                           decltype(act_tag)::value>;
+      const TiledGrid g = tiled_grid(a.rows, a.cols, resident_blocks<kKernel>());
+      kKernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, 0, stream>>>(
+          a.x, a.h, a.rows, a.cols, g.row_tiles, g.col_tiles, a.scale, a.out_row, a.out_col, a.amax,
+          a.scale_inv_out, vec);
     });
   });
 }
@@ -442,7 +423,10 @@ extern "C" cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int
   if (rows * cols == 0) return cudaSuccess;
   FP8T_KERNEL_REQUIRE(n_tiles(rows) <= kMaxRowTiles, "rows need more than 65535 tiles of 64 (the grid's y limit)");
   FP8T_KERNEL_REQUIRE(n_tiles(cols) <= kMaxColTiles, "cols need more than 2^31-1 tiles of 64");
-  const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(in, 8) && aligned(out, 8);
-  transpose_codes_kernel<<<grid(rows, cols), kThreads, 0, stream>>>(in, rows, cols, out, vec);
+  // 8-byte loads of each row's 8-code chunks, 16-byte stores of each transposed row's 16-code segments.
+  const bool vec = cols % 8 == 0 && rows % 16 == 0 && aligned(in, 8) && aligned(out, 16);
+  const TiledGrid g = tiled_grid(rows, cols, resident_blocks<transpose_codes_kernel>());
+  transpose_codes_kernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, 0, stream>>>(
+      in, rows, cols, g.row_tiles, g.col_tiles, out, vec);
   return cudaGetLastError();
 }

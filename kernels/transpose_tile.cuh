@@ -1,5 +1,6 @@
 // The 128x64 tile scheme of the cast+transpose kernels without dbias (kernels/cast_transpose.cu,
-// cast_transpose_tiled_kernel): built to run at memory bandwidth, GELU and its backward included.
+// cast_transpose_tiled_kernel, and the code transpose of fp8t_transpose_codes): built to run at
+// memory bandwidth, GELU and its backward included.
 //
 // A block of 256 threads loops over 128x64 tiles (grid-stride, about one wave of blocks), with the
 // next tile's loads issued before the current tile is processed. Thread (tg, tc) owns 4
@@ -251,6 +252,55 @@ __device__ __forceinline__ void store_transposed(const uint32_t* words, uint8_t*
       }
     }
   }
+}
+
+// Where a tile lies; tiles are numbered row-major over [row tiles, column tiles].
+struct TilePos {
+  int64_t r0, c0;
+  bool full;  // whole 128x64 tile in bounds
+};
+
+// A block's walk over the tiles blockIdx.x, blockIdx.x + gridDim.x, ...: the tile coordinates are
+// advanced by adding (no 64-bit division per tile).
+struct TileWalk {
+  int64_t tr, tc;              // current tile (row tile, column tile)
+  int64_t step_r, step_c;      // gridDim.x as (row tiles, column tiles)
+  int64_t col_tiles, row_tiles;
+
+  __device__ __forceinline__ TileWalk(int64_t rows_tiles, int64_t cols_tiles)
+      : tr(blockIdx.x / cols_tiles), tc(blockIdx.x % cols_tiles), step_r(gridDim.x / cols_tiles),
+        step_c(gridDim.x % cols_tiles), col_tiles(cols_tiles), row_tiles(rows_tiles) {}
+
+  __device__ __forceinline__ bool valid() const { return tr < row_tiles; }
+
+  __device__ __forceinline__ TileWalk next() const {
+    TileWalk w = *this;
+    w.tc += step_c;
+    w.tr += step_r;
+    if (w.tc >= col_tiles) {
+      w.tc -= col_tiles;
+      ++w.tr;
+    }
+    return w;
+  }
+
+  __device__ __forceinline__ TilePos pos(int64_t rows, int64_t cols) const {
+    TilePos p;
+    p.r0 = tr * kRows;
+    p.c0 = tc * kCols;
+    p.full = p.r0 + kRows <= rows && p.c0 + kCols <= cols;
+    return p;
+  }
+};
+
+// The thread's column words of the tile into the shared buffer `words`.
+__device__ __forceinline__ void stage_columns(const uint32_t (&codes)[kRowsPerThread][2], uint32_t* words) {
+  const int tc = threadIdx.x % kColChunks, tg = threadIdx.x / kColChunks;
+  uint32_t colw[kChunk];
+  transpose4x4(codes[0][0], codes[1][0], codes[2][0], codes[3][0], colw);
+  transpose4x4(codes[0][1], codes[1][1], codes[2][1], codes[3][1], colw + 4);
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) words[word_index(kChunk * tc + j, tg)] = colw[j];
 }
 
 }  // namespace ttile
