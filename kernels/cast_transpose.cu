@@ -110,7 +110,8 @@ struct TileInputs {
 };
 
 template <int kDtype, int kAct>
-__device__ __forceinline__ void load_tile(const void* x, const void* h, int64_t rows, int64_t cols, const ttile::TilePos& p,
+__device__ __forceinline__ void load_tile(const void* x, const void* h, int64_t rows, int64_t cols,
+                                          const ttile::TilePos& p,
                                           bool vec, TileInputs<kDtype>& in) {
   const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
   const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
@@ -220,7 +221,9 @@ __device__ __forceinline__ void load_code_rows(const uint8_t* in, int64_t rows, 
     c[rr][0] = c[rr][1] = 0u;
 #pragma unroll
     for (int j = 0; j < ttile::kChunk; ++j) {
-      if (row < rows && col + j < cols) c[rr][j / 4] |= static_cast<uint32_t>(in[row * cols + col + j]) << (8 * (j % 4));
+      if (row < rows && col + j < cols) {
+        c[rr][j / 4] |= static_cast<uint32_t>(in[row * cols + col + j]) << (8 * (j % 4));
+      }
     }
   }
 }
@@ -286,7 +289,8 @@ int64_t resident_blocks() {
     return n < 1 ? 1 : n;
   }();
   int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
     (void)cudaGetLastError();
     sms = 1;
   }

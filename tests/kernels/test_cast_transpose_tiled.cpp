@@ -15,7 +15,7 @@
 #include <limits>     // std::numeric_limits
 #include <vector>     // std::vector
 
-#include "fp8t_kernels.h"                  // fp8t_cast_transpose_act, fp8t_cast_transpose_dbias_workspace_bytes
+#include "fp8t_kernels.h"                  // fp8t_cast_transpose_act, fp8t_transpose_codes, ...
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, host_encode, host_amax, first_mismatch, same_bits
 
 namespace {
@@ -225,12 +225,17 @@ TEST_CASE("cast_transpose timing: GPT-1.3B casts in TB/s (runs with FP8T_TEST_RE
     double bytes;
     bool tiled;
   } cases[] = {
-      {"gelu cast+transpose bf16 [16384, 8192] E4M3", cast(FP8T_ACT_GELU, h, none, FP8T_FORMAT_E4M3, false), 4 * n8, true},
+      {"gelu cast+transpose bf16 [16384, 8192] E4M3", cast(FP8T_ACT_GELU, h, none, FP8T_FORMAT_E4M3, false), 4 * n8,
+       true},
       {"dgelu cast+transpose bf16 [16384, 8192] E5M2", cast(FP8T_ACT_DGELU, dy, h, FP8T_FORMAT_E5M2, false), 6 * n8,
        true},
-      {"grad cast+transpose bf16 [16384, 2048] E5M2", cast(FP8T_ACT_NONE, g, none, FP8T_FORMAT_E5M2, false), 4 * n2, true},
+      {"grad cast+transpose bf16 [16384, 2048] E5M2", cast(FP8T_ACT_NONE, g, none, FP8T_FORMAT_E5M2, false), 4 * n2,
+       true},
       {"grad cast+transpose bf16 [16384, 8192] E5M2", cast(FP8T_ACT_NONE, dy, none, FP8T_FORMAT_E5M2, false), 4 * n8,
        true},
+      {"transpose_codes [16384, 2048]", [&] {
+         return fp8t_transpose_codes(row.data_ptr<uint8_t>(), rows, 2048, col.data_ptr<uint8_t>(), s);
+       }, 2 * n2, true},
       {"(64x64 kernel) dgelu+dbias bf16 [16384, 8192]", cast(FP8T_ACT_DGELU, dy, h, FP8T_FORMAT_E5M2, true), 6 * n8,
        false},
       {"(reference) device-to-device copy of 256 MiB", [&] {
