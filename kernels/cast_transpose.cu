@@ -275,9 +275,8 @@ void launch_cast_transpose_dbias(int act, int x_dtype, int fp8_format, cudaStrea
   });
 }
 
-// Blocks of the tiled kernel `kKernel` that fit on the current device at once: its grid (one
-// wave; each block loops over tiles). The per-SM count depends only on the kernel (registers,
-// shared memory), so it is asked once per kernel.
+// Blocks of the tiled kernel `kKernel` that fit on the current device at once. The per-SM count
+// depends only on the kernel (registers, shared memory), so it is asked once per kernel.
 template <auto kKernel>
 int64_t resident_blocks() {
   static const int per_sm = [] {
@@ -297,6 +296,13 @@ int64_t resident_blocks() {
   return static_cast<int64_t>(per_sm) * (sms < 1 ? 1 : sms);
 }
 
+// Waves of resident blocks per launch. Each block walks a fixed share of the tiles, so a launch
+// lasts as long as its last wave: with one wave, a few SMs held by another stream's kernels (the
+// NCCL kernels that overlap the backward under DDP) would push a whole block's share into a
+// second wave (up to 2x the time); with four, such a straggler wave is a quarter as long. The
+// cost is three more block start-ups per SM slot (a first tile loaded without overlap).
+constexpr int64_t kWaves = 4;
+
 // The tiled grid over [rows, cols]: row and column tiles (0 and 1 for an empty tensor, which walks
 // no tile and divides by no zero) and the number of blocks.
 struct TiledGrid {
@@ -308,7 +314,7 @@ TiledGrid tiled_grid(int64_t rows, int64_t cols, int64_t resident) {
   TiledGrid g;
   g.row_tiles = n_tiles == 0 ? 0 : ttile::n_row_tiles(rows);
   g.col_tiles = n_tiles == 0 ? 1 : ttile::n_col_tiles(cols);
-  g.blocks = std::min(std::max<int64_t>(n_tiles, 1), resident);
+  g.blocks = std::min(std::max<int64_t>(n_tiles, 1), kWaves * resident);
   return g;
 }
 

@@ -2,7 +2,7 @@
 // cast_transpose_tiled_kernel, and the code transpose of fp8t_transpose_codes): built to run at
 // memory bandwidth, GELU and its backward included.
 //
-// A block of 256 threads loops over 128x64 tiles (grid-stride, about one wave of blocks), with the
+// A block of 256 threads loops over 128x64 tiles (grid-stride over four waves of blocks), with the
 // next tile's loads issued before the current tile is processed. Thread (tg, tc) owns 4
 // consecutive rows (4*tg .. 4*tg+3) x 8 columns (8*tc ..): one 16-byte load per row (bf16; two for
 // fp32), one 8-byte rowwise store per row, and, after a byte transpose in registers (PRMT), one
