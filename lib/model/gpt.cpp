@@ -127,8 +127,10 @@ Residual Block::forward_fused(const Residual& in) {
 
 // Each sub-layer's part includes its residual add: the residual's gradient is then summed from
 // its uses (the add and the norm's, which are two with RMSNorm) in the same order as without
-// recompute, so the sum is the same bit for bit. Inside the whole block (recompute block, or a
-// plain forward of one tensor) the attention's add is fused into ln_2, as without recompute.
+// recompute, so the sum is the same bit for bit. The MLP's part also starts with the attention's
+// add (fused into ln_2, as without recompute), whose inputs' gradients it returns first, as the
+// add's backward comes first without recompute. Inside the whole block (recompute block, or a
+// plain forward of one tensor) the attention's add is fused into ln_2 too.
 at::Tensor Block::forward_parts(const at::Tensor& x) {
   if (recompute_ == Recompute::kAttention) {
     // Keeps only x: not ln_1's output, q/k/v, RoPE's rotated q and k, nor what attention keeps
@@ -138,9 +140,17 @@ at::Tensor Block::forward_parts(const at::Tensor& x) {
     return mlp_residual(h);
   }
   if (recompute_ == Recompute::kMlp) {
-    // Keeps only h: not ln_2's output, c_fc's output (ff or 2ff wide) nor c_proj's input.
-    return recompute_in_backward(*this, [this](const std::vector<at::Tensor>& in) { return mlp_residual(in[0]); },
-                                 {attention_residual(x)});
+    // The attention's add is the part's first op, fused into ln_2: the part keeps x (which ln_1
+    // keeps anyway) and the attention's output a (2 bytes per element in bf16), not h = x + a
+    // (4), nor ln_2's output, c_fc's output (ff or 2ff wide) or c_proj's input.
+    const at::Tensor a = attn->forward(ln_1->forward(x));
+    return recompute_in_backward(
+        *this,
+        [this](const std::vector<at::Tensor>& in) {
+          const AddNormOutput o = add_then_norm(*ln_2, in[0], in[1]);
+          return o.sum + mlp->forward(o.y);
+        },
+        {x, a});
   }
   const AddNormOutput o = add_then_norm(*ln_2, x, attn->forward(ln_1->forward(x)));
   return o.sum + mlp->forward(o.y);

@@ -16,7 +16,8 @@
 // Residual adds go through the norm that reads their sum (ResidualNorm::forward_add, fused into
 // one kernel on the GPU) wherever no recompute part boundary lies between the add and the norm:
 // without recompute every add (the MLP's into the next block's ln_1 or into ln_f), with
-// recompute block the attention's add into ln_2; attention and mlp keep each part's own add.
+// recompute block or mlp the attention's add into ln_2 (mlp's part starts with it); attention
+// keeps its part's own add.
 #pragma once
 
 #include <torch/torch.h>  // torch::nn

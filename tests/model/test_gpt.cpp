@@ -104,8 +104,8 @@ TEST_CASE("gpt: flops per token follows 6N + 12 L T d", "[model]") {
 
 TEST_CASE("gpt: residual adds go through the norm after them where no recompute part lies between", "[model]") {
   // Without recompute every add is handed to the norm reading it (the MLP's to the next block's
-  // ln_1 or ln_f): 2 per block. With recompute block only the attention's (into ln_2), with
-  // attention or mlp none (each part keeps its own add). The logits are the same bits either way.
+  // ln_1 or ln_f): 2 per block. With recompute block or mlp only the attention's (into ln_2), with
+  // attention none (its part keeps its own add). The logits are the same bits either way.
   const Recompute mode = GENERATE(Recompute::kNone, Recompute::kAttention, Recompute::kMlp, Recompute::kBlock);
   const bool rms = GENERATE(false, true);
   INFO("recompute " << static_cast<int>(mode) << ", RMSNorm " << rms);
@@ -135,7 +135,7 @@ TEST_CASE("gpt: residual adds go through the norm after them where no recompute 
   REQUIRE(at::equal(got, want));
   int calls = 0;
   for (const auto& n : norms) calls += n->calls;
-  const int expected = mode == Recompute::kNone ? 2 * 3 : mode == Recompute::kBlock ? 3 : 0;
+  const int expected = mode == Recompute::kNone ? 2 * 3 : mode == Recompute::kAttention ? 0 : 3;
   REQUIRE(calls == expected);
   if (mode == Recompute::kNone) REQUIRE(norms.front()->calls == 0);  // block 0's ln_1 reads the embeddings
 }

@@ -2,7 +2,8 @@
 // kernels/norm.cu fp8t_add_norm_*) give the logits of the unfused model bit for bit in fp8, where
 // every norm is an FP8 norm and the fused kernel runs the unfused one's add and reductions. The
 // unfused model is the same model under recompute attention (each part keeps its own add), run as
-// evaluation (a plain forward, no recompute node); recompute block fuses the attention's adds only.
+// evaluation (a plain forward, no recompute node); recompute mlp and block fuse the attention's
+// adds only.
 #include <torch/torch.h>  // torch::cuda::is_available
 
 #include "lib/fp8/fp8_norm.h"       // fp8::Fp8Norm
@@ -47,9 +48,12 @@ TEST_CASE("gpt on CUDA: fused residual adds give the unfused logits bit for bit 
   const at::Tensor fused = gpt.forward(idx);
   gpt.set_recompute(Recompute::kAttention);
   const at::Tensor unfused = gpt.forward(idx);
+  gpt.set_recompute(Recompute::kMlp);
+  const at::Tensor mlp_parts = gpt.forward(idx);
   gpt.set_recompute(Recompute::kBlock);
-  const at::Tensor attention_fused = gpt.forward(idx);
+  const at::Tensor block_part = gpt.forward(idx);
   REQUIRE(fused.isfinite().all().item<bool>());
   CHECK(at::equal(fused, unfused));
-  CHECK(at::equal(attention_fused, unfused));
+  CHECK(at::equal(mlp_parts, unfused));
+  CHECK(at::equal(block_part, unfused));
 }

@@ -1,8 +1,8 @@
 // lib/model/recompute.* and train.recompute in lib/model/gpt.cpp: every mode computes the loss and
 // the gradients of `none` bit for bit (fp32 and bf16 autocast on the CPU: the recompute runs the
 // same ops on the same inputs, and each gradient sums the same terms in the same order, since every
-// part ends with its residual add), and keeps fewer activation bytes alive between the forward and
-// the backward (counted with a CPU allocation probe).
+// part ends with its residual add, and the MLP's starts with the attention's), and keeps fewer
+// activation bytes alive between the forward and the backward (counted with a CPU allocation probe).
 #include <c10/core/Allocator.h>            // c10::MemoryReportingInfoBase
 #include <c10/util/ThreadLocalDebugInfo.h>  // c10::DebugInfoGuard
 #include <torch/torch.h>                    // torch::manual_seed
@@ -150,12 +150,14 @@ TEST_CASE("recompute: every mode gives the loss and gradients of none, bit for b
 TEST_CASE("recompute: bf16 autocast, also with the backward outside autocast, matches none bit for bit", "[model]") {
   // Covers the two autocast hazards: the recompute on another autocast state than the forward's,
   // and a weight cast cached by the grad-free first pass (the weight would get no gradient).
+  // Every mode: the MLP's part takes the attention's output in bf16 (it starts with the add).
   const bool outside = GENERATE(false, true);
-  INFO("backward outside autocast: " << outside);
+  const Recompute mode = GENERATE(Recompute::kAttention, Recompute::kMlp, Recompute::kBlock);
+  INFO("backward outside autocast: " << outside << ", recompute " << static_cast<int>(mode));
   torch::manual_seed(4);
   model::Gpt gpt(llama_shape());
   const LossAndGrads reference = loss_and_grads(gpt, at::kBFloat16, outside);
-  gpt.set_recompute(Recompute::kBlock);
+  gpt.set_recompute(mode);
   require_identical(reference, loss_and_grads(gpt, at::kBFloat16, outside), gpt);
 }
 
