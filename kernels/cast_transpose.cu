@@ -138,19 +138,44 @@ __device__ __forceinline__ void row_values(const TileInputs<kDtype>& in, int rr,
 }
 
 // Encodes the thread's 4 rows of the current tile, stores them rowwise and returns their amax.
+// A NaN makes a row's max NaN (rare); then the row's codes and amax are repaired. For the bf16
+// activations (issue-bound: about 30 and 38 instructions per element) the test is made once per
+// tile, after all 4 rows, and the values are evaluated again for the repair: one basic block of
+// 32 independent elements for the scheduler. Elsewhere it is made per row (no re-evaluation and
+// fewer live registers: the per-tile form spills there at the register budget).
 template <int kDtype, int kFormat, int kAct>
 __device__ __forceinline__ float encode_tile(const TileInputs<kDtype>& in, float scale, uint8_t* out_row,
                                              int64_t rows, int64_t cols, const ttile::TilePos& p, bool fast,
                                              uint32_t (&codes)[ttile::kRowsPerThread][2]) {
-  const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
-  const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+  constexpr bool kTileNanTest = kAct != kActNone && kDtype != FP8T_DTYPE_F32;
   float m = 0.0f;
 #pragma unroll
   for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
     float v[ttile::kChunk];
     row_values<kDtype, kAct>(in, rr, v);
-    m = fmaxf(m, ttile::encode_row<kFormat>(v, scale, codes[rr]));
-    if (out_row != nullptr) ttile::store_row(codes[rr], out_row, rows, cols, row0 + rr, col, fast);
+    const float row_max = ttile::encode_row<kFormat>(v, scale, codes[rr]);
+    if constexpr (kTileNanTest) {
+      m = ttile::max_nan(m, row_max);
+    } else {
+      m = fmaxf(m, row_max == row_max ? row_max : ttile::fix_nan_codes(v, codes[rr]));
+    }
+  }
+  if (kTileNanTest && m != m) {
+    m = 0.0f;
+#pragma unroll
+    for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
+      float v[ttile::kChunk];
+      row_values<kDtype, kAct>(in, rr, v);
+      m = fmaxf(m, ttile::fix_nan_codes(v, codes[rr]));
+    }
+  }
+  if (out_row != nullptr) {
+    const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
+    const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+#pragma unroll
+    for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
+      ttile::store_row(codes[rr], out_row, rows, cols, row0 + rr, col, fast);
+    }
   }
   return m;
 }
@@ -163,7 +188,8 @@ constexpr int tiled_min_blocks(int dtype, int act) {
 
 // Grid-stride over the tiles; the next tile's loads are issued before the current tile is
 // encoded (except fp32 GELU backward, whose two inputs would double an already large register
-// set). amax: one atomic per block.
+// set). amax: one atomic per block. (Unrolling the loop twice to swap the input buffers instead
+// of copying them made nvcc 13 spill at these register budgets.)
 template <int kDtype, int kFormat, int kAct>
 __global__ void __launch_bounds__(ttile::kThreads, tiled_min_blocks(kDtype, kAct))
     cast_transpose_tiled_kernel(const void* __restrict__ x, const void* __restrict__ h, int64_t rows, int64_t cols,

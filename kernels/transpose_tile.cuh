@@ -171,13 +171,13 @@ __device__ __forceinline__ uint32_t fp8x4(float a, float b, float c, float d) {
 
 // The slow path of a row holding a NaN (rare): format.h's NaN code 0x7F for each NaN element, and
 // the row's amax without the NaNs (abs_bits counts a NaN as 0).
-__device__ __forceinline__ float fix_nan_codes(const float* v, uint32_t* codes) {
+__device__ __forceinline__ float fix_nan_codes(const float (&v)[kChunk], uint32_t (&codes)[2]) {
   float m = 0.0f;
+#pragma unroll
   for (int j = 0; j < kChunk; ++j) {
-    uint32_t& w = codes[j / 4];
     const int shift = 8 * (j % 4);
     if (v[j] != v[j]) {
-      w = (w & ~(0xffu << shift)) | (0x7fu << shift);
+      codes[j / 4] = (codes[j / 4] & ~(0xffu << shift)) | (0x7fu << shift);
     } else {
       m = fmaxf(m, fabsf(v[j]));
     }
@@ -185,8 +185,9 @@ __device__ __forceinline__ float fix_nan_codes(const float* v, uint32_t* codes) 
   return m;
 }
 
-// Codes of one row's 8 values times scale into codes[0] (columns 0..3) and codes[1] (4..7);
-// returns the row's amax of |v| (NaN elements dropped, as abs_bits).
+// Codes of one row's 8 values times scale into codes[0] (columns 0..3) and codes[1] (4..7).
+// Returns max |v|, or NaN when the row holds a NaN: then the caller repairs the row with
+// fix_nan_codes (one test per tile keeps the common path free of branches).
 template <int kFormat>
 __device__ __forceinline__ float encode_row(const float (&v)[kChunk], float scale, uint32_t (&codes)[2]) {
   codes[0] = fp8x4<kFormat>(v[0] * scale, v[1] * scale, v[2] * scale, v[3] * scale);
@@ -194,7 +195,6 @@ __device__ __forceinline__ float encode_row(const float (&v)[kChunk], float scal
   float m = fabsf(v[0]);
 #pragma unroll
   for (int j = 1; j < kChunk; ++j) m = max_nan(m, fabsf(v[j]));
-  if (m != m) m = fix_nan_codes(v, codes);
   return m;
 }
 

@@ -110,6 +110,37 @@ TEST_CASE("cast_transpose tiled kernel: the 64x64 kernel's codes and amax for x,
   }
 }
 
+TEST_CASE("cast_transpose tiled kernel: one layout or none (amax only) writes what both layouts do",
+          "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  for (int act : {FP8T_ACT_NONE, FP8T_ACT_GELU, FP8T_ACT_DGELU}) {
+    for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{144, 200}, {130, 200}, {1024, 512}}) {
+      CAPTURE(act, rows, cols);
+      const at::Tensor x = test_input(rows, cols, rows + cols + act, true).to(at::kBFloat16);
+      const at::Tensor h =
+          act == FP8T_ACT_DGELU ? (at::randn({rows, cols}, on_cuda(at::kFloat)) * 3.0).to(at::kBFloat16) : at::Tensor();
+      const CastOut both = run_cast(act, x, h, 2.0f, Format::kE4M3, false);
+      const at::Tensor scale_t = at::full({}, 2.0f, on_cuda(at::kFloat));
+      for (int layouts : {1, 2, 0}) {  // rowwise only, columnwise only, neither
+        CAPTURE(layouts);
+        at::Tensor row = at::full({rows, cols}, 0xAB, on_cuda(at::kByte));
+        at::Tensor col = at::full({cols, rows}, 0xCD, on_cuda(at::kByte));
+        at::Tensor amax = at::zeros({}, on_cuda(at::kFloat));
+        REQUIRE(fp8t_cast_transpose_act(act, x.data_ptr(), h.defined() ? h.data_ptr() : nullptr, FP8T_DTYPE_BF16,
+                                        rows, cols, scale_t.data_ptr<float>(), FP8T_FORMAT_E4M3,
+                                        layouts == 1 ? row.data_ptr<uint8_t>() : nullptr,
+                                        layouts == 2 ? col.data_ptr<uint8_t>() : nullptr, amax.data_ptr<float>(),
+                                        nullptr, nullptr, nullptr, s) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        REQUIRE(at::equal(row, layouts == 1 ? both.row : at::full_like(row, 0xAB)));
+        REQUIRE(at::equal(col, layouts == 2 ? both.col : at::full_like(col, 0xCD)));
+        REQUIRE(same_bits(amax.item<float>(), both.amax.item<float>()));
+      }
+    }
+  }
+}
+
 TEST_CASE("cast_transpose tiled kernel: plain casts with NaN and inf bit-exact against the host codec",
           "[kernels][cuda]") {
   require_gpu();
