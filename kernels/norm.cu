@@ -8,8 +8,8 @@
 // so x is read once; very wide rows (kPer = 0) re-read the row from global memory (L2).
 // Backward: a fixed grid of blocks walks the rows (dy may be BF16 while x is FP32: the
 // gradient of a BF16 consumer over an FP32 residual stream); every thread accumulates dgamma/dbeta of its
-// own columns in registers, writes one partial row per block, and a second launch adds the
-// partials in block order: no atomics, deterministic.
+// own columns in registers, writes one partial row per block, and two more launches add the
+// partials in a fixed order (runs of blocks, then the runs' sums): no atomics, deterministic.
 #include "dispatch.cuh"      // dispatch_dtype, dispatch_dtype_format
 #include "fp8_device.cuh"    // load/store helpers, to_fp8, block_sum, block_amax_commit
 #include "fp8t_kernels.h"    // the C API
@@ -21,10 +21,16 @@ namespace {
 
 using namespace fp8t::kern;
 
-// Backward blocks: enough 256-thread blocks to fill every SM of a large GPU about twice
-// (H200: 132 SMs x 8 resident blocks), so the per-row reductions of many blocks overlap. A
-// fixed number (not a device query) keeps dgamma's summation order the same on every GPU.
+// Backward blocks: several waves of resident blocks on a large GPU (H200: 132 SMs x 2 blocks of
+// 512 threads), so the per-row reductions of many blocks overlap. A fixed number (not a device
+// query) keeps dgamma's summation order the same on every GPU.
 constexpr int kMaxBackwardBlocks = 2048;
+
+// The column sums of the backward's per-block partials, in two fixed-order stages: runs of
+// blocks (kReduceChunks of them, so that the first stage fills the GPU: one thread per column
+// alone would be a few blocks for thousands of partial rows), then the runs' sums in run order.
+constexpr int kReduceChunks = 32;
+constexpr int kReduceThreads = 256;
 
 // The branch dtype of a plain norm (no residual add).
 constexpr int kNoBranch = -1;
@@ -131,8 +137,10 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, const void* __re
 
 // kHDtype != kNoBranch: the backward of the fused add (x is r, float32): dx = the norm's gradient
 // + dr (the gradient at r from its other use; null: none), also written to dh in kHDtype.
+// At most 4 columns per thread: 64 registers, so two 512-thread blocks share an SM (more warps to
+// hide the latency of each row's loads and reductions); 8 columns (rows up to 4096 wide) take more.
 template <int kDyDtype, int kDtype, int kHDtype, int kPer>
-__global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __restrict__ x,
+__global__ void __launch_bounds__(512, kPer > 0 && kPer <= 4 ? 2 : 1) norm_backward_kernel(const void* __restrict__ dy, const void* __restrict__ x,
                                      int64_t rows, int64_t cols, const float* __restrict__ gamma,
                                      const float* __restrict__ mean, const float* __restrict__ rstd,
                                      int rms, void* __restrict__ dx, float* __restrict__ dgamma_part,
@@ -227,14 +235,34 @@ __global__ void norm_backward_kernel(const void* __restrict__ dy, const void* __
   }
 }
 
-// out[c] = sum over blocks b (in order) of part[b][c].
-__global__ void column_reduce_kernel(const float* __restrict__ part, int n_parts, int64_t cols,
-                                     float* __restrict__ out) {
+// What the column sums read and write; blockIdx.z selects the quantity (0: dgamma, 1: dbeta).
+struct ColumnSums {
+  const float* part[2];  // [n_parts, cols]
+  float* chunk[2];       // [kReduceChunks, cols]
+  float* out[2];         // [cols]
+};
+
+// chunk[k][c] = sum over the blocks b of run k (in order) of part[b][c].
+__global__ void column_chunk_sum_kernel(ColumnSums s, int n_parts, int64_t cols) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
-  float s = 0.0f;
-  for (int b = 0; b < n_parts; ++b) s += part[b * cols + c];
-  out[c] = s;
+  const int per_chunk = (n_parts + kReduceChunks - 1) / kReduceChunks;
+  const int first = static_cast<int>(blockIdx.y) * per_chunk;
+  const int last = min(n_parts, first + per_chunk);
+  const float* part = s.part[blockIdx.z];
+  float acc = 0.0f;
+  for (int b = first; b < last; ++b) acc += part[static_cast<int64_t>(b) * cols + c];
+  s.chunk[blockIdx.z][static_cast<int64_t>(blockIdx.y) * cols + c] = acc;
+}
+
+// out[c] = sum over runs k (in order) of chunk[k][c].
+__global__ void column_total_kernel(ColumnSums s, int64_t cols) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const float* chunk = s.chunk[blockIdx.z];
+  float acc = 0.0f;
+  for (int k = 0; k < kReduceChunks; ++k) acc += chunk[static_cast<int64_t>(k) * cols + c];
+  s.out[blockIdx.z][c] = acc;
 }
 
 // Threads per block and columns per thread (0: the row does not fit in registers).
@@ -320,10 +348,22 @@ void launch_backward(NormPolicy p, int blocks, const BackwardArgs& a, cudaStream
     case 2: FP8T_NORM_BWD(2); break;
     case 4: FP8T_NORM_BWD(4); break;
     case 8: FP8T_NORM_BWD(8); break;
-    // Backward keeps 5 values per column in registers; beyond 8 columns a thread would spill.
+    // Backward keeps 6 values per column in registers; beyond 8 columns a thread would spill.
     default: FP8T_NORM_BWD(0); break;
   }
 #undef FP8T_NORM_BWD
+}
+
+// Backward threads and columns per thread: at most 4 columns per thread for rows up to 2048 wide
+// (see norm_backward_kernel's launch bounds), 8 up to 4096; wider rows are re-read (kPer = 0).
+NormPolicy backward_policy(int64_t cols) {
+  for (int threads : {128, 256, 512}) {
+    for (int per : {1, 2, 4}) {
+      if (cols <= static_cast<int64_t>(threads) * per) return {threads, per};
+    }
+  }
+  if (cols <= 512 * 8) return {512, 8};
+  return {512, 0};
 }
 
 int backward_blocks(int64_t rows) {
@@ -383,19 +423,22 @@ cudaError_t run_backward(BackwardArgs& a, float* dgamma, float* dbeta, void* wor
     if (err == cudaSuccess && want_dbeta != nullptr) err = cudaMemsetAsync(want_dbeta, 0, a.cols * sizeof(float), stream);
     return err;
   }
-  const NormPolicy p = norm_policy(a.cols);
+  const NormPolicy p = backward_policy(a.cols);
   const int blocks = backward_blocks(a.rows);
   a.dgamma_part = static_cast<float*>(workspace);
   a.dbeta_part = a.dgamma_part + static_cast<int64_t>(blocks) * a.cols;
   launch(p, blocks);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  constexpr int kReduceThreads = 256;
-  const dim3 rgrid(static_cast<unsigned>((a.cols + kReduceThreads - 1) / kReduceThreads));
-  column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(a.dgamma_part, blocks, a.cols, dgamma);
-  if (want_dbeta != nullptr) {
-    column_reduce_kernel<<<rgrid, kReduceThreads, 0, stream>>>(a.dbeta_part, blocks, a.cols, want_dbeta);
-  }
+  float* chunks = a.dbeta_part + static_cast<int64_t>(blocks) * a.cols;
+  const ColumnSums sums{{a.dgamma_part, a.dbeta_part},
+                        {chunks, chunks + static_cast<int64_t>(kReduceChunks) * a.cols},
+                        {dgamma, want_dbeta}};
+  const unsigned column_blocks = static_cast<unsigned>((a.cols + kReduceThreads - 1) / kReduceThreads);
+  const unsigned quantities = want_dbeta != nullptr ? 2 : 1;
+  column_chunk_sum_kernel<<<dim3(column_blocks, kReduceChunks, quantities), kReduceThreads, 0, stream>>>(
+      sums, blocks, a.cols);
+  column_total_kernel<<<dim3(column_blocks, 1, quantities), kReduceThreads, 0, stream>>>(sums, a.cols);
   return cudaGetLastError();
 }
 
@@ -443,7 +486,8 @@ extern "C" cudaError_t fp8t_add_norm_forward(const float* x, const void* h, int 
 
 extern "C" size_t fp8t_norm_backward_workspace_bytes(int64_t rows, int64_t cols) {
   if (cols <= 0) return 16;
-  return 2 * static_cast<size_t>(backward_blocks(rows)) * static_cast<size_t>(cols) * sizeof(float);
+  // dgamma and dbeta: the per-block partials, then the per-run sums.
+  return 2 * static_cast<size_t>(backward_blocks(rows) + kReduceChunks) * static_cast<size_t>(cols) * sizeof(float);
 }
 
 extern "C" cudaError_t fp8t_norm_backward(const void* dy, int dy_dtype, const void* x, int dtype, int64_t rows,

@@ -190,7 +190,8 @@ cudaError_t fp8t_add_norm_forward(const float* x, const void* h, int h_dtype, in
                                   int fp8_format, uint8_t* y_fp8, float* amax, float* scale_inv_out,
                                   cudaStream_t stream);
 
-// Bytes of device workspace fp8t_norm_backward needs (per-block dgamma/dbeta partials).
+// Bytes of device workspace fp8t_norm_backward needs (per-block dgamma/dbeta partials and their
+// per-run sums).
 size_t fp8t_norm_backward_workspace_bytes(int64_t rows, int64_t cols);
 
 // Backward of fp8t_norm_forward. x and dx have `dtype`, dy has `dy_dtype` (fp32 or bf16, either
