@@ -22,7 +22,9 @@ enum class PositionKind { kLearned, kRope };
 enum class DataSource { kSynthetic, kText, kTokens };
 enum class LrSchedule { kCosine, kLinear, kConstant };
 // Selective activation recompute in the backward: what each block recomputes instead of saving.
-enum class Recompute { kNone, kAttention, kMlp, kBlock };
+// kActivation: only the FP8 copy of the MLP activation's output that c_proj's wgrad reads (cast
+// again from the saved activation input; lib/fp8/fp8_activation.h); no GEMM runs twice.
+enum class Recompute { kNone, kActivation, kAttention, kMlp, kBlock };
 
 struct RunSection {
   std::string name = "default";   // run folder name under out_dir

@@ -59,7 +59,8 @@ const EnumNames<fp8::RecipeKind>& recipe_kind_names() {
 }
 const EnumNames<Recompute>& recompute_names() {
   static const EnumNames<Recompute> n = {
-      {Recompute::kNone, "none"}, {Recompute::kAttention, "attention"}, {Recompute::kMlp, "mlp"}, {Recompute::kBlock, "block"}};
+      {Recompute::kNone, "none"},  {Recompute::kActivation, "activation"}, {Recompute::kAttention, "attention"},
+      {Recompute::kMlp, "mlp"},    {Recompute::kBlock, "block"}};
   return n;
 }
 const EnumNames<fp8::AmaxComputeAlgo>& algo_names() {
@@ -182,7 +183,8 @@ std::vector<Field> build_table() {
   t.push_back(int_field("train.loss_scale_growth_interval", "precision fp16: finite steps between loss-scale growths",
                         [](auto& c) -> auto& { return c.train.loss_scale_growth_interval; }, at_least(1)));
   t.push_back(enum_field("train.recompute",
-                         "activations recomputed in the backward instead of saved: none, attention, mlp or block",
+                         "activations recomputed in the backward instead of saved: none, activation (fp8: the "
+                         "MLP activation's FP8 copy), attention, mlp or block",
                          recompute_names(), [](auto& c) -> auto& { return c.train.recompute; }));
   t.push_back(bool_field("train.cuda_graphs",
                          "CUDA: capture the training step as one CUDA graph and replay it; false launches kernels "

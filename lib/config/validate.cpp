@@ -142,7 +142,7 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "train.min_lr") + ": " + num(t.min_lr) + " is above " + named(s, "train.lr") + " = " + num(t.lr) +
          "; expected min_lr <= lr");
   }
-  if (t.recompute != Recompute::kNone && m.dropout > 0.0) {
+  if (t.recompute != Recompute::kNone && t.recompute != Recompute::kActivation && m.dropout > 0.0) {
     // The recompute runs a part of the forward a second time; it would need the first pass's
     // dropout masks (lib/model/recompute.h).
     const Field& f = *find_field("train.recompute");

@@ -48,9 +48,8 @@ class Fp8ActivationFunction : public torch::autograd::Function<Fp8ActivationFunc
     if (consumer == nullptr || !consumer->takes_fp8_input_only(training)) return materialize(value_of(kind, h));
 
     const at::Tensor h2 = h.reshape({-1, h.size(-1)});
-    // The columnwise copy (c_proj's wgrad operand, as large as the rowwise one) is cast in the
-    // backward from h, which this node saves anyway: one FP8 copy of act(h) less held per layer
-    // between the passes, for one more read of h in the backward.
+    // Deferred (train.recompute activation): the columnwise copy (c_proj's wgrad operand, as large
+    // as the rowwise one) is cast in the backward from h, which this node saves anyway.
     const bool col = consumer->needs_input_columnwise(training);
     const bool later = col && layer->defers_columnwise();
     CastOptions opt;

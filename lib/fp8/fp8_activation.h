@@ -2,9 +2,9 @@
 // GELU (GPT-2: Fp8Gelu) or SwiGLU (LLaMA: Fp8Swiglu, silu(gate) * up of c_fc's [gate | up]).
 //
 //   forward:  h = c_fc(x);  act(h) is cast to FP8 with c_proj's input slot in one kernel
-//             (rowwise; the columnwise copy for c_proj's wgrad is cast from h in the backward,
-//             see defers_columnwise), and handed to c_proj; act(h) is never written in high
-//             precision.
+//             (rowwise and, when training, columnwise, or with train.recompute activation the
+//             columnwise copy for c_proj's wgrad cast from h in the backward: defers_columnwise),
+//             and handed to c_proj; act(h) is never written in high precision.
 //   backward: c_proj's dgrad gives dy; the gradient of h (dy * gelu'(h), or [dgate | dup]) is
 //             cast to FP8 with c_fc's grad_output slot in one kernel (both layouts, with c_fc's
 //             dbias), and handed to c_fc's backward; the high-precision gradient of h is never
@@ -48,14 +48,16 @@ class Fp8Activation : public model::UnaryModule {
   Fp8Linear* consumer() const { return consumer_.get(); }
 
   // Whether the consumer's columnwise FP8 input (its wgrad operand) is cast in the backward from
-  // the saved h instead of in the forward and kept (Fp8Linear::set_pending_input). The same codes
-  // either way; on (the default) holds one FP8 copy of act(h) less per layer between forward and
-  // backward (1.3B at B8 T2048: 128 MiB per layer, 3 GiB in all) and reads h once more.
+  // the saved h instead of in the forward and kept (Fp8Linear::set_pending_input): the same
+  // codes either way. On (train.recompute activation; the rewrite sets it) holds one FP8 copy of
+  // act(h) less per layer between forward and backward (1.3B at B8 T2048: 128 MiB per layer,
+  // 3 GiB in all) for a second GELU/SwiGLU cast pass over h in the backward (about 5 ms of a
+  // 206 ms step there; current scaling also repeats its amax pass).
   bool defers_columnwise() const { return defer_columnwise_; }
   void set_defers_columnwise(bool on) { defer_columnwise_ = on; }
 
  private:
-  bool defer_columnwise_ = true;
+  bool defer_columnwise_ = false;
   model::Activation::Kind kind_;
   std::shared_ptr<Fp8Linear> producer_;
   std::shared_ptr<Fp8Linear> consumer_;

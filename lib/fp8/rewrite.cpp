@@ -8,6 +8,7 @@
 #include "lib/fp8/fp8_linear.h"      // Fp8Linear
 #include "lib/fp8/fp8_norm.h"        // Fp8Norm
 #include "lib/fp8/recipe_fields.h"   // recipe_summary
+#include "lib/model/gpt.h"           // Gpt::recompute (train.recompute activation)
 #include "lib/model/layers.h"        // SlotModule, Linear, Norm
 
 namespace fp8t {
@@ -119,7 +120,8 @@ void convert_norms(const Containers& containers, const Fp8Linears& fp8_linears, 
 }
 
 // Pass 3: activations (GELU, SwiGLU) next to an Fp8Linear: fused into that Linear's casts.
-void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linears, RewriteReport& report) {
+// defer: train.recompute activation (Fp8Activation::defers_columnwise).
+void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linears, bool defer, RewriteReport& report) {
   for (const auto& [prefix, container] : containers) {
     for (const auto& slot : container->slots()) {
       auto act = std::dynamic_pointer_cast<model::Activation>(*slot.member);
@@ -139,11 +141,13 @@ void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linear
         const std::shared_ptr<Fp8Activation> fused =
             gelu ? std::shared_ptr<Fp8Activation>(std::make_shared<Fp8Gelu>(producer, consumer))
                  : std::make_shared<Fp8Swiglu>(producer, consumer);
+        fused->set_defers_columnwise(defer && consumer != nullptr);
         container->replace_slot(slot.name, fused);
         d.converted = true;
         d.reason = std::string("fused into ") + (consumer ? join(prefix, slot.feeds) + "'s input cast" : "") +
                    (producer && consumer ? " and " : "") +
-                   (producer ? join(prefix, slot.fed_by) + "'s gradient cast" : "");
+                   (producer ? join(prefix, slot.fed_by) + "'s gradient cast" : "") +
+                   (fused->defers_columnwise() ? " (wgrad copy cast again in the backward)" : "");
         ++report.fused_activations;
       }
       report.layers.push_back(d);
@@ -160,7 +164,9 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
   const Containers containers = slot_containers(root);
   const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, result.report);
   convert_norms(containers, fp8_linears, result.report);
-  fuse_activations(containers, fp8_linears, result.report);
+  const auto* gpt = dynamic_cast<const model::Gpt*>(&root);
+  const bool defer = gpt != nullptr && gpt->recompute() == Recompute::kActivation;
+  fuse_activations(containers, fp8_linears, defer, result.report);
   result.scaling->finalize(device);
   return result;
 }

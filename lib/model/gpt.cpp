@@ -207,7 +207,9 @@ at::Tensor Gpt::forward(const at::Tensor& idx) {
 
 void Gpt::set_recompute(Recompute mode) {
   recompute_ = mode;
-  for (auto& b : blocks) b->set_recompute(mode);
+  // activation: no part of a block runs twice; the FP8 rewrite reads recompute() (its activation
+  // casts c_proj's wgrad copy again in the backward).
+  for (auto& b : blocks) b->set_recompute(mode == Recompute::kActivation ? Recompute::kNone : mode);
 }
 
 at::Tensor Gpt::loss(const at::Tensor& logits, const at::Tensor& targets) {

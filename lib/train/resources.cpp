@@ -27,6 +27,7 @@ std::string gib(double bytes) { return fmt::format("{:.3g} GiB", bytes / (1024.0
 
 const char* recompute_name(Recompute r) {
   switch (r) {
+    case Recompute::kActivation: return "activation";
     case Recompute::kAttention: return "attention";
     case Recompute::kMlp: return "mlp";
     case Recompute::kBlock: return "block";
@@ -41,6 +42,8 @@ const char* recompute_name(Recompute r) {
 // one block at a time, counted once).
 double kept_per_block(const ExperimentConfig& cfg, double d, double ff) {
   switch (cfg.train.recompute) {
+    case Recompute::kActivation:  // fp8: the activation's 1-byte copy (half an element) is not kept
+      return cfg.precision == Precision::kFp8 ? 3.0 * d + 1.5 * ff : 3.0 * d + 2.0 * ff;
     case Recompute::kAttention: return 2.0 * d + 2.0 * ff;
     case Recompute::kMlp: return 2.0 * d;
     case Recompute::kBlock: return d;
@@ -82,7 +85,8 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.seq_len);
   const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
-  const double recomputed_block = cfg.train.recompute == Recompute::kNone ? 0.0 : 3.0 * d + 2.0 * ff;
+  const bool part_recomputed = cfg.train.recompute != Recompute::kNone && cfg.train.recompute != Recompute::kActivation;
+  const double recomputed_block = part_recomputed ? 3.0 * d + 2.0 * ff : 0.0;
   e.activation_bytes = tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block + vocab) * element;
   return e;
 }

@@ -65,7 +65,11 @@ void expect_deferral_changes_nothing(const fp8::Recipe& recipe, const at::Device
     REQUIRE(act != nullptr);
     act->set_defers_columnwise(false);
   }
-  for (auto& b : t.fused->blocks) REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act)->defers_columnwise());
+  for (auto& b : t.fused->blocks) {
+    auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act);
+    REQUIRE_FALSE(act->defers_columnwise());  // off unless train.recompute is activation
+    act->set_defers_columnwise(true);
+  }
   torch::manual_seed(4);
   for (int step = 0; step < 3; ++step) {
     INFO("step " << step);
@@ -145,6 +149,24 @@ TEST_CASE("fp8 gelu: the hand-over happens only when the neighbour reads nothing
       REQUIRE(y.isnan().all().item<bool>());
       REQUIRE_FALSE(mlp.c_proj->forward(y).isnan().any().item<bool>());
     }
+  }
+}
+
+TEST_CASE("fp8 gelu: the rewrite defers c_proj's wgrad copy exactly when the model recomputes activations", "[fp8]") {
+  for (const Recompute mode : {Recompute::kNone, Recompute::kActivation, Recompute::kAttention}) {
+    INFO("recompute " << static_cast<int>(mode));
+    torch::manual_seed(3);
+    model::Gpt gpt(small_model(false));
+    gpt.set_recompute(mode);
+    REQUIRE(gpt.recompute() == mode);
+    const fp8::RewriteResult rw = fp8::rewrite_to_fp8(gpt, fp8::Recipe{}, at::kCPU);
+    for (auto& b : gpt.blocks) {
+      auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act);
+      REQUIRE(act != nullptr);
+      CHECK(act->defers_columnwise() == (mode == Recompute::kActivation));
+    }
+    CHECK((rw.report.to_string().find("cast again in the backward") != std::string::npos) ==
+          (mode == Recompute::kActivation));
   }
 }
 

@@ -107,7 +107,7 @@ TEST_CASE("recompute fp8: every mode matches none bit for bit (grads, amax histo
                 << fp8::to_string(v.update));
   const Snapshot reference = train_two_steps(tiny_fp8(v, Recompute::kNone));
   REQUIRE(std::isfinite(reference.loss_sum.item<double>()));
-  for (Recompute mode : {Recompute::kAttention, Recompute::kMlp, Recompute::kBlock}) {
+  for (Recompute mode : {Recompute::kActivation, Recompute::kAttention, Recompute::kMlp, Recompute::kBlock}) {
     INFO("recompute " << static_cast<int>(mode));
     const Snapshot s = train_two_steps(tiny_fp8(v, mode));
     REQUIRE(at::equal(s.loss_sum, reference.loss_sum));
