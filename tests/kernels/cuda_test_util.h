@@ -2,7 +2,8 @@
 // and comparisons that say where two results differ.
 #pragma once
 
-#include <torch/torch.h>  // at::Tensor, torch::cuda::is_available
+#include <ATen/Context.h>  // at::globalContext (attention backends)
+#include <torch/torch.h>   // at::Tensor, torch::cuda::is_available
 
 #include <cmath>    // std::fabs, std::isnan
 #include <cstdio>   // std::printf
@@ -21,6 +22,30 @@ inline void require_gpu() {
   INFO("this test needs a CUDA GPU (ctest runs it only under the `cuda` label)");
   REQUIRE(torch::cuda::is_available());
 }
+
+// Flash and memory-efficient attention accumulate with atomics in their backward, so two eager
+// runs differ in the last bits; the math backend makes the eager step reproducible, which a
+// comparison of two trainings needs. While it lives, scaled_dot_product_attention takes its math
+// backend only.
+class MathAttentionOnly {
+ public:
+  MathAttentionOnly()
+      : flash_(at::globalContext().userEnabledFlashSDP()),
+        mem_(at::globalContext().userEnabledMemEfficientSDP()),
+        cudnn_(at::globalContext().userEnabledCuDNNSDP()) {
+    at::globalContext().setSDPUseFlash(false);
+    at::globalContext().setSDPUseMemEfficient(false);
+    at::globalContext().setSDPUseCuDNN(false);
+  }
+  ~MathAttentionOnly() {
+    at::globalContext().setSDPUseFlash(flash_);
+    at::globalContext().setSDPUseMemEfficient(mem_);
+    at::globalContext().setSDPUseCuDNN(cudnn_);
+  }
+
+ private:
+  bool flash_, mem_, cudnn_;
+};
 
 inline at::TensorOptions on_cuda(at::ScalarType t) { return at::TensorOptions().dtype(t).device(at::kCUDA); }
 

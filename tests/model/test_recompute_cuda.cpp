@@ -1,18 +1,21 @@
 // train.recompute on the GPU (bf16 autocast and fp8 through train::Session): the backward runs on
 // CUDA's autograd worker thread, which must get the forward's autocast state; every mode trains
 // like none and keeps less memory. The GPU's backward kernels (flash attention's, atomics in
-// reductions) are not bit-reproducible run to run, so the comparison with none is within a
-// tolerance (below). FP8: every slot's history holds as many amaxes as with none (the first pass
+// reductions) are not bit-reproducible run to run, and AdamW turns last-bit differences of
+// near-zero gradients into lr-sized steps; attention runs on its math backend here (deterministic)
+// and the comparison with none is within a tolerance (below). FP8: every slot's history holds as many amaxes as with none (the first pass
 // records nothing, so the recompute on the worker thread must).
 #include <torch/torch.h>  // torch::cuda::is_available
 
-#include <vector>  // std::vector
+#include <algorithm>  // std::max
+#include <vector>     // std::vector
 
 #include "lib/fp8/scaling.h"    // fp8::Scaling (session.scaling())
 #include "lib/model/gpt.h"      // model::Gpt
 #include "lib/train/session.h"  // train::Session
 #include "lib/util/memory.h"    // reset_peak_memory, peak_memory_bytes
 #include "tests/catch.h"
+#include "tests/kernels/cuda_test_util.h"  // test::MathAttentionOnly
 
 using namespace fp8t;
 
@@ -73,6 +76,7 @@ double rel_err(const at::Tensor& a, const at::Tensor& ref) {
 
 TEST_CASE("recompute on CUDA: bf16 and fp8 train like none and keep less memory", "[model][cuda]") {
   REQUIRE(torch::cuda::is_available());
+  const test::MathAttentionOnly math;
   const Precision precision = GENERATE(Precision::kBf16, Precision::kFp8);
   INFO("precision " << static_cast<int>(precision));
   const Outcome none = train_two_steps(precision, Recompute::kNone);
@@ -85,10 +89,14 @@ TEST_CASE("recompute on CUDA: bf16 and fp8 train like none and keep less memory"
     // The same kernels on the same inputs; only the backward's run-to-run noise differs, which
     // bf16 rounding and FP8 casts turn into relative differences of at most about 1e-2.
     CHECK(o.loss == Approx(none.loss).epsilon(1e-3));
+    double worst = 0.0;
     for (size_t i = 0; i < o.grads.size(); ++i) {
       INFO("parameter " << i);
-      CHECK(rel_err(o.grads[i], none.grads[i]) < 2e-2);
+      const double e = rel_err(o.grads[i], none.grads[i]);
+      worst = std::max(worst, e);
+      CHECK(e < 2e-2);
     }
+    WARN("recompute " << static_cast<int>(mode) << ": largest gradient difference to none " << worst);
     if (none.recorded_rows.defined()) CHECK(at::equal(o.recorded_rows, none.recorded_rows));
     CHECK(o.peak < none.peak);
   }

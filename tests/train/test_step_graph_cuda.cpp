@@ -15,6 +15,7 @@
 #include <vector>      // std::vector
 
 #include "lib/fp8/scaling.h"          // fp8::Scaling::state_dict
+#include "tests/kernels/cuda_test_util.h"  // test::MathAttentionOnly
 #include "lib/model/gpt.h"            // model::Gpt::unique_named_parameters
 #include "lib/train/checkpoint.h"     // load_checkpoint
 #include "lib/train/loss_scaler.h"    // LossScaler::state_dict
@@ -32,29 +33,6 @@ namespace {
 
 constexpr int kSteps = 7;      // StepGraph::kWarmupSteps eager steps, the capture, and replays
 constexpr int kEvalAfter = 4;  // an evaluation between replays (the FP8 weight cache must see new weights)
-
-// Flash and memory-efficient attention accumulate with atomics in their backward, so two eager
-// runs differ in the last bits; the math backend makes the eager step reproducible, which a
-// bitwise comparison needs. The graph does not depend on the backend (the benchmark replays flash).
-class MathAttentionOnly {
- public:
-  MathAttentionOnly()
-      : flash_(at::globalContext().userEnabledFlashSDP()),
-        mem_(at::globalContext().userEnabledMemEfficientSDP()),
-        cudnn_(at::globalContext().userEnabledCuDNNSDP()) {
-    at::globalContext().setSDPUseFlash(false);
-    at::globalContext().setSDPUseMemEfficient(false);
-    at::globalContext().setSDPUseCuDNN(false);
-  }
-  ~MathAttentionOnly() {
-    at::globalContext().setSDPUseFlash(flash_);
-    at::globalContext().setSDPUseMemEfficient(mem_);
-    at::globalContext().setSDPUseCuDNN(cudnn_);
-  }
-
- private:
-  bool flash_, mem_, cudnn_;
-};
 
 ExperimentConfig small(Precision precision) {
   ExperimentConfig c;
@@ -182,7 +160,7 @@ TEST_CASE("cuda graphs: replayed steps give the eager losses, norms, evaluations
     WARN("no CUDA device");
     return;
   }
-  const MathAttentionOnly math;
+  const test::MathAttentionOnly math;
   const std::vector<Variant> all = variants();
   const size_t i = static_cast<size_t>(GENERATE(0, 1, 2, 3, 4, 5, 6, 7));
   REQUIRE(all.size() == 8);
@@ -208,7 +186,7 @@ TEST_CASE("cuda graphs: a batch of another shape drops the graph and the steps c
     WARN("no CUDA device");
     return;
   }
-  const MathAttentionOnly math;
+  const test::MathAttentionOnly math;
   const ExperimentConfig cfg = small(Precision::kFp8);
   // Step 6 (after the capture at step 3) has half the sequences.
   const auto rows = [&](int step) { return step == 5 ? cfg.train.micro_batch_size / 2 : cfg.train.micro_batch_size; };
@@ -228,7 +206,7 @@ TEST_CASE("cuda graphs: a capture that fails half-way leaves no trace; the steps
     WARN("no CUDA device");
     return;
   }
-  const MathAttentionOnly math;
+  const test::MathAttentionOnly math;
   // The failure comes after the captured backward: the FP8 weight cache then holds copies the
   // capture never computed, and the gradients live in the graph's pool (Session::drop_graph).
   const ExperimentConfig cfg = small(Precision::kFp8);
@@ -291,7 +269,7 @@ TEST_CASE("cuda graphs: a resumed run captures again and ends with the checkpoin
     WARN("no CUDA device");
     return;
   }
-  const MathAttentionOnly math;
+  const test::MathAttentionOnly math;
   test::TempDir tmp("step_graph");
   const std::string out = tmp.path().string();
   train::run_training(gpu_run(out, "eager", false), {});
