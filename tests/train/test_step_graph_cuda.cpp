@@ -149,6 +149,9 @@ std::vector<Variant> variants() {
   ExperimentConfig micro = small(Precision::kFp8);
   micro.fp8.amax_update = fp8::AmaxUpdate::kMicrobatch;  // one micro-batch: its update runs after the replay
   v.push_back({"fp8 delayed, amax_update microbatch", micro});
+  ExperimentConfig activation = small(Precision::kFp8);
+  activation.train.recompute = Recompute::kActivation;  // c_proj's wgrad operand cast again in the backward
+  v.push_back({"fp8 delayed, recompute activation", activation});
   return v;
 }
 
@@ -162,8 +165,8 @@ TEST_CASE("cuda graphs: replayed steps give the eager losses, norms, evaluations
   }
   const test::MathAttentionOnly math;
   const std::vector<Variant> all = variants();
-  const size_t i = static_cast<size_t>(GENERATE(0, 1, 2, 3, 4, 5, 6, 7));
-  REQUIRE(all.size() == 8);
+  const size_t i = static_cast<size_t>(GENERATE(0, 1, 2, 3, 4, 5, 6, 7, 8));
+  REQUIRE(all.size() == 9);
   const Variant& v = all.at(i);
   INFO(v.name);
   const Trace eager = train_run(v.cfg, false);
