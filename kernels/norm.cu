@@ -155,12 +155,12 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, const void* __re
 // At most 4 columns per thread: 64 registers, so two 512-thread blocks share an SM (more warps to
 // hide the latency of each row's loads and reductions); 8 columns (rows up to 4096 wide) take more.
 template <int kDyDtype, int kDtype, int kHDtype, int kPer>
-__global__ void __launch_bounds__(512, kPer > 0 && kPer <= 4 ? 2 : 1) norm_backward_kernel(const void* __restrict__ dy, const void* __restrict__ x,
-                                     int64_t rows, int64_t cols, const float* __restrict__ gamma,
-                                     const float* __restrict__ mean, const float* __restrict__ rstd,
-                                     int rms, void* __restrict__ dx, float* __restrict__ dgamma_part,
-                                     float* __restrict__ dbeta_part, const float* __restrict__ dr,
-                                     void* __restrict__ dh) {
+__global__ void __launch_bounds__(512, kPer > 0 && kPer <= 4 ? 2 : 1)
+    norm_backward_kernel(const void* __restrict__ dy, const void* __restrict__ x, int64_t rows, int64_t cols,
+                         const float* __restrict__ gamma, const float* __restrict__ mean,
+                         const float* __restrict__ rstd, int rms, void* __restrict__ dx,
+                         float* __restrict__ dgamma_part, float* __restrict__ dbeta_part,
+                         const float* __restrict__ dr, void* __restrict__ dh) {
   // The gradient of the row's input: the norm's, plus with the fused add the residual's other
   // term, added in FP32 after the norm's value is rounded (as autograd sums the two unfused).
   // dr_value: dr[i], read early by the caller where it can (its load then overlaps the reductions).
