@@ -72,28 +72,6 @@ class Block(nn.Module):
         return x + self.mlp_proj(F.silu(gate) * up)
 
 
-class Llama(nn.Module):
-    def __init__(self, a):
-        super().__init__()
-        self.wte = nn.Embedding(a.vocab, a.d_model)
-        rotary = Rotary(a.seq_len, a.d_model // a.n_head, a.rope_theta)
-        self.blocks = nn.ModuleList(Block(a, rotary) for _ in range(a.n_layer))
-        self.ln_f = nn.RMSNorm(a.d_model, eps=1e-5)
-        self.lm_head = nn.Linear(a.d_model, a.vocab, bias=False)
-        if a.tied:
-            self.lm_head.weight = self.wte.weight
-        for p in self.parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, std=0.02)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx)
-        for b in self.blocks:
-            x = b(x)
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
-
-
 class GptBlock(nn.Module):
     def __init__(self, a):
         super().__init__()
@@ -113,13 +91,15 @@ class GptBlock(nn.Module):
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
-class Gpt(nn.Module):
-    def __init__(self, a):
+class LanguageModel(nn.Module):
+    """Token embedding, blocks, final norm, head (tied or not) and the mean cross-entropy."""
+
+    def __init__(self, a, blocks, norm, positions=None):
         super().__init__()
         self.wte = nn.Embedding(a.vocab, a.d_model)
-        self.wpe = nn.Embedding(a.seq_len, a.d_model)
-        self.blocks = nn.ModuleList(GptBlock(a) for _ in range(a.n_layer))
-        self.ln_f = nn.LayerNorm(a.d_model, bias=False)
+        self.wpe = positions
+        self.blocks = nn.ModuleList(blocks)
+        self.ln_f = norm
         self.lm_head = nn.Linear(a.d_model, a.vocab, bias=False)
         if a.tied:
             self.lm_head.weight = self.wte.weight
@@ -128,11 +108,23 @@ class Gpt(nn.Module):
                 nn.init.normal_(p, std=0.02)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(idx.size(1), device=idx.device))
         for b in self.blocks:
             x = b(x)
         logits = self.lm_head(self.ln_f(x))
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def llama(a):
+    rotary = Rotary(a.seq_len, a.d_model // a.n_head, a.rope_theta)
+    return LanguageModel(a, [Block(a, rotary) for _ in range(a.n_layer)], nn.RMSNorm(a.d_model, eps=1e-5))
+
+
+def gpt(a):
+    return LanguageModel(a, [GptBlock(a) for _ in range(a.n_layer)], nn.LayerNorm(a.d_model, bias=False),
+                         positions=nn.Embedding(a.seq_len, a.d_model))
 
 
 # The shapes of configs/*.yaml (bench: one micro-batch of micro_batch_size sequences per step).
@@ -183,7 +175,7 @@ def main():
     a = parse_args()
     dev = torch.device(a.device)
     torch.manual_seed(0)
-    model = (Gpt(a) if a.arch == "gpt" else Llama(a)).to(dev)
+    model = (gpt(a) if a.arch == "gpt" else llama(a)).to(dev)
     if a.mode == "float8":
         to_float8(model)
     n_params = sum(t.numel() for t in model.parameters())
