@@ -155,6 +155,21 @@ std::vector<Variant> variants() {
   return v;
 }
 
+// Trains cfg eagerly, then with graphs on (`rows` as in train_run; `after_graph_run` runs next):
+// the graph must have been dropped with `reason` in its message, and the run must end exactly as
+// the eager one.
+void expect_fallback_like_eager(const ExperimentConfig& cfg, const std::function<int64_t(int)>& rows,
+                                const std::string& reason, const std::function<void()>& after_graph_run = {}) {
+  const Trace graph = train_run(cfg, true, rows);
+  if (after_graph_run) after_graph_run();
+  const Trace eager = train_run(cfg, false, rows);
+  REQUIRE_FALSE(graph.replayed);
+  INFO(graph.off_reason);
+  REQUIRE(graph.off_reason.find(reason) != std::string::npos);
+  INFO("graph and eager differ in: " << differing(graph.state, eager.state));
+  require_same(graph, eager);
+}
+
 }  // namespace
 
 TEST_CASE("cuda graphs: replayed steps give the eager losses, norms, evaluations and state bit for bit",
@@ -193,14 +208,7 @@ TEST_CASE("cuda graphs: a batch of another shape drops the graph and the steps c
   const ExperimentConfig cfg = small(Precision::kFp8);
   // Step 6 (after the capture at step 3) has half the sequences.
   const auto rows = [&](int step) { return step == 5 ? cfg.train.micro_batch_size / 2 : cfg.train.micro_batch_size; };
-  const Trace eager = train_run(cfg, false, rows);
-  const Trace graph = train_run(cfg, true, rows);
-  REQUIRE_FALSE(graph.replayed);
-  INFO(graph.off_reason);
-  REQUIRE(graph.off_reason.find("a batch of shape [2, 64] where the graph was captured for [4, 64]") !=
-          std::string::npos);
-  INFO("graph and eager differ in: " << differing(graph.state, eager.state));
-  require_same(graph, eager);
+  expect_fallback_like_eager(cfg, rows, "a batch of shape [2, 64] where the graph was captured for [4, 64]");
 }
 
 TEST_CASE("cuda graphs: a capture that fails half-way leaves no trace; the steps continue eagerly, exactly",
@@ -212,16 +220,9 @@ TEST_CASE("cuda graphs: a capture that fails half-way leaves no trace; the steps
   const test::MathAttentionOnly math;
   // The failure comes after the captured backward: the FP8 weight cache then holds copies the
   // capture never computed, and the gradients live in the graph's pool (Session::drop_graph).
-  const ExperimentConfig cfg = small(Precision::kFp8);
-  const Trace eager = train_run(cfg, false);
-  ::setenv("FP8TRAIN_TEST_CAPTURE", "fail", 1);
-  const Trace graph = train_run(cfg, true);
-  ::unsetenv("FP8TRAIN_TEST_CAPTURE");
-  REQUIRE_FALSE(graph.replayed);
-  INFO(graph.off_reason);
-  REQUIRE(graph.off_reason.find("injected capture failure") != std::string::npos);
-  INFO("graph and eager differ in: " << differing(graph.state, eager.state));
-  require_same(graph, eager);
+  ::setenv("FP8TRAIN_TEST_CAPTURE", "fail", 1);  // read when the graph run captures
+  expect_fallback_like_eager(small(Precision::kFp8), {}, "injected capture failure",
+                             [] { ::unsetenv("FP8TRAIN_TEST_CAPTURE"); });
 }
 
 TEST_CASE("cuda graphs: a capture that fails ends cleanly; the device and later captures work", "[train][cuda]") {
