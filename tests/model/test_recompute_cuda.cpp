@@ -1,9 +1,12 @@
 // train.recompute on the GPU (bf16 autocast and fp8 through train::Session): the backward runs on
 // CUDA's autograd worker thread, which must get the forward's autocast state; every mode trains
 // like none and keeps less memory. The GPU's backward kernels (flash attention's, atomics in
-// reductions) are not bit-reproducible run to run, and AdamW turns last-bit differences of
-// near-zero gradients into lr-sized steps; attention runs on its math backend here (deterministic)
-// and the comparison with none is within a tolerance (below). FP8: every slot's history holds as many amaxes as with none (the first pass
+// reductions) are not bit-reproducible run to run, attention runs on its math backend here
+// (deterministic); but a mode's parts may run other kernels than none's fused ones (an add and a
+// norm where none fuses them, e.g. before ln_f), equal to rounding only. AdamW turns such
+// last-bit differences of near-zero gradients into lr-sized weight changes (seen: 13% gradient
+// differences after two steps in fp8), so the gradients compared are those of the initial
+// weights, within a tolerance (below); the steps check the losses, the memory and the amaxes. FP8: every slot's history holds as many amaxes as with none (the first pass
 // records nothing, so the recompute on the worker thread must).
 #include <torch/torch.h>  // torch::cuda::is_available
 
@@ -39,7 +42,7 @@ ExperimentConfig small_gpu(Precision precision, Recompute mode) {
 
 struct Outcome {
   double loss;
-  std::vector<at::Tensor> grads;  // of one more forward/backward after the steps, on the CPU
+  std::vector<at::Tensor> grads;  // of a forward/backward before the steps, on the CPU
   int64_t peak;                   // bytes allocated at most during the last step
   at::Tensor recorded_rows;       // fp8: per slot, the history rows holding an amax
 };
@@ -53,6 +56,15 @@ Outcome train_two_steps(Precision precision, Recompute mode) {
     const at::Tensor t = at::randint(512, {8, 257}, gen, at::kLong);
     return data::Batch{t.narrow(1, 0, 256).contiguous(), t.narrow(1, 1, 256).contiguous()};
   };
+  // The gradients of one forward/backward on the initial weights (before AdamW turns last-bit
+  // differences of near-zero gradients into lr-sized weight changes).
+  Outcome o{0.0, {}, 0, at::Tensor()};
+  {
+    const data::Batch b = next();
+    model::Gpt::loss(session.model().forward(b.inputs.to(cuda)), b.targets.to(cuda)).backward();
+    for (const at::Tensor& p : session.parameters()) o.grads.push_back(p.grad().cpu().to(at::kDouble));
+    for (const at::Tensor& p : session.parameters()) p.mutable_grad().reset();
+  }
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(cuda));
   session.step(next, 1e-3, loss_sum);
   torch::cuda::synchronize();
@@ -60,10 +72,8 @@ Outcome train_two_steps(Precision precision, Recompute mode) {
   reset_peak_memory(cuda);
   session.step(next, 1e-3, loss_sum);
   torch::cuda::synchronize();
-  Outcome o{loss_sum.item<double>(), {}, peak_memory_bytes(cuda), at::Tensor()};
-  const data::Batch b = next();
-  model::Gpt::loss(session.model().forward(b.inputs.to(cuda)), b.targets.to(cuda)).backward();
-  for (const at::Tensor& p : session.parameters()) o.grads.push_back(p.grad().cpu().to(at::kDouble));
+  o.loss = loss_sum.item<double>();
+  o.peak = peak_memory_bytes(cuda);
   if (session.scaling() != nullptr) o.recorded_rows = (session.scaling()->amax_history() != 0).sum(0).cpu();
   return o;
 }
