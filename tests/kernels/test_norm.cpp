@@ -7,19 +7,15 @@
 
 #include "lib/fp8/cuda_backend.h"  // cuda_backend
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/norm_test_shapes.h"  // norm_test_shapes, kNormEps
 
 namespace {
 
 using fp8t::fp8::Format;
 using namespace fp8t::test;
 
-constexpr double kEps = 1e-5;
-
-// rows x cols: tiny, TE odd shapes, GPT widths (2048: the backward's 4 columns per thread at 512
-// threads; 3000: its 8), a row too wide for the backward's registers (5000) and one too wide for
-// the forward's (20000) -> the re-reading paths.
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},    {60, 160},  {217, 256}, {64, 768},
-                                                          {48, 2048}, {9, 3000},  {33, 5000}, {6, 20000}};
+constexpr double kEps = kNormEps;
+const std::vector<std::pair<int64_t, int64_t>>& kShapes = norm_test_shapes();  // norm_test_shapes.h
 
 struct Ref {
   at::Tensor y, mean, rstd, dx, dgamma, dbeta;

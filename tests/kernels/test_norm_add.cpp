@@ -14,19 +14,15 @@
 #include "lib/model/rms_norm.h"    // model::rms_norm
 #include "lib/ops/add_norm.h"      // ops::add_norm
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/norm_test_shapes.h"  // norm_test_shapes, kNormEps
 
 namespace {
 
 using fp8t::fp8::Format;
 using namespace fp8t::test;
 
-constexpr double kEps = 1e-5;
-
-// As test_norm.cpp: tiny, TE odd shapes, GPT widths (2048 and 3000: the backward's 4 and 8
-// columns per thread), rows too wide for the backward's registers (5000) and for the forward's
-// (20000).
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},    {60, 160}, {217, 256}, {64, 768},
-                                                          {48, 2048}, {9, 3000}, {33, 5000}, {6, 20000}};
+constexpr double kEps = kNormEps;
+const std::vector<std::pair<int64_t, int64_t>>& kShapes = norm_test_shapes();  // norm_test_shapes.h
 
 fp8t::fp8::SlotRef make_slot(Format f) {
   fp8t::fp8::SlotRef slot;

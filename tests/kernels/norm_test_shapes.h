@@ -1,0 +1,25 @@
+// The norm kernels' test shapes and epsilon, shared by test_norm.cpp (kernels/norm.cu through
+// CudaBackend, lib/fp8/cuda_norm_cuda.cpp) and test_norm_add.cpp (the fused residual add, also
+// through ops::add_norm, lib/ops/add_norm_cuda.cpp).
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <utility>  // std::pair
+#include <vector>   // std::vector
+
+namespace fp8t {
+namespace test {
+
+inline constexpr double kNormEps = 1e-5;
+
+// rows x cols: tiny, TE odd shapes, GPT widths (2048: the backward's 4 columns per thread at 512
+// threads; 3000: its 8), a row too wide for the backward's registers (5000) and one too wide for
+// the forward's (20000) -> the re-reading paths.
+inline const std::vector<std::pair<int64_t, int64_t>>& norm_test_shapes() {
+  static const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16},    {60, 160}, {217, 256}, {64, 768},
+                                                                  {48, 2048}, {9, 3000}, {33, 5000}, {6, 20000}};
+  return shapes;
+}
+
+}  // namespace test
+}  // namespace fp8t
