@@ -6,7 +6,9 @@
 #include <ATen/ATen.h>  // at::_fused_adamw_, at::_foreach_add_, at::zeros
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
-#include "lib/util/error.h"  // FP8T_CHECK, FP8T_INPUT_CHECK
+#include "lib/train/adamw_math.h"      // adamw::state_from_step (bf16 moments)
+#include "lib/train/optimizer_bf16.h"  // adamw_bf16_moments_step
+#include "lib/util/error.h"            // FP8T_CHECK, FP8T_INPUT_CHECK
 
 namespace fp8t::train {
 namespace {
@@ -15,6 +17,10 @@ std::string shape_str(const at::Tensor& t) {
   std::ostringstream os;
   os << t.sizes();
   return os.str();
+}
+
+bool is_step_key(const std::string& key) {
+  return key.size() > 5 && key.compare(key.size() - 5, 5, ".step") == 0;
 }
 
 }  // namespace
@@ -55,9 +61,7 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& sh
     s.range = r;
     // A view of the owned elements: the fused kernel updates the parameter itself.
     s.master = param.detach().view(-1).narrow(0, r.begin, r.length);
-    s.exp_avg = at::zeros({r.length}, param.options().requires_grad(false));
-    s.exp_avg_sq = at::zeros({r.length}, param.options().requires_grad(false));
-    s.step = at::zeros({}, param.options().dtype(at::kFloat).requires_grad(false));
+    init_state(s, {r.length}, param.options().requires_grad(false));
     s.decay = param.dim() >= 2;  // of the whole parameter, whatever the range's shape
     if (const auto g = shard_grads.find(name); g != shard_grads.end()) {
       // Its elements may come later (ZeRO-1 points it at each step's gradient shard); step() checks them.
@@ -89,12 +93,22 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options) : options_(options) {
                    ? param.detach().to(kStateDtype, /*non_blocking=*/false, /*copy=*/true)
                          .contiguous()
                    : param;
-    s.exp_avg = at::zeros_like(s.master);
-    s.exp_avg_sq = at::zeros_like(s.master);
-    s.step = at::zeros({}, s.master.options().dtype(at::kFloat));
+    init_state(s, s.master.sizes(), s.master.options());
     s.decay = param.dim() >= 2;
     s.range = ParamRange{0, param.numel()};
     slots_.push_back(std::move(s));
+  }
+}
+
+void AdamW::init_state(Slot& s, at::IntArrayRef shape, const at::TensorOptions& options) const {
+  const at::TensorOptions o = options.dtype(at::kFloat).requires_grad(false);
+  s.exp_avg = at::zeros(shape, o.dtype(moments_scalar_type(options_.moments_dtype)));
+  s.exp_avg_sq = at::zeros_like(s.exp_avg);
+  if (options_.moments_dtype == MomentsDtype::kBf16) {
+    s.bias_state = at::tensor({0.0f, 1.0f, 1.0f}, o.device(at::kCPU)).to(o.device());  // adamw::init_state
+    s.step = s.bias_state.select(0, 0);  // a view: the checkpoint's "<name>.step" is t itself
+  } else {
+    s.step = at::zeros({}, o);
   }
 }
 
@@ -105,7 +119,7 @@ bool AdamW::needs_master_copy(const at::Tensor& param) {
 struct AdamW::Group {
   at::Device device;
   bool decay;
-  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps, bias_states;
   std::vector<const Slot*> slots;
 };
 
@@ -128,7 +142,7 @@ std::vector<AdamW::Group> AdamW::groups() const {
       if (candidate.device == s.master.device() && candidate.decay == s.decay) group = &candidate;
     }
     if (group == nullptr) {
-      groups.push_back(Group{s.master.device(), s.decay, {}, {}, {}, {}, {}, {}});
+      groups.push_back(Group{s.master.device(), s.decay, {}, {}, {}, {}, {}, {}, {}});
       group = &groups.back();
     }
     group->params.push_back(s.master);
@@ -136,6 +150,7 @@ std::vector<AdamW::Group> AdamW::groups() const {
     group->exp_avgs.push_back(s.exp_avg);
     group->exp_avg_sqs.push_back(s.exp_avg_sq);
     group->steps.push_back(s.step);
+    group->bias_states.push_back(s.bias_state);
     group->slots.push_back(&s);
   }
   return groups;
@@ -155,6 +170,13 @@ void AdamW::update(const double* lr, const at::Tensor& lr_tensor, const at::Tens
                    const at::Tensor& found_inf) {
   at::NoGradGuard no_grad;
   for (Group& group : groups()) {
+    if (options_.moments_dtype == MomentsDtype::kBf16) {
+      update_bf16(group, lr, lr_tensor, grad_scale, found_inf);
+      for (const Slot* s : group.slots) {
+        if (s->separate_master) s->param.copy_(s->master);
+      }
+      continue;
+    }
     std::optional<at::Tensor> skip;
     if (found_inf.defined()) {
       skip = found_inf.to(group.device, at::kFloat);
@@ -180,6 +202,23 @@ void AdamW::update(const double* lr, const at::Tensor& lr_tensor, const at::Tens
       if (s->separate_master) s->param.copy_(s->master);
     }
   }
+}
+
+void AdamW::update_bf16(const Group& group, const double* lr, const at::Tensor& lr_tensor,
+                        const at::Tensor& grad_scale, const at::Tensor& found_inf) const {
+  Bf16MomentsStep step;
+  step.beta1 = static_cast<float>(options_.beta1);
+  step.beta2 = static_cast<float>(options_.beta2);
+  step.eps = static_cast<float>(options_.eps);
+  step.weight_decay = group.decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  // A host lr is rounded to float32 as the fused kernel does: a tensor holding float(lr) agrees.
+  if (lr != nullptr) step.lr_value = static_cast<float>(*lr);
+  step.lr = lr == nullptr ? lr_tensor : at::Tensor();
+  step.grad_scale = grad_scale;
+  step.found_inf = found_inf;
+  adamw_bf16_moments_step(Bf16MomentsBatch{group.params, group.grads, group.exp_avgs, group.exp_avg_sqs,
+                                           group.bias_states},
+                          step);
 }
 
 void AdamW::zero_grad(bool set_to_none) {
@@ -225,11 +264,25 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
                      shape_str(src), ", expected ", shape_str(target));
     FP8T_INPUT_CHECK(src.is_floating_point(), "optimizer state key '", key,
                      "' is not a floating-point tensor (", src.scalar_type(), ")");
+    if (options_.moments_dtype == MomentsDtype::kBf16 && is_step_key(key)) {
+      // bf16 moments rebuild beta^t by t multiplies; float32 counts every integer up to 2^24.
+      const double t = src.item<double>();
+      FP8T_INPUT_CHECK(t >= 0.0 && t <= 16777216.0 && t == static_cast<double>(static_cast<int64_t>(t)),
+                       "optimizer state key '", key, "' holds ", t, ", not a step count");
+    }
   }
   at::NoGradGuard no_grad;
   for (const auto& [key, target] : mine) target.copy_(state.at(key));
+  const adamw::Constants c = adamw::make_constants(static_cast<float>(options_.beta1),
+                                                   static_cast<float>(options_.beta2), 0.0f, 0.0f);
   for (const Slot& s : slots_) {
     if (s.separate_master) s.param.copy_(s.master);
+    if (s.bias_state.defined()) {  // bf16 moments: beta^t by the multiplies the steps would have made
+      const float t = s.step.item<float>();
+      float rebuilt[adamw::kStateSize];
+      adamw::state_from_step(rebuilt, t, c);
+      s.bias_state.copy_(at::tensor({rebuilt[0], rebuilt[1], rebuilt[2]}, at::kFloat));
+    }
   }
 }
 

@@ -15,6 +15,14 @@
 // (e.g. bfloat16) gets a float32 master copy; its gradient is converted to float32 for the
 // update and the parameter receives the rounded master after each step.
 //
+// Moments dtype (train.moments_dtype): fp32 (the default) steps through at::_fused_adamw_ as
+// above. bf16 stores exp_avg and exp_avg_sq as bfloat16 (4 bytes per parameter less) and steps
+// through fp8train's own multi-tensor kernel (kernels/adamw.cu; on the CPU the same arithmetic,
+// lib/train/adamw_math.h, bit-equal): the update runs in FP32 from the widened moments, then both
+// are rounded to nearest even. Its bias corrections come from running products beta^t kept per
+// parameter on its device (no pow), so the numbers differ from the fp32 path in the last bits
+// beyond the moments' rounding.
+//
 // Sharded (ZeRO-1, lib/dist/grad_sync.h): given the element range of each flattened parameter
 // that this rank owns, the optimizer keeps moments for that range only and updates just that
 // part of the (float32, contiguous) parameter in place, reading the same range of its gradient.
@@ -41,9 +49,10 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // applied to parameters with dim() >= 2 only
+  MomentsDtype moments_dtype = MomentsDtype::kFp32;  // storage of exp_avg and exp_avg_sq
 
   static AdamWOptions from(const TrainSection& t) {
-    return AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay};
+    return AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay, t.moments_dtype};
   }
 };
 
@@ -88,9 +97,10 @@ class AdamW {
   void zero_grad(bool set_to_none = true);
 
   // Optimizer state as named tensors (the live tensors, not copies), keys per parameter name:
-  //   "<name>.exp_avg", "<name>.exp_avg_sq" (float32, the parameter's shape),
-  //   "<name>.step" (0-d float32), and "<name>.master" (float32) for parameters with a
-  //   separate master copy. Callers that store them next to model weights should prefix them
+  //   "<name>.exp_avg", "<name>.exp_avg_sq" (moments_dtype: float32 or bfloat16, the
+  //   parameter's shape), "<name>.step" (0-d float32), and "<name>.master" (float32) for
+  //   parameters with a separate master copy. The keys are the same for both moments dtypes
+  //   (bf16's running products beta^t are rebuilt from the step count on loading). Callers that store them next to model weights should prefix them
   //   (e.g. "optim.").
   // Sharded: the tensors cover the parameter's range only (1-D, ranges() gives it).
   std::map<std::string, at::Tensor> state_dict() const;
@@ -101,14 +111,18 @@ class AdamW {
 
   // Copies `state` into the optimizer state (and master copies). The key set must match
   // state_dict() exactly; shapes must match. Throws fp8t::Error (kBadInput) naming the first
-  // missing, unexpected or mismatched key.
+  // missing, unexpected or mismatched key. Floating-point tensors of another dtype are converted
+  // (moments of the other moments_dtype: bf16 -> fp32 exactly, fp32 -> bf16 rounded to nearest
+  // even); bf16 moments' running products are rebuilt from "<name>.step" (one host read).
   void load_state_dict(const std::map<std::string, at::Tensor>& state);
 
   // The rules the constructor applies to each parameter, also for describing a run before the
   // optimizer exists (lib/train/precision_chart.h): a float32 contiguous parameter is its own
-  // master weight, any other gets a float32 master copy; the moments are kStateDtype.
+  // master weight, any other gets a float32 master copy (kStateDtype); the moments are
+  // moments_scalar_type(train.moments_dtype).
   static bool needs_master_copy(const at::Tensor& param);
   static constexpr at::ScalarType kStateDtype = at::kFloat;
+  static at::ScalarType moments_scalar_type(MomentsDtype d) { return d == MomentsDtype::kBf16 ? at::kBFloat16 : at::kFloat; }
 
   const AdamWOptions& options() const { return options_; }
   // Names of the parameters in the weight-decay group (dim() >= 2) and in the no-decay group.
@@ -120,9 +134,10 @@ class AdamW {
     std::string name;
     at::Tensor param;    // the model's parameter
     at::Tensor master;   // float32 contiguous; the same tensor as `param` when possible
-    at::Tensor exp_avg;  // float32, like master
+    at::Tensor exp_avg;  // moments_dtype, master's shape
     at::Tensor exp_avg_sq;
     at::Tensor step;     // 0-d float32 on the parameter's device
+    at::Tensor bias_state;  // bf16 moments: float32 [3] = {t, beta1^t, beta2^t}; step is its element 0
     bool decay = false;
     bool separate_master = false;
     ParamRange range;      // of the flattened parameter; all of it unless sharded
@@ -131,6 +146,11 @@ class AdamW {
   };
   struct Group;  // the parameters of one fused launch (optimizer.cpp)
   void check_options() const;
+  // Zeroed moments (and the step state) of `s` for a master of `shape` on `options`' device.
+  void init_state(Slot& s, at::IntArrayRef shape, const at::TensorOptions& options) const;
+  // bf16 moments: one step of `group` through optimizer_bf16.h.
+  void update_bf16(const Group& group, const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale,
+                   const at::Tensor& found_inf) const;
   // The parameters with a gradient, grouped by (device, weight decay) in first-seen order.
   std::vector<Group> groups() const;
   // step()'s work: the learning rate is *lr when given, else the tensor lr_tensor.

@@ -1,6 +1,7 @@
 #include "lib/train/optimizer_checkpoint.h"
 
-#include <fmt/format.h>  // fmt::format
+#include <fmt/format.h>      // fmt::format
+#include <spdlog/spdlog.h>  // spdlog::info
 
 #include <algorithm>  // std::max, std::min
 #include <regex>      // std::regex
@@ -27,6 +28,13 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
     }
   }
   return {key, ""};
+}
+
+// A moments dtype as train.moments_dtype spells it.
+std::string moments_name(at::ScalarType t) {
+  if (t == at::kFloat) return "fp32";
+  if (t == at::kBFloat16) return "bf16";
+  return c10::toString(t);
 }
 
 }  // namespace
@@ -85,6 +93,9 @@ void OptimizerStateLoader::add(const std::map<std::string, at::Tensor>& tensors,
       covered_[key] = 1;
       continue;
     }
+    if ((suffix == ".exp_avg" || suffix == ".exp_avg_sq") && src.scalar_type() != target->second.scalar_type()) {
+      converted_moments_ = moments_name(src.scalar_type());
+    }
     const ParamRange mine = mine_.at(name);
     const auto it = ranges.find(name);
     const ParamRange theirs = it != ranges.end() ? it->second : ParamRange{0, src.numel()};
@@ -104,6 +115,11 @@ void OptimizerStateLoader::finish() {
     FP8T_INPUT_CHECK(covered_.at(key) == t.numel(), "the checkpoint's optimizer state covers ", covered_.at(key),
                      " of the ", t.numel(), " elements of '", key, "' on this rank (shard files missing or of "
                      "another run?)");
+  }
+  if (!converted_moments_.empty()) {
+    const bool to_bf16 = opt_.options().moments_dtype == MomentsDtype::kBf16;
+    spdlog::info("the checkpoint's AdamW moments are {}, this run's train.moments_dtype is {}: converted ({})",
+                 converted_moments_, to_bf16 ? "bf16" : "fp32", to_bf16 ? "rounded to nearest even" : "exactly");
   }
   opt_.load_state_dict(assembled_);
 }

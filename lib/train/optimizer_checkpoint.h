@@ -50,6 +50,8 @@ class OptimizerStateLoader {
   void add(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
            const std::string& what);
   // Throws kBadInput when an element of this rank's state was not covered; else loads it.
+  // Moments saved in the other train.moments_dtype are converted (bf16 -> fp32 exactly, fp32 ->
+  // bf16 rounded to nearest even), with one log line saying so.
   void finish();
 
  private:
@@ -58,6 +60,7 @@ class OptimizerStateLoader {
   std::map<std::string, ParamRange> mine_;
   std::map<std::string, at::Tensor> assembled_;  // CPU float32 copies of the live state
   std::map<std::string, int64_t> covered_;       // elements filled per key
+  std::string converted_moments_;                // the saved moments' dtype when it is not the live one
 };
 
 // ZeRO-1 checkpoint: the shard files listed by checkpoint.pt's meta["zero"] in `folder`, read one

@@ -216,12 +216,16 @@ ChartRow gradients_row(const Session& s, const std::vector<OwnedParam>& params) 
 ChartRow optimizer_row(const Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("optimizer_states", "optimizer states");
   const std::map<std::string, at::Tensor> state = optimizer_state(s);
+  const MomentsDtype moments = s.config().train.moments_dtype;
+  const std::string how = moments == MomentsDtype::kBf16
+                              ? "AdamW exp_avg + exp_avg_sq (train.moments_dtype bf16: FP32 math, stored rounded)"
+                              : "AdamW exp_avg + exp_avg_sq (fused AdamW)";
   for (const OwnedParam& p : params) {
     auto dtype = [&](const char* suffix) {
       const auto it = state.find(p.name + suffix);
-      return dtype_name(it != state.end() ? it->second.scalar_type() : AdamW::kStateDtype);
+      return dtype_name(it != state.end() ? it->second.scalar_type() : AdamW::moments_scalar_type(moments));
     };
-    row.add(dtype(".exp_avg") + " + " + dtype(".exp_avg_sq"), "AdamW exp_avg + exp_avg_sq (fused AdamW)", p.name);
+    row.add(dtype(".exp_avg") + " + " + dtype(".exp_avg_sq"), how, p.name);
   }
   return row.take();
 }
