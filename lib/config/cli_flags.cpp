@@ -59,6 +59,7 @@ const std::vector<ConfigFlag>& config_flags() {
       {"--fp8-stats", "fp8.stats", true},
       {"--zero", "dist.zero", false},
       {"--recompute", "train.recompute", false},
+      {"--moments-dtype", "train.moments_dtype", false},
       {"--cuda-graphs", "train.cuda_graphs", false},
       {"--quiet", "run.quiet", true},
       {"--overwrite", "run.overwrite", true},

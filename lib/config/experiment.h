@@ -24,7 +24,13 @@ enum class LrSchedule { kCosine, kLinear, kConstant };
 // Selective activation recompute in the backward: what each block recomputes instead of saving.
 // kActivation: only the FP8 copy of the MLP activation's output that c_proj's wgrad reads (cast
 // again from the saved activation input; lib/fp8/fp8_activation.h); no GEMM runs twice.
-enum class Recompute { kNone, kActivation, kAttention, kMlp, kBlock };
+// kCasts: kActivation, plus every other FP8 copy the backward can cast again from what it keeps
+// anyway: the attention output projection's column-wise input copy (from attention's saved
+// output) and each block weight's transposed copy (from its row-wise FP8 codes). Same bits.
+enum class Recompute { kNone, kActivation, kCasts, kAttention, kMlp, kBlock };
+// Storage of the AdamW moments (exp_avg, exp_avg_sq). The update itself always runs in FP32;
+// kBf16 rounds both moments to bfloat16 after each step (4 bytes/parameter less).
+enum class MomentsDtype { kFp32, kBf16 };
 
 struct RunSection {
   std::string name = "default";   // run folder name under out_dir
@@ -78,6 +84,7 @@ struct TrainSection {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
+  MomentsDtype moments_dtype = MomentsDtype::kFp32;  // storage of the AdamW moments
   double grad_clip = 1.0;         // global-norm clip; 0 disables
   int64_t eval_interval = 50;    // 0 disables periodic eval (a final eval still runs)
   int64_t eval_batches = 8;

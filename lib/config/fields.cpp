@@ -57,10 +57,14 @@ const EnumNames<fp8::RecipeKind>& recipe_kind_names() {
   static const EnumNames<fp8::RecipeKind> n(fp8::kRecipeKindNames.begin(), fp8::kRecipeKindNames.end());
   return n;
 }
+const EnumNames<MomentsDtype>& moments_dtype_names() {
+  static const EnumNames<MomentsDtype> n = {{MomentsDtype::kFp32, "fp32"}, {MomentsDtype::kBf16, "bf16"}};
+  return n;
+}
 const EnumNames<Recompute>& recompute_names() {
   static const EnumNames<Recompute> n = {
-      {Recompute::kNone, "none"},  {Recompute::kActivation, "activation"}, {Recompute::kAttention, "attention"},
-      {Recompute::kMlp, "mlp"},    {Recompute::kBlock, "block"}};
+      {Recompute::kNone, "none"},      {Recompute::kActivation, "activation"}, {Recompute::kCasts, "casts"},
+      {Recompute::kAttention, "attention"}, {Recompute::kMlp, "mlp"},          {Recompute::kBlock, "block"}};
   return n;
 }
 const EnumNames<fp8::AmaxComputeAlgo>& algo_names() {
@@ -156,6 +160,10 @@ std::vector<Field> build_table() {
                           [](auto& c) -> auto& { return c.train.beta2; }, half_open(0, 1)));
   t.push_back(float_field("train.eps", "AdamW epsilon",
                           [](auto& c) -> auto& { return c.train.eps; }, greater_than(0)));
+  t.push_back(enum_field("train.moments_dtype",
+                         "storage of the AdamW moments: fp32, or bf16 (rounded after each FP32 update; 4 bytes per "
+                         "parameter less)",
+                         moments_dtype_names(), [](auto& c) -> auto& { return c.train.moments_dtype; }));
   t.push_back(float_field("train.grad_clip", "global-norm gradient clip; 0 disables",
                           [](auto& c) -> auto& { return c.train.grad_clip; }, at_least(0)));
   t.push_back(int_field("train.eval_interval", "steps between evaluations; 0 disables periodic eval (a final eval still runs)",
@@ -184,7 +192,8 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.train.loss_scale_growth_interval; }, at_least(1)));
   t.push_back(enum_field("train.recompute",
                          "activations recomputed in the backward instead of saved: none, activation (fp8: the "
-                         "MLP activation's FP8 copy), attention, mlp or block",
+                         "MLP activation's FP8 copy), casts (fp8: every FP8 copy that can be cast again, weights' "
+                         "transposes included), attention, mlp or block",
                          recompute_names(), [](auto& c) -> auto& { return c.train.recompute; }));
   t.push_back(bool_field("train.cuda_graphs",
                          "CUDA: capture the training step as one CUDA graph and replay it; false launches kernels "

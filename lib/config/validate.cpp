@@ -142,7 +142,8 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "train.min_lr") + ": " + num(t.min_lr) + " is above " + named(s, "train.lr") + " = " + num(t.lr) +
          "; expected min_lr <= lr");
   }
-  if (t.recompute != Recompute::kNone && t.recompute != Recompute::kActivation && m.dropout > 0.0) {
+  if (t.recompute != Recompute::kNone && t.recompute != Recompute::kActivation && t.recompute != Recompute::kCasts &&
+      m.dropout > 0.0) {
     // The recompute runs a part of the forward a second time; it would need the first pass's
     // dropout masks (lib/model/recompute.h).
     const Field& f = *find_field("train.recompute");
@@ -150,6 +151,14 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
          " runs parts of the forward again in the backward, which would draw other dropout masks; " +
          named(s, "model.dropout") + " = " + num(m.dropout) +
          ": expected model.dropout 0 with recompute (or train.recompute none)");
+  }
+  if (t.moments_dtype == MomentsDtype::kBf16 && t.beta2 > 0.99) {
+    // bf16 keeps 8 significant bits: a value moves only by changes above half its spacing, 2^-9
+    // to 2^-8 of it. v = beta2 * v + (1 - beta2) * g^2 moves v by (1 - beta2) of (g^2 - v).
+    spdlog::warn("{} with {} = {}: each step moves the second moment v by 1 - beta2 = {} of (g^2 - v), near or "
+                 "below bf16's rounding (changes under 2^-9 to 2^-8 of v round away), so v stops tracking g^2 "
+                 "(it neither decays nor follows small changes); use beta2 <= 0.99 or train.moments_dtype fp32",
+                 named(s, "train.moments_dtype") + " = bf16", named(s, "train.beta2"), num(t.beta2), num(1.0 - t.beta2));
   }
   if (t.eval_interval > 0 && t.eval_batches < 1) {
     fail(named(s, "train.eval_batches") + ": expected >= 1 while " + named(s, "train.eval_interval") + " = " +

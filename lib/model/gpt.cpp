@@ -209,7 +209,7 @@ void Gpt::set_recompute(Recompute mode) {
   recompute_ = mode;
   // activation: no part of a block runs twice; the FP8 rewrite reads recompute() (its activation
   // casts c_proj's wgrad copy again in the backward).
-  for (auto& b : blocks) b->set_recompute(mode == Recompute::kActivation ? Recompute::kNone : mode);
+  for (auto& b : blocks) b->set_recompute(mode == Recompute::kActivation || mode == Recompute::kCasts ? Recompute::kNone : mode);
 }
 
 at::Tensor Gpt::loss(const at::Tensor& logits, const at::Tensor& targets) {

@@ -28,6 +28,7 @@ std::string gib(double bytes) { return fmt::format("{:.3g} GiB", bytes / (1024.0
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kActivation: return "activation";
+    case Recompute::kCasts: return "casts";
     case Recompute::kAttention: return "attention";
     case Recompute::kMlp: return "mlp";
     case Recompute::kBlock: return "block";
@@ -44,6 +45,8 @@ double kept_per_block(const ExperimentConfig& cfg, double d, double ff) {
   switch (cfg.train.recompute) {
     case Recompute::kActivation:  // fp8: the activation's 1-byte copy (half an element) is not kept
       return cfg.precision == Precision::kFp8 ? 3.0 * d + 1.5 * ff : 3.0 * d + 2.0 * ff;
+    case Recompute::kCasts:  // fp8: also the attention projection's input copy (half an element)
+      return cfg.precision == Precision::kFp8 ? 2.5 * d + 1.5 * ff : 3.0 * d + 2.0 * ff;
     case Recompute::kAttention: return 2.0 * d + 2.0 * ff;
     case Recompute::kMlp: return 2.0 * d;
     case Recompute::kBlock: return d;
@@ -65,8 +68,10 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   const double kv = static_cast<double>(m.kv_heads() * (m.d_model / m.n_head));
   const double block_matrices = layers * (2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff);
   e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + block_matrices;
+  const double moment_bytes = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;  // two moments
+  e.optimizer_bytes_per_param = moment_bytes;
   if (cfg.dist.zero == 1) {  // ZeRO-1: shards of the gradients and moments, plus the full buckets in use
-    e.optimizer_bytes_per_param = 8.0 / e.world_size;
+    e.optimizer_bytes_per_param = moment_bytes / e.world_size;
     e.grad_bytes_per_param = 4.0 / e.world_size;
     // With accumulation the full buckets (4 bytes/parameter) live through the micro-batches
     // before the last; the shards replace them as they are released.
@@ -78,14 +83,17 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   // The block Linears run in FP8 (the head stays high precision by default): an E4M3 copy and
   // its transpose of each of their weights. bf16/fp16: autocast's 2-byte copy of every Linear
   // weight (head included), kept for the backward.
-  if (cfg.precision == Precision::kFp8) e.fp8_bytes_per_param = 2.0 * block_matrices / e.parameters;
+  // recompute casts: the transposes are made in the backward, one block at a time.
+  const double fp8_copies = cfg.train.recompute == Recompute::kCasts ? 1.0 : 2.0;
+  if (cfg.precision == Precision::kFp8) e.fp8_bytes_per_param = fp8_copies * block_matrices / e.parameters;
   if (cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp16) {
     e.fp8_bytes_per_param = 2.0 * (block_matrices + vocab * d) / e.parameters;
   }
   e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.seq_len);
   const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
-  const bool part_recomputed = cfg.train.recompute != Recompute::kNone && cfg.train.recompute != Recompute::kActivation;
+  const bool part_recomputed = cfg.train.recompute != Recompute::kNone && cfg.train.recompute != Recompute::kActivation &&
+                               cfg.train.recompute != Recompute::kCasts;
   const double recomputed_block = part_recomputed ? 3.0 * d + 2.0 * ff : 0.0;
   e.activation_bytes = tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block + vocab) * element;
   return e;
@@ -119,6 +127,11 @@ std::string levers(const ExperimentConfig& cfg, const MemoryEstimate& e) {
                        "train.grad_accum_steps 1); ", gib(6.0 * e.parameters));
   } else {
     out += "more data-parallel ranks (dist.zero 1 divides the AdamW moments and the gradients by their number); ";
+  }
+  if (cfg.train.moments_dtype == MomentsDtype::kFp32) {
+    out += fmt::format("train.moments_dtype bf16 (--moments-dtype bf16) stores the AdamW moments in 4 bytes/parameter "
+                       "instead of 8 ({} less); ",
+                       gib(4.0 * e.parameters / (cfg.dist.zero == 1 ? e.world_size : 1)));
   }
   if (cfg.train.recompute != Recompute::kBlock) {
     out += "train.recompute block (--recompute block) keeps one d_model vector per layer and token instead of "

@@ -60,6 +60,7 @@ train:
   beta1: 0.8
   beta2: 0.99
   eps: 1e-10
+  moments_dtype: bf16
   grad_clip: 0.5
   eval_interval: 50
   eval_batches: 4
@@ -145,6 +146,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.train.beta1 == 0.8);
   CHECK(c.train.beta2 == 0.99);
   CHECK(c.train.eps == 1e-10);
+  CHECK(c.train.moments_dtype == fp8t::MomentsDtype::kBf16);
   CHECK(c.train.grad_clip == 0.5);
   CHECK(c.train.eval_interval == 50);
   CHECK(c.train.eval_batches == 4);
@@ -189,8 +191,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:62");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:74");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:63");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:75");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
