@@ -155,10 +155,10 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
   if (t.moments_dtype == MomentsDtype::kBf16 && t.beta2 > 0.99) {
     // bf16 keeps 8 significant bits: a value moves only by changes above half its spacing, 2^-9
     // to 2^-8 of it. v = beta2 * v + (1 - beta2) * g^2 moves v by (1 - beta2) of (g^2 - v).
-    spdlog::warn("{} with {} = {}: each step moves the second moment v by 1 - beta2 = {} of (g^2 - v), near or "
+    spdlog::warn("{} with {} = {}: each step moves the second moment v by 1 - beta2 = {:.3g} of (g^2 - v), near or "
                  "below bf16's rounding (changes under 2^-9 to 2^-8 of v round away), so v stops tracking g^2 "
                  "(it neither decays nor follows small changes); use beta2 <= 0.99 or train.moments_dtype fp32",
-                 named(s, "train.moments_dtype") + " = bf16", named(s, "train.beta2"), num(t.beta2), num(1.0 - t.beta2));
+                 named(s, "train.moments_dtype") + " = bf16", named(s, "train.beta2"), num(t.beta2), 1.0 - t.beta2);
   }
   if (t.eval_interval > 0 && t.eval_batches < 1) {
     fail(named(s, "train.eval_batches") + ": expected >= 1 while " + named(s, "train.eval_interval") + " = " +
