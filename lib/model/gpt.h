@@ -95,6 +95,14 @@ class Gpt : public SlotModule {
   explicit Gpt(const ModelSection& cfg);
   // idx: int64 [B, T] -> logits [B, T, vocab]
   at::Tensor forward(const at::Tensor& idx);
+  // idx: int64 [B, T] -> the final norm's output [B, T, d] (the LM head's input).
+  at::Tensor hidden(const at::Tensor& idx);
+  // The mean next-token cross-entropy of the head on h (hidden's output): where the head is a
+  // plain bias-free Linear whose GEMM runs in BF16 (bf16 and fp8 precisions under autocast) the
+  // head and the loss run chunked in one op (ops::linear_cross_entropy: the logits never exist
+  // whole, the head's gradients are made in the forward); otherwise lm_head, then loss().
+  at::Tensor head_loss(const at::Tensor& h, const at::Tensor& targets);
+  at::Tensor forward_loss(const at::Tensor& idx, const at::Tensor& targets) { return head_loss(hidden(idx), targets); }
   // train.recompute: what every block recomputes in the backward (none by default).
   void set_recompute(Recompute mode);
   Recompute recompute() const { return recompute_; }

@@ -14,6 +14,7 @@
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getDeviceProperties
 #endif
 
+#include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy_chunk_rows
 #include "lib/util/error.h"  // FP8T_THROW
 
 namespace fp8t::train {
@@ -95,7 +96,13 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   const bool part_recomputed = cfg.train.recompute != Recompute::kNone && cfg.train.recompute != Recompute::kActivation &&
                                cfg.train.recompute != Recompute::kCasts;
   const double recomputed_block = part_recomputed ? 3.0 * d + 2.0 * ff : 0.0;
-  e.activation_bytes = tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block + vocab) * element;
+  // The logits: whole in fp32 and fp16; bf16 and fp8 run the head chunked (BF16 autocast on the
+  // GPU: lib/ops/linear_cross_entropy.h), one chunk of logits at a time.
+  const bool chunked_head = cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp8;
+  const int64_t rows = cfg.train.micro_batch_size * m.seq_len;
+  const double logit_rows =
+      chunked_head ? static_cast<double>(ops::linear_cross_entropy_chunk_rows(rows, m.vocab_size, 2)) : tokens;
+  e.activation_bytes = (tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block) + logit_rows * vocab) * element;
   return e;
 }
 

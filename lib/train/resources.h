@@ -15,7 +15,8 @@
 //                bf16/fp16: 2 per Linear weight (autocast's copy, kept for the backward)
 // plus the activations of one micro-batch: per token, the inputs every layer keeps for its
 // backward (3 * d_model + 2 * ff_dim per block; train.recompute keeps less, see below) and the
-// logits (vocab_size), at 4 bytes (fp32) or 2 bytes (bf16/fp16/fp8 autocast) per element.
+// logits (vocab_size; bf16 and fp8 hold one chunk of logit rows at a time, the rule of
+// lib/ops/linear_cross_entropy.h), at 4 bytes (fp32) or 2 bytes (bf16/fp16/fp8 autocast) per element.
 // Attention scores, workspaces, allocator slack and the data are left out, so a config that
 // fails this check can never run, while one that passes may still need more than estimated.
 #pragma once

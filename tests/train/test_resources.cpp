@@ -89,6 +89,21 @@ TEST_CASE("resources: bytes per parameter by category; ZeRO-1 divides the AdamW 
   CHECK(estimate_training_memory(c, 2).activation_bytes < fp8.activation_bytes);
 }
 
+TEST_CASE("resources: bf16 and fp8 count one chunk of the logits, fp32 and fp16 all of them", "[train]") {
+  ExperimentConfig c;  // d 128, 2 layers, ff 512
+  c.model.vocab_size = 50304;
+  c.model.seq_len = 2048;
+  c.train.micro_batch_size = 8;
+  const double blocks = 16384.0 * 2.0 * (3 * 128 + 2 * 512);
+  for (Precision p : {Precision::kBf16, Precision::kFp8}) {
+    c.precision = p;
+    // The chunked head (lib/ops/linear_cross_entropy.h): 2560 of the 16384 rows at a time.
+    CHECK(estimate_training_memory(c).activation_bytes == (blocks + 2560.0 * 50304) * 2);
+  }
+  c.precision = Precision::kFp16;
+  CHECK(estimate_training_memory(c).activation_bytes == (blocks + 16384.0 * 50304) * 2);
+}
+
 TEST_CASE("resources: an out-of-memory error names the estimate and the levers, exit 2", "[train]") {
   ExperimentConfig c;
   c.precision = Precision::kFp8;
