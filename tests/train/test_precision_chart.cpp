@@ -5,7 +5,8 @@
 #include <algorithm>  // std::find
 #include <array>      // std::array
 
-#include "lib/train/session.h"  // Session
+#include "lib/train/optimizer.h"  // AdamW::state_dict
+#include "lib/train/session.h"    // Session
 #include "lib/util/error.h"     // fp8t::Error
 #include "tests/catch.h"
 
@@ -115,6 +116,20 @@ TEST_CASE("precision chart: fp8 names the FP8 layers, the skipped layers and the
   session.prepare_training(nullptr);
   const train::PrecisionChart live = train::precision_chart(session);
   REQUIRE(live.to_json() == chart.to_json());
+}
+
+TEST_CASE("precision chart: train.moments_dtype bf16 shows BF16 moments, before and after the optimizer exists",
+          "[train]") {
+  ExperimentConfig cfg = tiny(Precision::kBf16);
+  cfg.train.moments_dtype = MomentsDtype::kBf16;
+  train::Session session(cfg, at::Device(at::kCPU));
+  const train::PrecisionChart chart = train::precision_chart(session);
+  REQUIRE(chart.row("optimizer_states").summary() == "BF16 + BF16");
+  REQUIRE(chart.row("optimizer_states").groups.front().detail.find("train.moments_dtype bf16") != std::string::npos);
+  REQUIRE(chart.row("master_weights").summary() == "none");  // the weights stay FP32 masters
+  session.prepare_training(nullptr);  // the live AdamW state (Session hands the key to AdamW)
+  REQUIRE(session.optimizer().state_dict().at("wte.weight.exp_avg").scalar_type() == at::kBFloat16);
+  REQUIRE(train::precision_chart(session).to_json() == chart.to_json());
 }
 
 TEST_CASE("precision chart: HYBRID vs E4M3 formats come from the scaling slots", "[train]") {
