@@ -2,6 +2,8 @@
 
 #include <cmath>  // std::fabs
 
+#include "lib/fp8/block_math.h"     // kBlockLen
+#include "lib/fp8/block_quantize.h" // make_block_scales
 #include "lib/fp8/cpu_backend.h"    // cpu_backend
 #include "lib/fp8/scaling_math.h"   // amax_combine
 #include "lib/fp8/swiglu_ops.h"     // swiglu_value, swiglu_gradient
@@ -62,6 +64,25 @@ Fp8Tensor Backend::cast(const CastSource& src, const SlotRef& slot, bool rowwise
     case CastOp::kDswiglu: return dswiglu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
   }
   FP8T_THROW(ExitCode::kFailure, "fp8 cast: unknown cast operation ", static_cast<int>(src.op));
+}
+
+at::Tensor Backend::transpose_codes(const at::Tensor& codes) { return codes.t().contiguous(); }
+
+Fp8Operand transposed(const Fp8Operand& op) {
+  FP8T_CHECK(op.defined() && op.codes.dim() == 2, "fp8 transpose: expected 2-D FP8 codes");
+  FP8T_CHECK(op.scale_layout != ScaleLayout::kBlock1x128,
+             "fp8 transpose: a 1x128 block-scaled operand cannot be transposed (its blocks run along K)");
+  Fp8Operand t;
+  t.codes = backend_for(op.codes.device()).transpose_codes(op.codes);
+  t.format = op.format;
+  t.scale_layout = op.scale_layout;
+  if (op.scale_layout == ScaleLayout::kTensor) {
+    t.scale_inv = op.scale_inv;
+  } else {  // the grid of the transposed operand [cols, rows], holding the same blocks transposed
+    t.scale_inv = make_block_scales(op.codes.size(1), op.codes.size(0), kBlockLen, op.codes.device());
+    t.scale_inv.copy_(op.scale_inv.t());
+  }
+  return t;
 }
 
 void Backend::record_amax(const CastSource& src, const at::Tensor& amax) {

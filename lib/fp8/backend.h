@@ -160,6 +160,11 @@ class Backend {
                                   const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
                                   float fp8_max, float two_pow_margin);
 
+  // out[cols, rows] = codes[rows, cols]^T for uint8 FP8 codes (a layout change, no rounding).
+  // The default transposes with ATen (the CPU emulation); CUDA runs kernels/cast_transpose.cu's
+  // fp8t_transpose_codes. transposed() below builds operands on it.
+  virtual at::Tensor transpose_codes(const at::Tensor& codes);
+
   // out[M,N] = dequant(a)[M,K] * dequant(b)[N,K]^T (+ bias[N]), out in out_dtype.
   virtual at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
                           at::ScalarType out_dtype, GemmKind kind, bool fast_accum) = 0;
@@ -206,6 +211,12 @@ class Backend {
 
 // The backend for tensors on `device` (CPU emulation, or CUDA when built with it).
 Backend& backend_for(const at::Device& device);
+
+// The columnwise copy of a rowwise operand, from its codes alone: the transposed codes with the
+// same per-tensor scale_inv (kTensor), or with the transposed block grid (kBlock128x128: a square
+// block transposes exactly). These are the codes and scales a cast of both layouts writes, bit for
+// bit. A 1x128 operand cannot be transposed (its blocks run along K): refused.
+Fp8Operand transposed(const Fp8Operand& op);
 
 }  // namespace fp8
 }  // namespace fp8t

@@ -65,6 +65,20 @@ class CudaBackend final : public Backend {
     return swiglu_cast(dy, h, &slot, true, true, want_dbias ? dbias : nullptr, at::Tensor());
   }
 
+  // The tiled byte transpose of the cast kernels (1 byte read and 1 written per code).
+  at::Tensor transpose_codes(const at::Tensor& codes_in) override {
+    FP8T_CHECK(codes_in.dim() == 2 && codes_in.is_cuda() && codes_in.scalar_type() == at::kByte,
+               "transpose_codes expects 2-D uint8 CUDA codes, got ", codes_in.scalar_type(), " ", codes_in.sizes());
+    const c10::cuda::CUDAGuard guard(codes_in.device());
+    const at::Tensor codes = codes_in.contiguous();
+    const int64_t rows = codes.size(0), cols = codes.size(1);
+    at::Tensor out = at::empty({cols, rows}, codes.options());
+    FP8T_KERNEL_CHECK(fp8t_transpose_codes(codes.data_ptr<uint8_t>(), rows, cols, out.data_ptr<uint8_t>(),
+                                           stream_of(codes)),
+                      "transpose of FP8 codes ", rows, "x", cols);
+    return out;
+  }
+
   at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias, at::ScalarType out_dtype,
                   GemmKind kind, bool fast_accum) override {
     FP8T_CHECK(a.defined() && b.defined(), "fp8 gemm ", to_string(kind), ": missing FP8 operand (A ",

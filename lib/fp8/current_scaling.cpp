@@ -36,18 +36,27 @@ CurrentScaling::CastState CurrentScaling::cast_state(int slot, bool record) cons
 }
 
 // amax pass (or the producer's amax) and the scale on the device (one launch on the GPU), then the
-// fused per-tensor cast.
+// fused per-tensor cast. A recast with an earlier cast's scale (opt.scale) skips the amax pass.
 Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOptions& opt) {
   const CastState st = cast_state(slot, opt.record);
   Backend& backend = backend_for(src.x.device());
-  backend.current_amax_scale(src, opt.known_amax, st.amax, st.scale, st.scale_inv, st.workspace,
-                             format_max(slot_format(slot)), two_pow_margin_);
+  if (opt.scale.defined()) {
+    FP8T_CHECK(!recording(opt.record), "fp8: a cast with a given scale records nothing (slot ", slot_name(slot), ")");
+  } else {
+    backend.current_amax_scale(src, opt.known_amax, st.amax, st.scale, st.scale_inv, st.workspace,
+                               format_max(slot_format(slot)), two_pow_margin_);
+  }
   // The cast max-accumulates the same amax again into st.amax (no change): no separate sink needed.
-  const SlotRef ref{st.scale, st.amax, slot_format(slot), slot};
+  // (A recast's amax goes to the scratch state.)
+  const SlotRef ref{opt.scale.defined() ? opt.scale : st.scale, st.amax, slot_format(slot), slot};
   Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias);
   if (recording(opt.record) && collect_stats()) add_stats(slot, backend.saturation_stats(materialize(src), ref));
   return out;
 }
+
+// The scale the cast that just ran used: the slot's (recorded) or the scratch one (under
+// NoRecordScope), copied before the slot's next cast overwrites it.
+at::Tensor CurrentScaling::recast_scale(int slot) const { return cast_state(slot, true).scale.clone(); }
 
 void CurrentScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
   if (last_of_step) ++steps_ended_;

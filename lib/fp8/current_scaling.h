@@ -36,6 +36,8 @@ class CurrentScaling final : public Scaling {
   RecipeKind kind() const override { return RecipeKind::kCurrent; }
 
   Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) override;
+  // A copy: the slot's next recorded cast overwrites its scale.
+  at::Tensor recast_scale(int slot) const override;
 
   void end_micro_batch(bool last_of_step, const at::Tensor& skip = at::Tensor()) override;
   int64_t weight_epoch() const override { return steps_ended_; }

@@ -38,7 +38,11 @@ SlotRef DelayedScaling::slot(int index, bool record) const {
 }
 
 Fp8Tensor DelayedScaling::quantize(int index, const CastSource& src, const CastOptions& opt) {
-  const SlotRef ref = slot(index, opt.record);
+  SlotRef ref = slot(index, opt.record);
+  if (opt.scale.defined()) {  // a recast (recast_scale): the amax goes to the scratch slot
+    FP8T_CHECK(!recording(opt.record), "fp8: a cast with a given scale records nothing (slot ", slot_name(index), ")");
+    ref.scale = opt.scale;
+  }
   Backend& backend = backend_for(src.x.device());
   Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias);
   if (recording(opt.record) && collect_stats()) add_stats(index, backend.saturation_stats(materialize(src), ref));

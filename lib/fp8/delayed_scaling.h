@@ -51,6 +51,8 @@ class DelayedScaling final : public Scaling {
   Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) override;
   // The scale is known before the cast: a producer may cast in its own kernel.
   std::optional<SlotRef> fused_cast_slot(int slot, bool record) const override { return this->slot(slot, record); }
+  // The slot's scale itself (a view): update() is the only writer, after the backward.
+  at::Tensor recast_scale(int slot) const override { return this->slot(slot).scale; }
 
   // One update of every slot (see above). Runs the amax reducer first if set.
   // skip (optional 0-d float32 or bool on the device, non-zero = skip; the optimizer's found_inf,

@@ -52,7 +52,7 @@ class Fp8Activation : public model::UnaryModule {
   // codes either way. On (train.recompute activation; the rewrite sets it) holds one FP8 copy of
   // act(h) less per layer between forward and backward (1.3B at B8 T2048: 128 MiB per layer,
   // 3 GiB in all) for a second GELU/SwiGLU cast pass over h in the backward (about 5 ms of a
-  // 206 ms step there; current scaling also repeats its amax pass).
+  // 206 ms step there), with the forward's scale (current scaling: no second amax pass).
   bool defers_columnwise() const { return defer_columnwise_; }
   void set_defers_columnwise(bool on) { defer_columnwise_ = on; }
 

@@ -21,16 +21,24 @@ bool same_storage(const at::Tensor& a, const at::Tensor& b) {
 // the context holds a reference to.
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
+  // recast_x: the backward casts x's columnwise copy from x itself (Fp8Linear::recasts_input_columnwise;
+  // the caller checked that x is a view of what its producer keeps).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias_opt, Fp8Linear* layer,
-                            const Fp8Tensor* given_x_fp8, const CastSource* x_columnwise_later) {
+                            const Fp8Tensor* given_x_fp8, const CastSource* x_columnwise_later, bool recast_x) {
     // Optional tensors go in as std::optional: LibTorch's custom functions reject undefined inputs.
     const at::Tensor bias = bias_opt.value_or(at::Tensor());
     const auto& ovr = layer->scaling().recipe().override_linear_precision;
     const bool training = layer->is_training() && (x.requires_grad() || weight.requires_grad());
     const at::ScalarType hp = compat::autocast_dtype_or(x.device().type(), x.scalar_type());
-    const Fp8Tensor x_fp8 = input_fp8(*layer, x, given_x_fp8, x_columnwise_later, training);
-    const Fp8Tensor& w_fp8 = layer->weight_fp8(training, !ovr.fprop, training && !ovr.dgrad);
+    // Only a recorded rowwise cast (fprop in FP8) leaves a scale for the backward's recast.
+    recast_x = recast_x && training && given_x_fp8 == nullptr && !ovr.fprop && !ovr.wgrad;
+    const Fp8Tensor x_fp8 = input_fp8(*layer, x, given_x_fp8, x_columnwise_later, training, recast_x);
+    // transposes_weight: dgrad transposes the rowwise codes, so the cache needs them even when
+    // fprop runs in high precision.
+    const bool dgrad_fp8 = training && !ovr.dgrad;
+    const bool w_transpose = dgrad_fp8 && layer->transposes_weight();
+    const Fp8Tensor& w_fp8 = layer->weight_fp8(training, !ovr.fprop || w_transpose, dgrad_fp8 && !w_transpose);
 
     at::Tensor y;
     if (ovr.fprop) {
@@ -39,7 +47,11 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       y = backend_for(x.device()).gemm(x_fp8.rowwise, w_fp8.rowwise, bias, hp, GemmKind::kFprop,
                                        layer->scaling().fast_accumulation(GemmKind::kFprop));
     }
-    if (training) save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, x_fp8, w_fp8, x_columnwise_later);
+    if (training) {
+      save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, recast_x);
+      save_input_operand(ctx, *layer, x_fp8, x_columnwise_later, recast_x);
+      save_weight_operand(ctx, *layer, w_fp8, w_transpose);
+    }
     return y;
   }
 
@@ -60,7 +72,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       if (ovr.dgrad) {
         dx = at::mm(g.dy.to(hp), saved[1].to(hp));
       } else {
-        dx = backend.gemm(g.dy_fp8.rowwise, saved_operand(ctx, "w"), at::Tensor(), hp, GemmKind::kDgrad,
+        dx = backend.gemm(g.dy_fp8.rowwise, saved_weight_columnwise(ctx), at::Tensor(), hp, GemmKind::kDgrad,
                           scaling.fast_accumulation(GemmKind::kDgrad));
       }
     }
@@ -68,20 +80,21 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       if (ovr.wgrad) {
         dw = at::mm(g.dy.to(hp).t(), saved[0].to(hp)).to(at::kFloat);
       } else {
-        dw = backend.gemm(g.dy_fp8.columnwise, saved_input_columnwise(ctx, *state), at::Tensor(), at::kFloat,
+        dw = backend.gemm(g.dy_fp8.columnwise, saved_input_columnwise(ctx, *state, saved[0]), at::Tensor(), at::kFloat,
                           GemmKind::kWgrad, scaling.fast_accumulation(GemmKind::kWgrad));
       }
     }
-    return {dx, dw, has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
   // The FP8 input: handed over by the preceding norm or activation (the columnwise copy possibly
-  // left to the backward), or cast here (one pass for both layouts).
+  // left to the backward), or cast here (one pass for both layouts, or the rowwise one alone when
+  // the backward recasts the columnwise copy from x).
   static Fp8Tensor input_fp8(Fp8Linear& layer, const at::Tensor& x, const Fp8Tensor* given,
-                             const CastSource* columnwise_later, bool training) {
+                             const CastSource* columnwise_later, bool training, bool recast_x) {
     const auto& ovr = layer.scaling().recipe().override_linear_precision;
-    const bool x_row = !ovr.fprop, x_col = training && !ovr.wgrad;
+    const bool x_row = !ovr.fprop, x_col = training && !ovr.wgrad && !recast_x;
     if (given != nullptr && (!x_row || given->rowwise.defined()) &&
         (!x_col || given->columnwise.defined() || columnwise_later != nullptr)) {
       return *given;
@@ -94,24 +107,44 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     return layer.scaling().quantize(layer.slot_input(), CastSource::tensor(x), opt);
   }
 
-  // Saves only what the backward GEMMs read: FP8 copies, or the high-precision operand of an
-  // overridden GEMM; and a reference to the layer's gradient state.
+  // Saves only what the backward GEMMs read (save_input_operand, save_weight_operand: FP8 copies,
+  // or what they are made from), the high-precision operands of overridden GEMMs (x also for
+  // recast_x: a view of what its producer keeps), and a reference to the layer's gradient state.
   static void save_for_backward(torch::autograd::AutogradContext* ctx, const Fp8Linear& layer, const at::Tensor& x,
-                                const at::Tensor& weight, bool has_bias, at::ScalarType hp, const Fp8Tensor& x_fp8,
-                                const Fp8Tensor& w_fp8, const CastSource* x_columnwise_later) {
+                                const at::Tensor& weight, bool has_bias, at::ScalarType hp, bool recast_x) {
     const auto& ovr = layer.scaling().recipe().override_linear_precision;
     ctx->saved_data["grad_state"] = compat::to_ivalue(layer.grad_state());
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["hp"] = static_cast<int64_t>(hp);
-    ctx->save_for_backward({ovr.wgrad ? x : at::Tensor(), ovr.dgrad ? weight : at::Tensor()});
-    if (!ovr.wgrad && x_fp8.columnwise.defined()) {
+    if (recast_x) ctx->saved_data["x_recast"] = true;
+    ctx->save_for_backward({ovr.wgrad || recast_x ? x : at::Tensor(), ovr.dgrad ? weight : at::Tensor()});
+  }
+
+  // wgrad's x^T: the columnwise copy, or what the backward casts it from (the activation's input
+  // handed over with the pending input, or x itself) with the scale of the forward's cast.
+  static void save_input_operand(torch::autograd::AutogradContext* ctx, const Fp8Linear& layer,
+                                 const Fp8Tensor& x_fp8, const CastSource* x_columnwise_later, bool recast_x) {
+    if (layer.scaling().recipe().override_linear_precision.wgrad) return;
+    if (x_fp8.columnwise.defined()) {
       save_operand(ctx, "x", x_fp8.columnwise);
-    } else if (!ovr.wgrad) {
-      FP8T_CHECK(x_columnwise_later != nullptr, "fp8 linear: no columnwise FP8 input for wgrad");
+      return;
+    }
+    FP8T_CHECK(x_columnwise_later != nullptr || recast_x, "fp8 linear ", layer.layer_name(),
+               ": no columnwise FP8 input for wgrad");
+    if (x_columnwise_later != nullptr) {
       ctx->saved_data["x_later_op"] = static_cast<int64_t>(x_columnwise_later->op);
       ctx->saved_data["x_later"] = x_columnwise_later->x;  // the activation saves the same tensor
     }
-    if (!ovr.dgrad) save_operand(ctx, "w", w_fp8.columnwise);
+    const at::Tensor scale = layer.scaling().recast_scale(layer.slot_input());
+    if (scale.defined()) ctx->saved_data["x_scale"] = scale;
+  }
+
+  // dgrad's W^T: the cached columnwise copy, or the cached rowwise one that dgrad transposes.
+  static void save_weight_operand(torch::autograd::AutogradContext* ctx, const Fp8Linear& layer,
+                                  const Fp8Tensor& w_fp8, bool transpose) {
+    if (layer.scaling().recipe().override_linear_precision.dgrad) return;
+    save_operand(ctx, "w", transpose ? w_fp8.rowwise : w_fp8.columnwise);
+    if (transpose) ctx->saved_data["w_transpose"] = true;
   }
 
   static void save_operand(torch::autograd::AutogradContext* ctx, const std::string& name, const Fp8Operand& op) {
@@ -121,19 +154,36 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     ctx->saved_data[name + "_layout"] = static_cast<int64_t>(op.scale_layout);
   }
 
-  // wgrad's x^T: kept from the forward, or cast now from the value the activation handed over
-  // (same scale, same codes: the recipe's cast under NoRecordScope records nothing).
-  static Fp8Operand saved_input_columnwise(torch::autograd::AutogradContext* ctx, const Fp8LinearGradState& state) {
+  // wgrad's x^T: kept from the forward, or cast now from the value the activation handed over or
+  // from x (saved_x) with the forward's scale (same codes: the recipe's cast under NoRecordScope
+  // records nothing; block scaling finds the same blocks in the same values).
+  static Fp8Operand saved_input_columnwise(torch::autograd::AutogradContext* ctx, const Fp8LinearGradState& state,
+                                           const at::Tensor& saved_x) {
     const auto later = ctx->saved_data.find("x_later");
-    if (later == ctx->saved_data.end()) return saved_operand(ctx, "x");
-    const CastSource src{static_cast<CastOp>(ctx->saved_data["x_later_op"].toInt()), later->second.toTensor(),
-                         at::Tensor()};
+    CastSource src;
+    if (later != ctx->saved_data.end()) {
+      src = CastSource{static_cast<CastOp>(ctx->saved_data["x_later_op"].toInt()), later->second.toTensor(),
+                       at::Tensor()};
+    } else if (ctx->saved_data.count("x_recast") != 0) {
+      src = CastSource::tensor(saved_x);
+    } else {
+      return saved_operand(ctx, "x");
+    }
     const NoRecordScope no_record;
     CastOptions opt;
     opt.rowwise = false;
     opt.columnwise = true;
     opt.record = false;
+    const auto scale = ctx->saved_data.find("x_scale");
+    if (scale != ctx->saved_data.end()) opt.scale = scale->second.toTensor();
     return state.scaling->quantize(state.slot_input, src, opt).columnwise;
+  }
+
+  // dgrad's W^T: the kept columnwise copy, or the transpose of the rowwise codes (the same bits),
+  // alive until the GEMM has read it.
+  static Fp8Operand saved_weight_columnwise(torch::autograd::AutogradContext* ctx) {
+    const Fp8Operand w = saved_operand(ctx, "w");
+    return ctx->saved_data.count("w_transpose") != 0 ? transposed(w) : w;
   }
 
   static Fp8Operand saved_operand(torch::autograd::AutogradContext* ctx, const std::string& name) {
@@ -241,7 +291,9 @@ at::Tensor Fp8Linear::forward(const at::Tensor& x) {
     if (handed.columnwise_later) later = &*handed.columnwise_later;
   }
   pending_ = Pending{};
-  at::Tensor y = Fp8LinearFunction::apply(x2, weight, optional_tensor(bias), this, given, later);
+  // A view of what its producer keeps (the flag says it keeps it), never a copy made on the way.
+  const bool recast_x = recast_input_columnwise_ && given == nullptr && x.is_view();
+  at::Tensor y = Fp8LinearFunction::apply(x2, weight, optional_tensor(bias), this, given, later, recast_x);
   auto out_shape = x.sizes().vec();
   out_shape.back() = out_features;
   return y.view(out_shape);

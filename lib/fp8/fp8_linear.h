@@ -81,6 +81,25 @@ class Fp8Linear : public model::UnaryModule {
 
   // The weight in FP8, cast at most once per (weight version, scaling update).
   const Fp8Tensor& weight_fp8(bool record, bool rowwise, bool columnwise);
+  // The cached FP8 weight as it stands (tests: which layouts the cache holds).
+  const Fp8Tensor& cached_weight() const { return weight_cache_.fp8; }
+
+  // train.recompute casts (set by the rewrite; each keeps less FP8 between the passes and changes
+  // no bit):
+  // recasts_input_columnwise: for a layer whose input its producer keeps for its own backward
+  // (model::SlotModule::Slot::input_kept_by_producer: attention's output). The forward casts the
+  // rowwise copy alone and keeps the input (a view of what the producer keeps); the backward casts
+  // wgrad's columnwise copy from it with the forward's scale (Scaling::recast_scale) under
+  // NoRecordScope. Applies while the input arrives as a view (no copy between the producer and
+  // this layer, e.g. not behind SDPA's math backend, whose output a reshape copies) and fprop runs
+  // in FP8; otherwise the forward casts and keeps the columnwise copy as usual.
+  void set_recasts_input_columnwise(bool on) { recast_input_columnwise_ = on; }
+  bool recasts_input_columnwise() const { return recast_input_columnwise_; }
+  // transposes_weight: the weight cache holds the rowwise copy alone; dgrad transposes its codes
+  // just in time (transposed() in backend.h: the bits of the cached columnwise copy) and drops the
+  // transpose after the GEMM: one layer's transposed weight alive at a time instead of every layer's.
+  void set_transposes_weight(bool on) { transpose_weight_ = on; }
+  bool transposes_weight() const { return transpose_weight_; }
 
   const std::string& layer_name() const { return name_; }
   Scaling& scaling() const { return *scaling_; }
@@ -105,6 +124,8 @@ class Fp8Linear : public model::UnaryModule {
   } pending_;
 
   c10::intrusive_ptr<Fp8LinearGradState> grad_;
+  bool recast_input_columnwise_ = false;
+  bool transpose_weight_ = false;
 
   struct WeightCache {
     Fp8Tensor fp8;

@@ -62,8 +62,19 @@ Containers slot_containers(torch::nn::Module& root) {
   return containers;
 }
 
-// Pass 1: Linear layers. Returns the converted ones by full name.
-Fp8Linears convert_linears(const Containers& containers, const std::shared_ptr<Scaling>& scaling,
+// train.recompute casts on a converted Linear: dgrad transposes the cached rowwise weight, and
+// wgrad's input copy is cast again in the backward where the model says the producer keeps the
+// input anyway (Fp8Linear::set_transposes_weight, set_recasts_input_columnwise). Returns what the
+// report adds.
+std::string defer_casts(Fp8Linear& layer, const model::SlotModule::Slot& slot) {
+  layer.set_transposes_weight(true);
+  layer.set_recasts_input_columnwise(slot.input_kept_by_producer);
+  return slot.input_kept_by_producer ? "W^T transposed in dgrad, x^T cast again in the backward"
+                                     : "W^T transposed in dgrad";
+}
+
+// Pass 1: Linear layers. Returns the converted ones by full name. casts: train.recompute casts.
+Fp8Linears convert_linears(const Containers& containers, const std::shared_ptr<Scaling>& scaling, bool casts,
                            RewriteReport& report) {
   Fp8Linears fp8_linears;
   double total_macs = 0.0, fp8_macs = 0.0;
@@ -78,6 +89,7 @@ Fp8Linears convert_linears(const Containers& containers, const std::shared_ptr<S
       total_macs += d.gemm_macs_per_token;
       if (d.reason.empty()) {
         auto fp8 = std::make_shared<Fp8Linear>(*linear, name, scaling);
+        if (casts) d.reason = defer_casts(*fp8, slot);
         container->replace_slot(slot.name, fp8);
         fp8_linears[name] = fp8;
         d.converted = true;
@@ -162,11 +174,13 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
   result.scaling = make_scaling(recipe);
   result.report.recipe_line = recipe_summary(recipe);
   const Containers containers = slot_containers(root);
-  const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, result.report);
-  convert_norms(containers, fp8_linears, result.report);
+  // train.recompute activation and casts: FP8 copies the backward casts again instead of keeping.
   const auto* gpt = dynamic_cast<const model::Gpt*>(&root);
-  const bool defer = gpt != nullptr && gpt->recompute() == Recompute::kActivation;
-  fuse_activations(containers, fp8_linears, defer, result.report);
+  const Recompute recompute = gpt != nullptr ? gpt->recompute() : Recompute::kNone;
+  const bool casts = recompute == Recompute::kCasts;
+  const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, casts, result.report);
+  convert_norms(containers, fp8_linears, result.report);
+  fuse_activations(containers, fp8_linears, casts || recompute == Recompute::kActivation, result.report);
   result.scaling->finalize(device);
   return result;
 }

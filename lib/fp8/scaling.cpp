@@ -46,6 +46,8 @@ const at::Device& Scaling::device() const {
 
 std::optional<SlotRef> Scaling::fused_cast_slot(int /*slot*/, bool /*record*/) const { return std::nullopt; }
 
+at::Tensor Scaling::recast_scale(int /*slot*/) const { return at::Tensor(); }
+
 bool Scaling::fast_accumulation(GemmKind kind) const {
   const FastAccumulation& f = recipe_.fast_accumulation;
   switch (kind) {

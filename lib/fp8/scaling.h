@@ -53,6 +53,9 @@ struct CastOptions {
   at::Tensor* dbias = nullptr;  // gradients: also dbias = column sums of the value, FP32 (fused on the GPU)
   at::Tensor known_amax;       // optional 0-d float32: max|value|, when the producer computed it in
                                // its own kernel (a norm); current scaling then skips its amax pass
+  at::Tensor scale;            // optional 0-d float32 (per-tensor recipes): cast with this scale, an
+                               // earlier cast's (recast_scale), and record nothing: a recast of the
+                               // same values gives that cast's codes; current scaling skips its amax pass
 };
 
 // Per-slot FP8 health statistics of the last log interval (read_stats).
@@ -117,6 +120,13 @@ class Scaling {
   // add_stats); recipes whose scale depends on the value itself give nullopt, and the producer
   // calls quantize() on its high-precision output instead (passing the amax it computed).
   virtual std::optional<SlotRef> fused_cast_slot(int slot, bool record) const;
+  // The per-tensor scale of the slot's cast that just ran, for a later recast of the same values
+  // (CastOptions::scale; the backward recasting a copy it did not keep): valid until that
+  // backward. Call it right after the cast, on its thread. Delayed: the slot's scale (it changes
+  // only in end_micro_batch, after the backward); current: a copy of the scale that cast computed;
+  // undefined where a cast's scales come from the values alone (block: a recast of the same values
+  // finds the same blocks).
+  virtual at::Tensor recast_scale(int slot) const;
 
   // ---- GEMMs and layers ---------------------------------------------------------------------
   // Fast (non-promoting) accumulation of a GEMM on the GPU: fp8.fast_accumulation; block: never.

@@ -41,7 +41,10 @@ CausalSelfAttention::CausalSelfAttention(const ModelSection& cfg, std::shared_pt
     add_slot("k_proj", std::make_shared<Linear>(d, kv, cfg.bias), &k_proj);
     add_slot("v_proj", std::make_shared<Linear>(d, kv, cfg.bias), &v_proj);
   }
-  add_slot("c_proj", std::make_shared<Linear>(d, d, cfg.bias), &c_proj);
+  // c_proj reads attention's output through a view (forward): the fused SDPA kernels keep that
+  // output for their backward, and write it [B, T, H, D] in memory, so the view needs no copy.
+  add_slot("c_proj", std::make_shared<Linear>(d, d, cfg.bias), &c_proj, /*feeds=*/"", /*fed_by=*/"",
+           /*input_kept_by_producer=*/true);
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(cfg.dropout));
 }
 

@@ -70,9 +70,9 @@ void SlotModule::replace_slot(const std::string& name, std::shared_ptr<UnaryModu
 
 void SlotModule::add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,
                           std::shared_ptr<UnaryModule>* member, const std::string& feeds,
-                          const std::string& fed_by) {
+                          const std::string& fed_by, bool input_kept_by_producer) {
   *member = register_module(name, std::move(module));
-  slots_.push_back(Slot{name, member, feeds, fed_by});
+  slots_.push_back(Slot{name, member, feeds, fed_by, input_kept_by_producer});
 }
 
 }  // namespace model

@@ -88,6 +88,10 @@ class SlotModule : public torch::nn::Module {
     std::string feeds;
     // For an activation: the path of the only Linear whose output is its input (e.g. "c_fc").
     std::string fed_by;
+    // For a Linear: its input is the output of an op that keeps that output for its own backward
+    // (attention: the fused SDPA kernels save their output, and the Linear reads a view of it),
+    // so keeping the input as well costs no memory while it is that view.
+    bool input_kept_by_producer = false;
   };
   const std::vector<Slot>& slots() const { return slots_; }
   std::shared_ptr<UnaryModule> slot(const std::string& name) const;
@@ -97,7 +101,7 @@ class SlotModule : public torch::nn::Module {
  protected:
   void add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,
                 std::shared_ptr<UnaryModule>* member, const std::string& feeds = "",
-                const std::string& fed_by = "");
+                const std::string& fed_by = "", bool input_kept_by_producer = false);
 
  private:
   std::vector<Slot> slots_;

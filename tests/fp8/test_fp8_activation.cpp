@@ -152,9 +152,10 @@ TEST_CASE("fp8 gelu: the hand-over happens only when the neighbour reads nothing
   }
 }
 
-TEST_CASE("fp8 gelu: the rewrite defers c_proj's wgrad copy exactly when the model recomputes activations", "[fp8]") {
-  for (const Recompute mode : {Recompute::kNone, Recompute::kActivation, Recompute::kAttention}) {
+TEST_CASE("fp8 gelu: the rewrite defers c_proj's wgrad copy exactly under recompute activation and casts", "[fp8]") {
+  for (const Recompute mode : {Recompute::kNone, Recompute::kActivation, Recompute::kCasts, Recompute::kAttention}) {
     INFO("recompute " << static_cast<int>(mode));
+    const bool defers = mode == Recompute::kActivation || mode == Recompute::kCasts;  // casts: more copies too
     torch::manual_seed(3);
     model::Gpt gpt(small_model(false));
     gpt.set_recompute(mode);
@@ -163,10 +164,9 @@ TEST_CASE("fp8 gelu: the rewrite defers c_proj's wgrad copy exactly when the mod
     for (auto& b : gpt.blocks) {
       auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act);
       REQUIRE(act != nullptr);
-      CHECK(act->defers_columnwise() == (mode == Recompute::kActivation));
+      CHECK(act->defers_columnwise() == defers);
     }
-    CHECK((rw.report.to_string().find("cast again in the backward") != std::string::npos) ==
-          (mode == Recompute::kActivation));
+    CHECK((rw.report.to_string().find("wgrad copy cast again in the backward") != std::string::npos) == defers);
   }
 }
 

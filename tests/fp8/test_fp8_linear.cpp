@@ -6,6 +6,7 @@
 #include "lib/fp8/cpu_backend.h"     // decode_codes
 #include "lib/fp8/format.h"          // encode
 #include "lib/fp8/fp8_activation.h"  // Fp8Gelu
+#include "lib/fp8/scaling.h"         // make_scaling
 #include "tests/catch.h"
 
 using namespace fp8t::fp8;
@@ -184,4 +185,54 @@ TEST_CASE("fp8 linear: a backward after the layers are destroyed still works (th
   REQUIRE(at::equal(x_gone.grad(), x_alive.grad()));
   REQUIRE(at::equal(fc_weight.grad(), alive.fc->weight.grad()));
   REQUIRE(at::equal(proj_bias.grad(), alive.proj->bias.grad()));
+}
+
+namespace {
+
+// A layer on its own recipe state, from seed 13 (two calls give equal weights in separate tensors).
+struct Layer {
+  std::shared_ptr<Scaling> scaling;
+  std::shared_ptr<Fp8Linear> fc;
+  explicit Layer(const Recipe& r) {
+    torch::manual_seed(13);
+    fp8t::model::Linear src(128, 64, true);
+    scaling = make_scaling(r);
+    fc = std::make_shared<Fp8Linear>(src, "fc", scaling);
+    scaling->finalize(at::kCPU);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fp8 linear: dgrad's transposed weight and wgrad's input recast in the backward change no bit", "[fp8]") {
+  for (const RecipeKind kind : {RecipeKind::kDelayed, RecipeKind::kCurrent, RecipeKind::kBlock}) {
+    INFO("recipe " << to_string(kind));
+    Recipe r;
+    r.kind = kind;
+    Layer kept(r), later(r);
+    later.fc->set_transposes_weight(true);
+    later.fc->set_recasts_input_columnwise(true);
+    torch::manual_seed(14);
+    for (int step = 0; step < 3; ++step) {
+      INFO("step " << step);
+      const at::Tensor x = torch::randn({2, 24, 128}) * (1.0 + step), dy = torch::randn({48, 64}) * 1e-2;
+      const at::Tensor xk = x.clone().requires_grad_(), xl = x.clone().requires_grad_();
+      // A view of a tensor that stays alive, as attention's output is: the layer keeps the view.
+      const at::Tensor yk = kept.fc->forward(xk.view({48, 128})), yl = later.fc->forward(xl.view({48, 128}));
+      REQUIRE(at::equal(yk, yl));
+      CHECK(kept.fc->cached_weight().columnwise.defined());
+      CHECK_FALSE(later.fc->cached_weight().columnwise.defined());  // dgrad makes it from the rowwise codes
+      yk.backward(dy);
+      yl.backward(dy);
+      REQUIRE(at::equal(xk.grad(), xl.grad()));
+      REQUIRE(at::equal(kept.fc->weight.grad(), later.fc->weight.grad()));
+      REQUIRE(at::equal(kept.fc->bias.grad(), later.fc->bias.grad()));
+      REQUIRE(at::equal(kept.scaling->amax_history(), later.scaling->amax_history()));  // nothing recorded twice
+      for (Layer* l : {&kept, &later}) {
+        l->scaling->end_micro_batch(true);  // delayed: new scales; every recipe: the weight is cast again
+        l->fc->zero_grad();
+      }
+    }
+    if (kind == RecipeKind::kDelayed) REQUIRE(later.scaling->scale().ne(1.0).any().item<bool>());
+  }
 }

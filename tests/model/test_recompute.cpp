@@ -3,20 +3,17 @@
 // same ops on the same inputs, and each gradient sums the same terms in the same order, since every
 // part ends with its residual add, and the MLP's starts with the attention's), and keeps fewer
 // activation bytes alive between the forward and the backward (counted with a CPU allocation probe).
-#include <c10/core/Allocator.h>            // c10::MemoryReportingInfoBase
-#include <c10/util/ThreadLocalDebugInfo.h>  // c10::DebugInfoGuard
-#include <torch/torch.h>                    // torch::manual_seed
+#include <torch/torch.h>  // torch::manual_seed
 
-#include <algorithm>  // std::max
-#include <memory>     // std::shared_ptr
-#include <mutex>      // std::mutex
-#include <vector>     // std::vector
+#include <memory>  // std::shared_ptr
+#include <vector>  // std::vector
 
 #include "lib/model/gpt.h"          // model::Gpt
 #include "lib/model/recompute.h"    // recompute_in_backward
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
 #include "tests/catch.h"
 #include "tests/config/config_test_util.h"  // bad_yaml_message
+#include "tests/model/cpu_memory_probe.h"   // test::CpuMemoryProbe
 
 using namespace fp8t;
 
@@ -88,31 +85,6 @@ void require_identical(const LossAndGrads& a, const LossAndGrads& b, const model
   }
 }
 
-// Counts the bytes the CPU allocator hands out and takes back while installed (thread-local; the
-// CPU backward runs on the calling thread): `live` now and its `peak`.
-class CpuMemoryProbe : public c10::MemoryReportingInfoBase {
- public:
-  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device device) override {
-    if (!device.is_cpu()) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    live_ += bytes;
-    peak_ = std::max(peak_, live_);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-  int64_t live() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return live_;
-  }
-  int64_t peak() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return peak_;
-  }
-
- private:
-  std::mutex mutex_;
-  int64_t live_ = 0, peak_ = 0;
-};
-
 struct MemoryUse {
   int64_t saved;  // bytes allocated by the forward and still alive before the backward
   int64_t peak;   // the most bytes alive during forward + backward
@@ -121,7 +93,7 @@ struct MemoryUse {
 MemoryUse memory_use(model::Gpt& gpt, const at::Tensor& tokens) {
   const int64_t T = gpt.config().seq_len;
   gpt.zero_grad();
-  auto probe = std::make_shared<CpuMemoryProbe>();
+  auto probe = std::make_shared<test::CpuMemoryProbe>();
   MemoryUse use{};
   {
     c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);

@@ -13,6 +13,7 @@
 #include <algorithm>  // std::max
 #include <vector>     // std::vector
 
+#include "lib/fp8/recipe.h"     // fp8::RecipeKind, fp8::to_string
 #include "lib/fp8/scaling.h"    // fp8::Scaling (session.scaling())
 #include "lib/model/gpt.h"      // model::Gpt
 #include "lib/train/session.h"  // train::Session
@@ -90,9 +91,12 @@ TEST_CASE("recompute on CUDA: bf16 and fp8 train like none and keep less memory"
   const Precision precision = GENERATE(Precision::kBf16, Precision::kFp8);
   INFO("precision " << static_cast<int>(precision));
   const Outcome none = train_two_steps(precision, Recompute::kNone);
-  for (Recompute mode : {Recompute::kActivation, Recompute::kAttention, Recompute::kMlp, Recompute::kBlock}) {
-    // activation changes only FP8 runs (the FP8 copy of the MLP activation).
-    if (mode == Recompute::kActivation && precision != Precision::kFp8) continue;
+  int64_t activation_peak = 0;
+  for (Recompute mode :
+       {Recompute::kActivation, Recompute::kCasts, Recompute::kAttention, Recompute::kMlp, Recompute::kBlock}) {
+    // activation and casts change only FP8 runs (FP8 copies cast again in the backward).
+    const bool fp8_only = mode == Recompute::kActivation || mode == Recompute::kCasts;
+    if (fp8_only && precision != Precision::kFp8) continue;
     INFO("recompute " << static_cast<int>(mode));
     const Outcome o = train_two_steps(precision, mode);
     WARN("recompute " << static_cast<int>(mode) << ": peak " << o.peak << " B (none " << none.peak << " B)");
@@ -109,5 +113,51 @@ TEST_CASE("recompute on CUDA: bf16 and fp8 train like none and keep less memory"
     WARN("recompute " << static_cast<int>(mode) << ": largest gradient difference to none " << worst);
     if (none.recorded_rows.defined()) CHECK(at::equal(o.recorded_rows, none.recorded_rows));
     CHECK(o.peak < none.peak);
+    if (mode == Recompute::kActivation) activation_peak = o.peak;
+    if (mode == Recompute::kCasts) {
+      // No module runs twice and every recast gives the kept copy's codes: the same kernels on the
+      // same values as none, so the same bits (the math attention backend is deterministic).
+      CHECK(worst == 0.0);
+      CHECK(o.loss == none.loss);
+      // Less than activation by the weights' transposed copies at least (attention's c_proj input
+      // copy is kept here: the math backend's output reaches c_proj through a copy).
+      CHECK(o.peak < activation_peak);
+    }
   }
+}
+
+TEST_CASE("recompute casts on CUDA: attention's saved output stands in for c_proj's columnwise input copy",
+          "[model][cuda]") {
+  REQUIRE(torch::cuda::is_available());
+  // The fused attention backends (flash, memory-efficient, cuDNN: whichever the device picks) write
+  // their output [B, T, H, D] in memory, so c_proj's input is a view of what attention saves.
+  const at::Device cuda(at::kCUDA);
+  using fp8::RecipeKind;
+  const RecipeKind recipe = GENERATE(RecipeKind::kDelayed, RecipeKind::kCurrent, RecipeKind::kBlock);
+  INFO("recipe " << fp8::to_string(recipe));
+  auto forward_peak = [&](Recompute mode) {
+    ExperimentConfig cfg = small_gpu(Precision::kFp8, mode);
+    cfg.fp8.kind = recipe;
+    train::Session session(cfg, cuda);
+    session.prepare_training(nullptr);
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    const at::Tensor t = at::randint(512, {8, 257}, gen, at::kLong).to(cuda);
+    torch::cuda::synchronize();
+    release_cached_memory(cuda);
+    reset_peak_memory(cuda);
+    // Every saved tensor and the FP8 weight caches are alive at the loss.
+    const at::Tensor loss = model::Gpt::loss(session.model().forward(t.narrow(1, 0, 256)), t.narrow(1, 1, 256));
+    torch::cuda::synchronize();
+    const int64_t peak = peak_memory_bytes(cuda);
+    loss.backward();
+    torch::cuda::synchronize();
+    return peak;
+  };
+  const int64_t activation = forward_peak(Recompute::kActivation), casts = forward_peak(Recompute::kCasts);
+  // 4 layers: c_proj's input copy [256, 2048] codes (512 KiB) each, and the transposed weight
+  // copies, 256 x 3072 bytes per layer (768 KiB); the slack covers the small scale tensors.
+  const int64_t expected = 4 * (256 * 2048 + 256 * 3072);
+  WARN("forward peak: activation " << activation << " B, casts " << casts << " B, expected difference >= "
+                                   << expected);
+  CHECK(activation - casts >= expected - 64 * 1024);
 }

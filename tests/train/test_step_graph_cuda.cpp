@@ -152,6 +152,14 @@ std::vector<Variant> variants() {
   ExperimentConfig activation = small(Precision::kFp8);
   activation.train.recompute = Recompute::kActivation;  // c_proj's wgrad operand cast again in the backward
   v.push_back({"fp8 delayed, recompute activation", activation});
+  // casts: dgrad's weight transposes (and c_proj's input recast, where attention's output reaches
+  // it as a view) inside the graph; current keeps a copy of each recast's scale in the graph's pool.
+  for (const fp8::RecipeKind kind : {fp8::RecipeKind::kCurrent, fp8::RecipeKind::kBlock}) {
+    ExperimentConfig casts = small(Precision::kFp8);
+    casts.fp8.kind = kind;
+    casts.train.recompute = Recompute::kCasts;
+    v.push_back({std::string("fp8 ") + fp8::to_string(kind) + ", recompute casts", casts});
+  }
   return v;
 }
 
@@ -180,8 +188,8 @@ TEST_CASE("cuda graphs: replayed steps give the eager losses, norms, evaluations
   }
   const test::MathAttentionOnly math;
   const std::vector<Variant> all = variants();
-  const size_t i = static_cast<size_t>(GENERATE(0, 1, 2, 3, 4, 5, 6, 7, 8));
-  REQUIRE(all.size() == 9);
+  const size_t i = static_cast<size_t>(GENERATE(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
+  REQUIRE(all.size() == 11);
   const Variant& v = all.at(i);
   INFO(v.name);
   const Trace eager = train_run(v.cfg, false);
