@@ -15,6 +15,7 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+#include "fp8t_optimizer_kernels.h"        // fp8t_adamw_bf16_moments, fp8t_last_precondition
 #include "lib/train/optimizer.h"           // AdamW
 #include "lib/train/optimizer_bf16.h"      // adamw_bf16_moments_step, Bf16MomentsBatch
 #include "lib/util/error.h"                // fp8t::Error
@@ -160,6 +161,18 @@ TEST_CASE("adamw bf16 moments: a batch whose moments do not match its parameters
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("moments of parameter 0") != std::string::npos);
   }
+  // The launcher itself refuses a moment pointer that is not bf16-aligned, and says which check.
+  float* p = gpu.p.data_ptr<float>();
+  const float* g = gpu.g.data_ptr<float>();
+  auto* odd = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(gpu.m.data_ptr()) + 1);
+  float* state = gpu.states[0].data_ptr<float>();
+  const int64_t n = 8;
+  REQUIRE(fp8t_adamw_bf16_moments(1, &p, &g, &odd, &odd, &state, &n, nullptr, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
+                                  nullptr, nullptr, at::cuda::getCurrentCUDAStream().stream()) ==
+          cudaErrorInvalidValue);
+  CHECK(std::string(fp8t_last_precondition()).find("fp8t_adamw_bf16_moments: a parameter, gradient or moment not "
+                                                   "aligned to its element size") != std::string::npos);
+  CHECK(gpu.states[0][0].item<float>() == 0.0f);  // nothing was launched
 }
 
 TEST_CASE("AdamW bf16 moments on CUDA: the CPU optimizer's bits, sharded too, without a host sync", "[train][cuda]") {
