@@ -80,7 +80,8 @@ class AdamW {
         const std::map<std::string, at::Tensor>& shard_grads = {});
 
   // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
-  // step count does not advance); one with a shard gradient (above) is always updated. One fused launch per (device, weight-decay group).
+  // step count does not advance); one with a shard gradient (above) is always updated. One fused launch per (device, weight-decay group)
+  // (bf16 moments: a pair of launches per 48 parameters of a group, kernels/adamw.cu).
   // grad_scale (optional 0-d tensor): every gradient is divided by it as the kernel reads it
   // (gradient clipping folded into the update, see clip_divisor in grad_clip.h).
   // found_inf (optional 0-d float32 on the device, lib/train/step_health.h): when it holds 1.0

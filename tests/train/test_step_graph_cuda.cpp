@@ -136,7 +136,9 @@ std::vector<Variant> variants() {
   ExperimentConfig block = small(Precision::kFp8);
   block.fp8.kind = fp8::RecipeKind::kBlock;
   v.push_back({"fp8 block", block});
-  v.push_back({"fp16 (dynamic loss scaling)", small(Precision::kFp16)});
+  ExperimentConfig fp16 = small(Precision::kFp16);
+  fp16.train.moments_dtype = MomentsDtype::kBf16;  // kernels/adamw.cu in the graph, with found_inf and the divisor
+  v.push_back({"fp16 (dynamic loss scaling), bf16 AdamW moments", fp16});
   ExperimentConfig accum = small(Precision::kFp8);
   accum.train.grad_accum_steps = 2;  // both micro-batches in the graph
   accum.fp8.interval = 2;            // a host counter, in the scale update after the replay
