@@ -194,8 +194,8 @@ TEST_CASE("AdamW bf16 moments: matches a double-precision reference; the CPU loo
   }
   REQUIRE(same_state(opt, opt2));
   for (size_t k = 0; k < ref.size(); ++k) REQUIRE(same_bits(p.list()[k], again.list()[k]));
-  // Tolerances. Moments: the FP32 and the double update may round to neighbouring bf16 values,
-  // so within 2 bf16 spacings (2^-7 relative) plus a float32-sized floor. Weights: such a moment
+  // Tolerances. Moments: the FP32 and the double update may round to neighbouring bf16 values:
+  // one bf16 spacing, at most 2^-7 of the value (plus a floor for zeros). Weights: such a moment
   // moves one step's update (<= ~lr) by under 1%; 1% of lr per step, summed, is far below what
   // a wrong formula (decay, bias correction, eps placement) changes: each step moves w by ~lr.
   const double weight_tol = 0.01 * lr * steps;
