@@ -1,10 +1,10 @@
-# train.recompute end to end (CPU, fp8 emulation): every mode trains the loss sequence of none bit
-# for bit, also when stopped and resumed; a resume may switch recompute on (a train.* key); with
+# train.recompute end to end (CPU, fp8 emulation): every mode (casts too) trains the loss sequence
+# of none bit for bit, also when stopped and resumed; a resume may switch recompute on (a train.* key); with
 # model.dropout > 0 it is exit 2 naming both keys, before the run folder is written.
 source "$(dirname "$0")/lib.sh"
 common=(--precision fp8 --steps 6 --set train.log_interval=1)
 fp8train_short none "${common[@]}"
-for mode in attention mlp; do
+for mode in attention mlp casts; do
   fp8train_short "$mode" "${common[@]}" --recompute "$mode"
   diff <(losses runs/none/metrics.jsonl) <(losses "runs/$mode/metrics.jsonl") \
     || fail "$mode: the loss sequence differs from recompute none"
