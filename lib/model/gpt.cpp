@@ -3,9 +3,11 @@
 #include <cmath>          // std::sqrt
 #include <unordered_set>  // std::unordered_set
 
-#include "lib/model/hf_layout.h"    // load_weights
-#include "lib/model/recompute.h"    // recompute_in_backward
-#include "lib/ops/cross_entropy.h"  // ops::cross_entropy
+#include "lib/model/hf_layout.h"           // load_weights
+#include "lib/model/recompute.h"           // recompute_in_backward
+#include "lib/ops/cross_entropy.h"         // ops::cross_entropy
+#include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy
+#include "lib/util/torch_compat.h"         // compat::autocast_dtype_or
 
 namespace fp8t {
 namespace model {
@@ -196,16 +198,28 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
   if (!cfg.init_from.empty()) load_weights(cfg, unique_named_parameters(), cfg.init_from);
 }
 
-at::Tensor Gpt::forward(const at::Tensor& idx) {
+at::Tensor Gpt::forward(const at::Tensor& idx) { return lm_head->forward(hidden(idx)); }
+
+at::Tensor Gpt::hidden(const at::Tensor& idx) {
   const int64_t T = idx.size(1);
   at::Tensor x = wte->forward(idx);
   if (wpe) x = x + wpe->forward(torch::arange(T, idx.options()));
   Residual stream{drop_->forward(x), at::Tensor()};
   for (auto& b : blocks) stream = b->forward(stream);
   // Without recompute the last block's MLP add is fused into ln_f.
-  const at::Tensor y =
-      stream.pending.defined() ? add_then_norm(*ln_f, stream.x, stream.pending).y : ln_f->forward(stream.x);
-  return lm_head->forward(y);
+  return stream.pending.defined() ? add_then_norm(*ln_f, stream.x, stream.pending).y : ln_f->forward(stream.x);
+}
+
+at::Tensor Gpt::head_loss(const at::Tensor& h, const at::Tensor& targets) {
+  // fp32 keeps today's exact ATen composition (the CPU emulation's bits); fp16 needs the loss
+  // scale in the head's backward, which the chunked op's forward-time gradient does not see. An
+  // FP8 head (not in fp8.skip_layers) is not a plain Linear.
+  const auto* head = dynamic_cast<const Linear*>(lm_head.get());
+  if (head != nullptr && !head->bias.defined() &&
+      compat::autocast_dtype_or(h.device().type(), h.scalar_type()) == at::kBFloat16) {
+    return ops::linear_cross_entropy(h, head->weight, targets);
+  }
+  return loss(lm_head->forward(h), targets);
 }
 
 void Gpt::set_recompute(Recompute mode) {

@@ -211,9 +211,12 @@ at::Tensor Session::forward_backward(const MicroBatch& micro_batch, const Mark& 
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     const data::Batch b = micro_batch(micro);
     if (grad_sync_ && micro + 1 == micro_batches) grad_sync_->arm();  // reduce during the last backward
-    const at::Tensor logits = gpt_->forward(b.inputs.to(device_, /*non_blocking=*/true));
+    at::Tensor h = gpt_->hidden(b.inputs.to(device_, /*non_blocking=*/true));
     phase("forward");
-    const at::Tensor loss = model::Gpt::loss(logits, b.targets.to(device_, /*non_blocking=*/true));
+    // The head and the loss; bf16/fp8: chunked, the head's gradients made here and h not kept
+    // (lib/ops/linear_cross_entropy.h), so it is dropped before the backward.
+    const at::Tensor loss = gpt_->head_loss(h, b.targets.to(device_, /*non_blocking=*/true));
+    h.reset();
     phase("loss");
     const at::Tensor micro_loss = loss / static_cast<double>(micro_batches);
     // fp16: the backward runs on loss * S, so that small FP16 activation gradients survive.
@@ -307,7 +310,7 @@ at::Tensor Session::eval_loss_sum(const std::function<data::Batch(int64_t)>& bat
   at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   for (int64_t i = 0; i < batches; ++i) {
     const data::Batch b = batch(i);
-    total += model::Gpt::loss(gpt_->forward(b.inputs.to(device_)), b.targets.to(device_));
+    total += gpt_->forward_loss(b.inputs.to(device_), b.targets.to(device_));  // bf16/fp8: chunked, loss only
   }
   gpt_->train();
   return total;
