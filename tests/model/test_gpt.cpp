@@ -6,6 +6,7 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
+#include "lib/util/torch_compat.h"  // compat::AutocastGuard
 #include "tests/catch.h"
 
 using namespace fp8t;
@@ -154,4 +155,47 @@ TEST_CASE("gpt: Norm::forward_add on the CPU is x + h and the norm of it, gradie
   REQUIRE(at::equal(o.y, norm.forward(r)));
   (o.y.pow(2).sum() + o.sum.sum()).backward();
   REQUIRE(at::equal(x.grad(), h.grad()));  // dx = dh = dr
+}
+
+TEST_CASE("gpt: head_loss runs the chunked head where the head computes in BF16, else the unchunked one", "[model]") {
+  torch::manual_seed(0);
+  ModelSection m = tiny();
+  m.tie_embeddings = GENERATE(false, true);
+  INFO("tied " << m.tie_embeddings);
+  model::Gpt gpt(m);
+  const at::Tensor idx = torch::randint(0, 50, {4, 12});
+  const at::Tensor targets = torch::randint(0, 50, {4, 12});
+  auto chunked = [](const at::Tensor& loss) {
+    return loss.grad_fn() != nullptr && loss.grad_fn()->name().find("LinearCrossEntropy") != std::string::npos;
+  };
+  // All gradients, flattened, after a backward of `loss` (then cleared).
+  auto grads = [&](const at::Tensor& loss) {
+    loss.backward();
+    std::vector<at::Tensor> g;
+    for (const auto& [name, p] : gpt.unique_named_parameters()) {
+      g.push_back(p.grad().reshape({-1}).clone());
+      p.mutable_grad().reset();
+    }
+    return at::cat(g);
+  };
+  // fp32: the unchunked head, today's loss bit for bit.
+  const at::Tensor fp32 = gpt.forward_loss(idx, targets);
+  CHECK_FALSE(chunked(fp32));
+  CHECK(at::equal(fp32, model::Gpt::loss(gpt.forward(idx), targets)));
+  {
+    const compat::AutocastGuard fp16(c10::DeviceType::CPU, at::kHalf);
+    CHECK_FALSE(chunked(gpt.forward_loss(idx, targets)));  // the loss scale must reach the head's backward
+  }
+  const compat::AutocastGuard bf16(c10::DeviceType::CPU, at::kBFloat16);
+  const at::Tensor loss = gpt.forward_loss(idx, targets);
+  REQUIRE(chunked(loss));
+  const at::Tensor ref = model::Gpt::loss(gpt.forward(idx), targets);
+  // The same BF16 GEMMs but in chunks, the gradient made in the forward: rounding-level
+  // differences (BF16 logits may land an ulp apart: 2^-8 relative on the loss; the gradients are
+  // BF16 products, norm-wise 1e-2 over all parameters).
+  CHECK(std::fabs(loss.item<double>() - ref.item<double>()) <= std::ldexp(1.0, -8) * ref.item<double>());
+  const at::Tensor g = grads(loss), g_ref = grads(ref);
+  const double rel = ((g - g_ref).norm() / g_ref.norm()).item<double>();
+  CAPTURE(rel);
+  CHECK(rel <= 1e-2);
 }
