@@ -80,8 +80,9 @@ class AdamW {
         const std::map<std::string, at::Tensor>& shard_grads = {});
 
   // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
-  // step count does not advance); one with a shard gradient (above) is always updated. One fused launch per (device, weight-decay group)
-  // (bf16 moments: a pair of launches per 48 parameters of a group, kernels/adamw.cu).
+  // step count does not advance); one with a shard gradient (above) is always updated. One fused
+  // launch per (device, weight-decay group); bf16 moments: a pair of launches per 48 parameters of
+  // a group (kernels/adamw.cu).
   // grad_scale (optional 0-d tensor): every gradient is divided by it as the kernel reads it
   // (gradient clipping folded into the update, see clip_divisor in grad_clip.h).
   // found_inf (optional 0-d float32 on the device, lib/train/step_health.h): when it holds 1.0
@@ -101,8 +102,8 @@ class AdamW {
   //   "<name>.exp_avg", "<name>.exp_avg_sq" (moments_dtype: float32 or bfloat16, the
   //   parameter's shape), "<name>.step" (0-d float32), and "<name>.master" (float32) for
   //   parameters with a separate master copy. The keys are the same for both moments dtypes
-  //   (bf16's running products beta^t are rebuilt from the step count on loading). Callers that store them next to model weights should prefix them
-  //   (e.g. "optim.").
+  //   (bf16's running products beta^t are rebuilt from the step count on loading). Callers that
+  //   store them next to model weights should prefix them (e.g. "optim.").
   // Sharded: the tensors cover the parameter's range only (1-D, ranges() gives it).
   std::map<std::string, at::Tensor> state_dict() const;
   // The element range of each optimized parameter that the state covers: [0, numel) unless
@@ -123,7 +124,9 @@ class AdamW {
   // moments_scalar_type(train.moments_dtype).
   static bool needs_master_copy(const at::Tensor& param);
   static constexpr at::ScalarType kStateDtype = at::kFloat;
-  static at::ScalarType moments_scalar_type(MomentsDtype d) { return d == MomentsDtype::kBf16 ? at::kBFloat16 : at::kFloat; }
+  static at::ScalarType moments_scalar_type(MomentsDtype d) {
+    return d == MomentsDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  }
 
   const AdamWOptions& options() const { return options_; }
   // Names of the parameters in the weight-decay group (dim() >= 2) and in the no-decay group.

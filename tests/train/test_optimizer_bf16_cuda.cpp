@@ -115,7 +115,9 @@ AdamWOptions bf16_options() {
 
 }  // namespace
 
-TEST_CASE("adamw bf16 moments kernel: the CPU loop's bits over 61 tensors, tails, unaligned ranges", "[train][cuda]") {
+// [kernels]: scripts/device-test.sh runs these two under compute-sanitizer.
+TEST_CASE("adamw bf16 moments kernel: the CPU loop's bits over 61 tensors, tails, unaligned ranges",
+          "[train][kernels][cuda]") {
   require_gpu();
   const std::vector<int64_t> sizes = odd_sizes();
   Flat cpu = make_flat(sizes, at::kCPU, 1);
@@ -151,7 +153,7 @@ TEST_CASE("adamw bf16 moments kernel: the CPU loop's bits over 61 tensors, tails
 }
 
 TEST_CASE("adamw bf16 moments: a batch whose moments do not match its parameters is refused, naming the index",
-          "[train][cuda]") {
+          "[train][kernels][cuda]") {
   require_gpu();
   Flat gpu = make_flat({8}, at::kCUDA, 2);
   gpu.batch.exp_avgs[0] = gpu.m.narrow(0, 0, 4);  // 4 moments for 8 parameters
@@ -206,11 +208,13 @@ TEST_CASE("AdamW bf16 moments on CUDA: the CPU optimizer's bits, sharded too, wi
   }
   CHECK(same_bits(wc.detach().view(-1).narrow(0, 101, 555), ws.detach().view(-1).narrow(0, 101, 555)));
   CHECK(same_bits(bc.detach().narrow(0, 3, 17), bs.detach().narrow(0, 3, 17)));
-  CHECK(same_bits(cpu.state_dict().at("w.exp_avg_sq").view(-1).narrow(0, 101, 555), shard.state_dict().at("w.exp_avg_sq")));
+  CHECK(same_bits(cpu.state_dict().at("w.exp_avg_sq").view(-1).narrow(0, 101, 555),
+                  shard.state_dict().at("w.exp_avg_sq")));
   CHECK(gpu.state_dict().at("w.step").item<float>() == 3.0f);
 }
 
-TEST_CASE("AdamW bf16 moments on CUDA: a step captured in a CUDA graph replays the eager steps' bits", "[train][cuda]") {
+TEST_CASE("AdamW bf16 moments on CUDA: a step captured in a CUDA graph replays the eager steps' bits",
+          "[train][cuda]") {
   require_gpu();
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(8);
   const at::Tensor w0 = at::randn({130, 67}, gen), b0 = at::randn({67}, gen);
