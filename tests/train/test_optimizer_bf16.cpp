@@ -328,6 +328,37 @@ TEST_CASE("AdamW bf16 moments: a checkpoint round trip continues bit-exactly", "
   CHECK(same_state(oa, oc));
 }
 
+TEST_CASE("AdamW bf16 moments: resharded onto ZeRO-1 ranges, the run continues bit-exactly", "[train]") {
+  // A whole-parameter run's state after 3 steps, loaded into two ranks' ranges (as a resume on
+  // another layout does): 2 more steps on the ranges equal 2 more on the whole parameters.
+  Params whole, r1, r2;
+  AdamW full(whole.named(), bf16_options());
+  run_steps(full, whole, 0, 3);
+  std::map<std::string, at::Tensor> saved;
+  for (const auto& [k, v] : full.state_dict()) saved["optim." + k] = v.clone();
+  {
+    at::NoGradGuard no_grad;
+    for (Params* r : {&r1, &r2}) {
+      for (const auto& [name, t] : r->named()) t.copy_(whole[name]);
+    }
+  }
+  AdamW first(r1.named(), bf16_options(), {{"w", {0, 17}}, {"e", {0, 18}}, {"b", {0, 5}}});
+  AdamW second(r2.named(), bf16_options(), {{"w", {17, 18}}, {"e", {18, 0}}, {"b", {5, 6}}});
+  for (AdamW* opt : {&first, &second}) {
+    train::OptimizerStateLoader loader(*opt, {"w", "e", "b"});
+    loader.add(saved, {}, "whole.pt");
+    loader.finish();
+  }
+  run_steps(full, whole, 3, 5);
+  run_steps(first, r1, 3, 5);
+  run_steps(second, r2, 3, 5);
+  const at::Tensor w = at::cat({r1.w.detach().view(-1).narrow(0, 0, 17), r2.w.detach().view(-1).narrow(0, 17, 18)});
+  CHECK(at::equal(w, whole.w.detach().view(-1)));
+  CHECK(at::equal(r1.e, whole.e));
+  CHECK(at::equal(at::cat({r1.b.detach().narrow(0, 0, 5), r2.b.detach().narrow(0, 5, 6)}), whole.b.detach()));
+  CHECK(second.state_dict().at("b.step").item<float>() == 5.0f);
+}
+
 TEST_CASE("AdamW bf16 moments: resuming across moments dtypes converts, with one log line", "[train]") {
   // fp32 -> bf16: the moments are rounded to nearest even, the step count kept, the running
   // products rebuilt: the run continues like a bf16 run holding those values.
