@@ -178,8 +178,8 @@ struct GemmEngine::Impl {
     } else {
       FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(p.a_type), p.k, p.m, p.k), what);
     }
-    // C and D: the row-major [M,N] output = column-major N x M (ld N). C is unused (beta = 0) but
-    // must have a supported type: the output's.
+    // C and D: the row-major [M,N] output = column-major N x M (ld N). C is the output itself: read
+    // only when accumulating (beta = 1), else unused but it must have a supported type.
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(p.out_type), p.n, p.m, p.n), what);
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(p.out_type), p.n, p.m, p.n), what);
 
@@ -256,7 +256,8 @@ void GemmEngine::run(const GemmProblem& p, const GemmOperands& ops, cudaStream_t
     FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                       describe(p));
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  // accumulate: C is D (the same layout and pointer), so the product is added to what out holds.
+  const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
   FP8T_CUBLAS_CHECK(cublasLtMatmul(dev.handle, plan.op, &alpha, ops.b, plan.a, ops.a, plan.b, &beta, ops.out, plan.c,
                                    ops.out, plan.d, &plan.algo, dev.workspace.data_ptr(), kWorkspaceBytes, stream),
                     describe(p));
@@ -412,26 +413,39 @@ at::Tensor block_fp8_gemm(const BlockScaledOperand& a_op, const BlockScaledOpera
   });
 }
 
-at::Tensor bf16_gemm(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& bias,
-                     at::ScalarType out_dtype, const std::string& label) {
+namespace {
+
+// bf16_gemm and bf16_gemm_accumulate: out [M, N] (given, contiguous) = a · bᵀ (+ bias) or
+// out += a · bᵀ.
+void run_bf16(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& bias, at::Tensor& out,
+              bool accumulate, const std::string& label) {
   GemmProblem p;
   p.label = label;
   p.a_type = p.b_type = DataType::kBF16;
   const std::string what0 = "bf16 gemm " + label;
-  p.out_type = out_type_of(out_dtype, what0);
+  p.out_type = out_type_of(out.scalar_type(), what0);
   FP8T_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && a_in.is_cuda() && a_in.device() == b_in.device(), what0,
              ": operands must be 2-D CUDA tensors on one device, got ", a_in.sizes(), " and ", b_in.sizes());
   p.m = a_in.size(0);
   p.k = a_in.size(1);
   p.n = b_in.size(0);
+  p.accumulate = accumulate;
   FP8T_CHECK(b_in.size(1) == p.k, describe(p), ": A is ", a_in.sizes(), " but B is ", b_in.sizes(),
              " (out = A · Bᵀ needs the same K)");
+  FP8T_CHECK(out.dim() == 2 && out.size(0) == p.m && out.size(1) == p.n && out.is_contiguous() &&
+                 out.device() == a_in.device(),
+             describe(p), ": the output must be a contiguous [", p.m, ", ", p.n, "] tensor on ", a_in.device().str(),
+             ", got ", out.sizes());
   p.has_bias = bias.defined();
   validate(p);
 
   const c10::cuda::CUDAGuard guard(a_in.device());
-  at::Tensor out = at::empty({p.m, p.n}, at::TensorOptions().dtype(out_dtype).device(a_in.device()));
-  if (empty_product(p, bias, out)) return out;
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {  // an empty sum: out keeps its values (accumulate) or becomes the bias / zeros
+    if (accumulate) return;
+    empty_product(p, bias, out);
+    return;
+  }
   const at::Tensor a = storage_of(a_in.to(at::kBFloat16), &p.trans_a);
   const at::Tensor b = storage_of(b_in.to(at::kBFloat16), &p.trans_b);
   at::Tensor bias_t;
@@ -440,12 +454,27 @@ at::Tensor bf16_gemm(const at::Tensor& a_in, const at::Tensor& b_in, const at::T
   ops.b = b.data_ptr();
   if (p.has_bias) {
     FP8T_CHECK(bias.numel() == p.n, describe(p), ": bias must have N=", p.n, " elements, got ", bias.sizes());
-    bias_t = bias.reshape({-1}).to(out_dtype).contiguous();
+    bias_t = bias.reshape({-1}).to(out.scalar_type()).contiguous();
     ops.bias = bias_t.data_ptr();
   }
   ops.out = out.data_ptr();
   GemmEngine::instance().run(p, ops, at::cuda::getCurrentCUDAStream(a_in.device().index()).stream());
+}
+
+}  // namespace
+
+at::Tensor bf16_gemm(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& bias,
+                     at::ScalarType out_dtype, const std::string& label) {
+  out_type_of(out_dtype, "bf16 gemm " + label);
+  FP8T_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && a_in.is_cuda(), "bf16 gemm ", label,
+             ": operands must be 2-D CUDA tensors, got ", a_in.sizes(), " and ", b_in.sizes());
+  at::Tensor out = at::empty({a_in.size(0), b_in.size(0)}, at::TensorOptions().dtype(out_dtype).device(a_in.device()));
+  run_bf16(a_in, b_in, bias, out, /*accumulate=*/false, label);
   return out;
+}
+
+void bf16_gemm_accumulate(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, const std::string& label) {
+  run_bf16(a, b, at::Tensor(), out, /*accumulate=*/true, label);
 }
 
 }  // namespace gemm

@@ -91,6 +91,8 @@ void validate(const GemmProblem& p) {
   FP8T_INPUT_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0, describe(p), ": negative dimension");
   FP8T_INPUT_CHECK(p.out_type == DataType::kBF16 || p.out_type == DataType::kF32, describe(p),
                    ": output must be BF16 or FP32, got ", to_string(p.out_type));
+  FP8T_INPUT_CHECK(!p.accumulate || (!p.fp8() && !p.has_bias), describe(p),
+                   ": accumulating into the output (beta = 1) is offered for BF16 GEMMs without bias only");
   if (!p.fp8()) {
     FP8T_INPUT_CHECK(p.a_type == DataType::kBF16 && p.b_type == DataType::kBF16, describe(p),
                      ": the high-precision GEMM takes BF16 x BF16 operands");

@@ -46,6 +46,7 @@ struct GemmProblem {
   bool trans_b = false;      // BF16 only: B stored as [K,N] (row-major) instead of [N,K]
   ScaleMode a_scale = ScaleMode::kScalar;  // FP8 only
   ScaleMode b_scale = ScaleMode::kScalar;
+  bool accumulate = false;   // BF16 only: out = A·Bᵀ + out (cuBLASLt beta = 1, C = D); no bias
   std::string label = "gemm";  // which GEMM ("fprop", "dgrad", "wgrad", "bench"): names errors
 
   bool fp8() const { return is_fp8(a_type) || is_fp8(b_type); }

@@ -139,6 +139,32 @@ TEST_CASE("bf16 gemm vs float64, row-major and transposed views, odd K, bias", "
   }
 }
 
+TEST_CASE("bf16 gemm accumulate: out += a · bᵀ in the GEMM, over transposed views, FP32 and BF16 out",
+          "[gemm][cuda]") {
+  require_gpu();
+  const int64_t m = 96, k = 40, n = 72;  // k: the rows of a chunk in the head's wgrad (a transposed view)
+  at::manual_seed(7);
+  const at::Tensor a = at::randn({m, k}).to(at::kBFloat16), b = at::randn({n, k}).to(at::kBFloat16);
+  const at::Tensor start = at::randn({m, n});
+  const at::Tensor ref = start.to(at::kDouble) + at::mm(a.to(at::kDouble), b.to(at::kDouble).t());
+  for (at::ScalarType out_dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype_name(out_dtype));
+    // a and b as the head passes them: transposed views of row-major [K, rows] tensors.
+    const at::Tensor ag = a.t().contiguous().cuda().t(), bg = b.t().contiguous().cuda().t();
+    at::Tensor out = start.to(out_dtype).cuda();
+    const void* before = out.data_ptr();
+    fp8t::gemm::bf16_gemm_accumulate(ag, bg, out, "test");
+    REQUIRE(out.data_ptr() == before);  // in place
+    // FP32: exact BF16 products summed in FP32 with the start value -> 1e-5. BF16 out: the start
+    // value's and the result's rounding (2^-9 each) -> 2^-7.
+    const double tol = out_dtype == at::kFloat ? 1e-5 : std::ldexp(1.0, -7);
+    REQUIRE(rel_frobenius(out, ref) <= tol);
+  }
+  at::Tensor wrong = at::zeros({m, n + 1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+  REQUIRE_THROWS_WITH(fp8t::gemm::bf16_gemm_accumulate(a.cuda(), b.cuda(), wrong, "test"),
+                      FP8T_CONTAINS("the output must be a contiguous [96, 72] tensor"));
+}
+
 TEST_CASE("fp8 gemm errors name the GEMM, the shape and the fix", "[gemm][cuda]") {
   require_gpu();
   const at::Tensor one = at::ones({}, on_cuda(at::kFloat));

@@ -73,6 +73,18 @@ TEST_CASE("gemm validate: errors name the GEMM, the shape and what to do", "[gem
   GemmProblem mixed_hp = fp8_problem(64, 64, 64, "fprop");
   mixed_hp.b_type = DataType::kBF16;
   REQUIRE_THAT(error_of(mixed_hp), FP8T_CONTAINS("both operands must be FP8"));
+
+  // Accumulating into the output (beta = 1) is a BF16-GEMM feature without a bias epilogue.
+  GemmProblem fp8_acc = fp8_problem(64, 64, 64, "wgrad");
+  fp8_acc.accumulate = true;
+  REQUIRE_THAT(error_of(fp8_acc), FP8T_CONTAINS("BF16 GEMMs without bias only"));
+  GemmProblem bf16_acc = fp8_problem(64, 64, 64, "head wgrad");
+  bf16_acc.a_type = bf16_acc.b_type = DataType::kBF16;
+  bf16_acc.out_type = DataType::kF32;
+  bf16_acc.accumulate = true;
+  CHECK_NOTHROW(fp8t::gemm::validate(bf16_acc));
+  bf16_acc.has_bias = true;
+  REQUIRE_THAT(error_of(bf16_acc), FP8T_CONTAINS("BF16 GEMMs without bias only"));
 }
 
 TEST_CASE("gemm validate: block-scaled FP8 pairings, accumulation and the 1x128 M rule", "[gemm]") {
