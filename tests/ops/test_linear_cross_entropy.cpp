@@ -267,7 +267,7 @@ TEST_CASE("linear_cross_entropy on CUDA keeps less memory than the unchunked hea
   std::printf("linear_cross_entropy peak above the inputs: fused %.1f MiB, unchunked %.1f MiB\n",
               static_cast<double>(fused_peak) / (1 << 20), static_cast<double>(unfused_peak) / (1 << 20));
   // Unchunked: 1 GiB of logits + the head's backward (about 1.1 GiB). Fused: one 256 MiB chunk, the
-  // BF16 weight copy (16 MiB), dW and one product (32 MiB each), dx (8 MiB): about 0.35 GiB.
+  // BF16 weight copy (16 MiB), dW (32 MiB, accumulated in the GEMM), dx (8 MiB): about 0.3 GiB.
   CHECK(fused_peak < unfused_peak / 2);
 }
 
@@ -308,8 +308,10 @@ TEST_CASE("linear_cross_entropy on CUDA at the 1.3B's head: time and peak agains
     fp8t::ops::cross_entropy(at::linear(x, w.to(at::kBFloat16)), t, fp8t::ops::LogitsAfterBackward::kOverwriteLogits)
         .backward();
   });
-  // Unchunked: the 1.53 GiB logits, the head's BF16 weight copy, dW in BF16 and FP32. Chunked: one
-  // 245.6 MiB chunk, the weight copy, dW and one FP32 product (393 MiB each), dx (64 MiB).
+  // Unchunked: the 1.53 GiB logits, the head's BF16 weight copy, dW in BF16 and FP32 (2423 MiB seen
+  // in GPU run 5). Chunked: one 245.6 MiB chunk, the weight copy (196 MiB), dW (393 MiB, FP32,
+  // accumulated in the GEMM), dx (64 MiB): about 0.9 GiB (1295 MiB seen while each chunk's product
+  // was a 393 MiB temporary added to dW).
   CHECK(fused_peak < unfused_peak - 512.0);
 }
 
