@@ -6,7 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>  // c10::cuda::CUDAGuard
 
 #include "fp8t_kernels.h"                // fp8t_cross_entropy_forward / _backward
-#include "lib/gemm/gemm_engine.h"        // gemm::bf16_gemm
+#include "lib/gemm/gemm_engine.h"        // gemm::bf16_gemm, bf16_gemm_accumulate
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/util/cuda_tensors.h"       // stream_of, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"              // FP8T_CHECK
