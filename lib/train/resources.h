@@ -10,8 +10,10 @@
 //                during the backward (filling, reducing, being released); with
 //                train.grad_accum_steps > 1 all of them persist over the micro-batches, 4 per
 //                parameter in all (4 - 4 / W of it counted as bucket bytes)
-//   optimizer    8  (AdamW's two float32 moments; 8 / W with dist.zero 1, ZeRO-1)
-//   copies       precision fp8: 2 per weight of an FP8 Linear (E4M3 copy and its transpose);
+//   optimizer    8  (AdamW's two float32 moments; 4 with train.moments_dtype bf16; divided by W
+//                with dist.zero 1, ZeRO-1)
+//   copies       precision fp8: 2 per weight of an FP8 Linear (E4M3 copy and its transpose; 1
+//                with train.recompute casts, which makes the transpose in the backward);
 //                bf16/fp16: 2 per Linear weight (autocast's copy, kept for the backward)
 // plus the activations of one micro-batch: per token, the inputs every layer keeps for its
 // backward (3 * d_model + 2 * ff_dim per block; train.recompute keeps less, see below) and the
