@@ -132,9 +132,9 @@ TEST_CASE("recompute casts on CUDA: attention's saved output stands in for c_pro
   REQUIRE(torch::cuda::is_available());
   // The fused attention backends (whichever the device picks for bf16) keep their output for their
   // backward; c_proj keeps its input instead of the FP8 copy while that input is a view of it
-  // (the output laid out [B, T, H, D] in memory). Learned positions (the 1.3B's shape): asserted;
-  // RoPE (q and k rotated into new tensors, whose layout the backend's output may follow):
-  // reported, with the weights' transposes asserted.
+  // (the output laid out [B, T, H, D] in memory). Learned positions (the 1.3B's shape) and RoPE
+  // (q and k rotated into new tensors, whose layout a backend's output may follow: measured on
+  // the H200 with LibTorch 2.11, the view holds for both).
   const at::Device cuda(at::kCUDA);
   using fp8::RecipeKind;
   const RecipeKind recipe = GENERATE(RecipeKind::kDelayed, RecipeKind::kCurrent, RecipeKind::kBlock);
@@ -171,6 +171,5 @@ TEST_CASE("recompute casts on CUDA: attention's saved output stands in for c_pro
                  << activation << " B under activation, " << casts << " B under casts: " << activation - casts
                  << " B less (weight transposes " << weights << " B, attention's c_proj copies " << attention
                  << " B)");
-  CHECK(activation - casts >= weights - 64 * 1024);
-  if (!rope) CHECK(activation - casts >= weights + attention - 64 * 1024);
+  CHECK(activation - casts >= weights + attention - 64 * 1024);
 }
