@@ -17,6 +17,7 @@
 
 #include "fp8t_kernels.h"                  // fp8t_cast_transpose_act, fp8t_transpose_codes, ...
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, host_encode, host_amax, first_mismatch, same_bits
+#include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 namespace {
 
@@ -215,28 +216,9 @@ TEST_CASE("transpose_codes: several tiles per block ([4096, 8192]) and a partial
 
 namespace {
 
-// Median milliseconds of `run` over kRepeats launches (one CUDA event pair each) after 3 warm-ups.
+// Median milliseconds of `run` over 30 launches (one CUDA event pair each) after 3 warm-ups.
 double median_ms(const std::function<cudaError_t()>& run) {
-  constexpr int kRepeats = 30;
-  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
-  for (int i = 0; i < 3; ++i) REQUIRE(run() == cudaSuccess);
-  std::vector<cudaEvent_t> ev(2 * kRepeats);
-  for (auto& e : ev) REQUIRE(cudaEventCreate(&e) == cudaSuccess);
-  for (int i = 0; i < kRepeats; ++i) {
-    cudaEventRecord(ev[2 * i], s);
-    REQUIRE(run() == cudaSuccess);
-    cudaEventRecord(ev[2 * i + 1], s);
-  }
-  REQUIRE(cudaEventSynchronize(ev.back()) == cudaSuccess);
-  std::vector<double> ms(kRepeats);
-  for (int i = 0; i < kRepeats; ++i) {
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]);
-    ms[i] = t;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[kRepeats / 2];
+  return fp8t::test::median_event_ms(3, 30, [&] { REQUIRE(run() == cudaSuccess); });
 }
 
 }  // namespace

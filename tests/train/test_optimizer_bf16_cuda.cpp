@@ -21,6 +21,7 @@
 #include "lib/util/error.h"                // fp8t::Error
 #include "tests/catch.h"
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda, reporting, skip_large
+#include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 using namespace fp8t;
 using namespace fp8t::test;
@@ -84,28 +85,7 @@ at::Tensor grads_of(int step, int64_t n) {
 }
 
 // Median milliseconds of `run` over 10 event pairs after 2 warm-ups.
-double median_ms(const std::function<void()>& run) {
-  constexpr int kRepeats = 10;
-  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
-  for (int i = 0; i < 2; ++i) run();
-  std::vector<cudaEvent_t> ev(2 * kRepeats);
-  for (auto& e : ev) REQUIRE(cudaEventCreate(&e) == cudaSuccess);
-  for (int i = 0; i < kRepeats; ++i) {
-    cudaEventRecord(ev[2 * i], s);
-    run();
-    cudaEventRecord(ev[2 * i + 1], s);
-  }
-  REQUIRE(cudaEventSynchronize(ev.back()) == cudaSuccess);
-  std::vector<double> ms(kRepeats);
-  for (int i = 0; i < kRepeats; ++i) {
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]);
-    ms[i] = t;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[kRepeats / 2];
-}
+double median_ms(const std::function<void()>& run) { return test::median_event_ms(2, 10, run); }
 
 AdamWOptions bf16_options() {
   AdamWOptions o{0.9, 0.95, 1e-8, 0.1};
