@@ -85,10 +85,8 @@ void check_recipe_fields(const ExperimentConfig& c, const ConfigSources& s) {
   }
 }
 
-}  // namespace
-
-void validate(const ExperimentConfig& c, const ConfigSources& s) {
-  // 1. Ranges of single keys (declared in the field table).
+// 1. Ranges of single keys (declared in the field table).
+void check_ranges(const ExperimentConfig& c, const ConfigSources& s) {
   for (const auto& f : fields()) {
     if (!f.range) continue;
     const Value v = f.get(c);
@@ -96,14 +94,16 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
       fail(named(s, f.key) + ": expected " + f.expected() + ", got " + format_value(f, v));
     }
   }
+}
 
-  // 2. Text values that must not be empty.
+// 2. Text values: run.name must be a folder name a shell, a file manager and a sweep script all
+// handle (no control characters: a tab or newline would also break the report's TSV; at most
+// NAME_MAX bytes); run.out_dir and fp8.skip_layers must not be empty.
+void check_names(const ExperimentConfig& c, const ConfigSources& s) {
   const std::string& name = c.run.name;
   if (name.empty() || name == "." || name == ".." || name.find_first_of("/\\") != std::string::npos) {
     fail(named(s, "run.name") + ": expected a folder name (not empty, no '/', not '.' or '..'), got '" + echo(name) + "'");
   }
-  // A folder name a shell, a file manager and a sweep script all handle: no control characters
-  // (a tab or newline would also break the report's TSV), at most NAME_MAX bytes.
   const bool control = std::any_of(name.begin(), name.end(), [](char ch) {
     return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
   });
@@ -111,15 +111,14 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "run.name") + ": expected a folder name of at most 255 bytes without control characters, got '" +
          echo(name) + "' (" + str(static_cast<int64_t>(name.size())) + " bytes)");
   }
-  warn_unused_fp8_flags(c, s);
-  check_recipe_fields(c, s);
   if (c.run.out_dir.empty()) fail(named(s, "run.out_dir") + ": expected a directory, got an empty string");
   for (const auto& layer : c.fp8.skip_layers) {
     if (layer.empty()) fail(named(s, "fp8.skip_layers") + ": expected module names, got an empty name");
   }
+}
 
-  // 3. Rules between keys.
-  const auto& m = c.model;
+// 3a. Rules between the model's keys: the head split.
+void check_model_rules(const ModelSection& m, const ConfigSources& s) {
   if (m.d_model % m.n_head != 0) {
     fail(named(s, "model.d_model") + ": " + str(m.d_model) + " is not divisible by " + named(s, "model.n_head") +
          " = " + str(m.n_head) + "; expected a multiple of model.n_head");
@@ -132,6 +131,11 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "model.n_kv_head") + ": " + str(m.n_kv_head) + " does not divide " + named(s, "model.n_head") +
          " = " + str(m.n_head) + "; expected a divisor of model.n_head (grouped-query attention), or 0 for n_head");
   }
+}
+
+// 3b. Rules between training keys (and the model's dropout, which recompute cannot replay).
+void check_train_rules(const ExperimentConfig& c, const ConfigSources& s) {
+  const auto& m = c.model;
   const auto& t = c.train;
   if (t.warmup_steps > t.steps) {
     fail(named(s, "train.warmup_steps") + ": " + str(t.warmup_steps) + " is more than " + named(s, "train.steps") +
@@ -165,6 +169,11 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
          str(t.eval_interval) + " (set train.eval_interval to 0 to disable periodic evaluation), got " +
          str(t.eval_batches));
   }
+}
+
+// 3c. Rules of the data keys.
+void check_data_rules(const ExperimentConfig& c, const ConfigSources& s) {
+  const auto& m = c.model;
   const auto& d = c.data;
   if (d.source != DataSource::kSynthetic && d.train_path.empty()) {
     fail(named(s, "data.train_path") + ": required when " + named(s, "data.source") + " is " + to_string(d.source) +
@@ -174,6 +183,18 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "model.vocab_size") + ": " + str(m.vocab_size) + " is too small for " + named(s, "data.source") +
          " = text (one token per byte); expected >= 256");
   }
+}
+
+}  // namespace
+
+void validate(const ExperimentConfig& c, const ConfigSources& s) {
+  check_ranges(c, s);
+  check_names(c, s);
+  warn_unused_fp8_flags(c, s);
+  check_recipe_fields(c, s);
+  check_model_rules(c.model, s);
+  check_train_rules(c, s);
+  check_data_rules(c, s);
 }
 
 }  // namespace config

@@ -2,7 +2,8 @@
 // composition (at::linear, then at::cross_entropy_loss / ops::cross_entropy): loss and the
 // gradients of x and of the weight, chunk counts that do not divide the rows, a tied weight, the
 // loss-only path; on CUDA (BF16) the same comparison, the peak memory against the unchunked head,
-// and a capture in a CUDA graph.
+// and a capture in a CUDA graph. One file for both sources: linear_cross_entropy.cpp (the chunk
+// loop) and linear_cross_entropy_cuda.cpp (its CUDA steps) are tested through the same op.
 #include "lib/ops/linear_cross_entropy.h"
 
 #include <torch/torch.h>  // torch::NoGradGuard, backward
