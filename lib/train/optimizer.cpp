@@ -172,35 +172,37 @@ void AdamW::update(const double* lr, const at::Tensor& lr_tensor, const at::Tens
   for (Group& group : groups()) {
     if (options_.moments_dtype == MomentsDtype::kBf16) {
       update_bf16(group, lr, lr_tensor, grad_scale, found_inf);
-      for (const Slot* s : group.slots) {
-        if (s->separate_master) s->param.copy_(s->master);
-      }
-      continue;
-    }
-    std::optional<at::Tensor> skip;
-    if (found_inf.defined()) {
-      skip = found_inf.to(group.device, at::kFloat);
-      // The step count advances by 1 - found_inf: a skipped step leaves it as it was.
-      at::_foreach_add_(group.steps, 1.0 - *skip);
     } else {
-      at::_foreach_add_(group.steps, 1);
-    }
-    const double wd = group.decay ? options_.weight_decay : 0.0;
-    const std::optional<at::Tensor> scale =
-        grad_scale.defined() ? std::optional<at::Tensor>(grad_scale.to(group.device, at::kFloat)) : std::nullopt;
-    // With found_inf == 1.0 the fused kernel returns before touching params and moments.
-    if (lr != nullptr) {
-      at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
-                        group.steps, *lr, options_.beta1, options_.beta2, wd, options_.eps,
-                        /*amsgrad=*/false, /*maximize=*/false, scale, skip);
-    } else {
-      at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
-                        group.steps, lr_tensor.to(group.device), options_.beta1, options_.beta2, wd, options_.eps,
-                        /*amsgrad=*/false, /*maximize=*/false, scale, skip);
+      update_fp32(group, lr, lr_tensor, grad_scale, found_inf);
     }
     for (const Slot* s : group.slots) {
       if (s->separate_master) s->param.copy_(s->master);
     }
+  }
+}
+
+void AdamW::update_fp32(const Group& group, const double* lr, const at::Tensor& lr_tensor,
+                        const at::Tensor& grad_scale, const at::Tensor& found_inf) const {
+  std::optional<at::Tensor> skip;
+  if (found_inf.defined()) {
+    skip = found_inf.to(group.device, at::kFloat);
+    // The step count advances by 1 - found_inf: a skipped step leaves it as it was.
+    at::_foreach_add_(group.steps, 1.0 - *skip);
+  } else {
+    at::_foreach_add_(group.steps, 1);
+  }
+  const double wd = group.decay ? options_.weight_decay : 0.0;
+  const std::optional<at::Tensor> scale =
+      grad_scale.defined() ? std::optional<at::Tensor>(grad_scale.to(group.device, at::kFloat)) : std::nullopt;
+  // With found_inf == 1.0 the fused kernel returns before touching params and moments.
+  if (lr != nullptr) {
+    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
+                      group.steps, *lr, options_.beta1, options_.beta2, wd, options_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, scale, skip);
+  } else {
+    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
+                      group.steps, lr_tensor.to(group.device), options_.beta1, options_.beta2, wd, options_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, scale, skip);
   }
 }
 

@@ -153,6 +153,9 @@ class AdamW {
   // Zeroed moments (and the step state) of `s` for a master of `shape` on `options`' device.
   void init_state(Slot& s, at::IntArrayRef shape, const at::TensorOptions& options) const;
   // bf16 moments: one step of `group` through optimizer_bf16.h.
+  // FP32 moments: at::_fused_adamw_ over the group, the step counts advanced on the device.
+  void update_fp32(const Group& group, const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale,
+                   const at::Tensor& found_inf) const;
   void update_bf16(const Group& group, const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale,
                    const at::Tensor& found_inf) const;
   // The parameters with a gradient, grouped by (device, weight decay) in first-seen order.
