@@ -1,15 +1,17 @@
-// AdamW with bfloat16 moments (train.moments_dtype: bf16): the per-element update, written once
-// for the CPU loop (lib/train/optimizer_bf16.cpp) and the CUDA kernel (kernels/adamw.cu), so that
-// both give the same bits (tests/train/test_optimizer_bf16_cuda.cpp compares them).
+// AdamW's per-element update, for either moments dtype (train.moments_dtype: fp32 or bf16),
+// written once for the CPU loop (lib/train/adamw_step.cpp) and the CUDA kernel
+// (kernels/adamw.cu), so that both give the same bits (tests/train/test_adamw_step_cuda.cpp
+// compares them).
 //
-// Per element, all in FP32 (the moments are widened from bf16 exactly):
+// Per element, all in FP32 (bf16 moments are widened exactly):
 //   g  = g / grad_scale                                   (when clipping hands a divisor)
 //   p  = p - (lr * wd) * p                                (decoupled weight decay; skipped for wd 0)
 //   m  = beta1 * m + (1 - beta1) * g
 //   v  = beta2 * v + ((1 - beta2) * g) * g
 //   p  = p - (lr / (1 - beta1^t)) * (m / (sqrt(v) / sqrt(1 - beta2^t) + eps))
-//   m, v stored as bf16, rounded to nearest even (NaN stays NaN); the update of p reads the FP32
-//   m and v before that rounding (as Megatron's precision-aware optimizer does).
+//   m, v stored as they are (fp32), or as bf16 rounded to nearest even (NaN stays NaN); the
+//   update of p reads the FP32 m and v before that rounding (as Megatron's precision-aware
+//   optimizer does).
 // Every step is one IEEE operation in a fixed order: products that feed a sum are fmaf (one
 // rounding), the others go through *_rn helpers that CUDA never contracts into an FMA; sqrt and
 // division are IEEE-exact on both sides (nvcc's default -prec-sqrt/-prec-div, no fast math).
@@ -131,18 +133,25 @@ FP8T_HOST_DEVICE StepScalars step_scalars(const float* state, float lr, float we
   return StepScalars{mul_rn(lr, weight_decay), div_rn(lr, sub_rn(1.0f, state[1])), sqrt_rn(sub_rn(1.0f, state[2]))};
 }
 
-// One element: p (float32) updated in place, g already divided by grad_scale, m and v as bf16 bits
-// read and written in place.
-FP8T_HOST_DEVICE void update_element(float& p, float g, uint16_t& m_bits, uint16_t& v_bits, const Constants& c,
+// Moment storage: float32 as it is, bf16 as its bits (widened exactly, stored rounded).
+FP8T_HOST_DEVICE float moment_value(float m) { return m; }
+FP8T_HOST_DEVICE float moment_value(uint16_t bits) { return bf16_value(bits); }
+FP8T_HOST_DEVICE void store_moment(float& m, float value) { m = value; }
+FP8T_HOST_DEVICE void store_moment(uint16_t& bits, float value) { bits = bf16_bits(value); }
+
+// One element: p (float32) updated in place, g already divided by grad_scale, m and v (float, or
+// uint16_t bf16 bits) read and written in place.
+template <typename Moment>
+FP8T_HOST_DEVICE void update_element(float& p, float g, Moment& m_store, Moment& v_store, const Constants& c,
                                      const StepScalars& s) {
   float w = p;
   if (s.lr_wd != 0.0f) w = fmaf(-s.lr_wd, w, w);
-  const float m = fmaf(c.beta1, bf16_value(m_bits), mul_rn(c.one_minus_beta1, g));
-  const float v = fmaf(c.beta2, bf16_value(v_bits), mul_rn(mul_rn(c.one_minus_beta2, g), g));
+  const float m = fmaf(c.beta1, moment_value(m_store), mul_rn(c.one_minus_beta1, g));
+  const float v = fmaf(c.beta2, moment_value(v_store), mul_rn(mul_rn(c.one_minus_beta2, g), g));
   const float denom = add_rn(div_rn(sqrt_rn(v), s.bc2_sqrt), c.eps);
   p = fmaf(-s.step_size, div_rn(m, denom), w);
-  m_bits = bf16_bits(m);
-  v_bits = bf16_bits(v);
+  store_moment(m_store, m);
+  store_moment(v_store, v);
 }
 
 // g / grad_scale as the kernel reads it (a null divisor: g unchanged).

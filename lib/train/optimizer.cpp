@@ -3,11 +3,11 @@
 #include <optional>  // std::optional
 #include <set>       // std::set
 
-#include <ATen/ATen.h>  // at::_fused_adamw_, at::_foreach_add_, at::zeros
+#include <ATen/ATen.h>  // at::zeros, at::tensor
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
-#include "lib/train/adamw_math.h"      // adamw::state_from_step (bf16 moments)
-#include "lib/train/optimizer_bf16.h"  // adamw_bf16_moments_step
+#include "lib/train/adamw_math.h"  // adamw::state_from_step
+#include "lib/train/adamw_step.h"  // adamw_multi_tensor_step
 #include "lib/util/error.h"            // FP8T_CHECK, FP8T_INPUT_CHECK
 
 namespace fp8t::train {
@@ -59,7 +59,7 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& sh
     s.name = name;
     s.param = param;
     s.range = r;
-    // A view of the owned elements: the fused kernel updates the parameter itself.
+    // A view of the owned elements: the kernel updates the parameter itself.
     s.master = param.detach().view(-1).narrow(0, r.begin, r.length);
     init_state(s, {r.length}, param.options().requires_grad(false));
     s.decay = param.dim() >= 2;  // of the whole parameter, whatever the range's shape
@@ -104,12 +104,8 @@ void AdamW::init_state(Slot& s, at::IntArrayRef shape, const at::TensorOptions& 
   const at::TensorOptions o = options.dtype(at::kFloat).requires_grad(false);
   s.exp_avg = at::zeros(shape, o.dtype(moments_scalar_type(options_.moments_dtype)));
   s.exp_avg_sq = at::zeros_like(s.exp_avg);
-  if (options_.moments_dtype == MomentsDtype::kBf16) {
-    s.bias_state = at::tensor({0.0f, 1.0f, 1.0f}, o.device(at::kCPU)).to(o.device());  // adamw::init_state
-    s.step = s.bias_state.select(0, 0);  // a view: the checkpoint's "<name>.step" is t itself
-  } else {
-    s.step = at::zeros({}, o);
-  }
+  s.bias_state = at::tensor({0.0f, 1.0f, 1.0f}, o.device(at::kCPU)).to(o.device());  // adamw::init_state
+  s.step = s.bias_state.select(0, 0);  // a view: the checkpoint's "<name>.step" is t itself
 }
 
 bool AdamW::needs_master_copy(const at::Tensor& param) {
@@ -119,7 +115,7 @@ bool AdamW::needs_master_copy(const at::Tensor& param) {
 struct AdamW::Group {
   at::Device device;
   bool decay;
-  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps, bias_states;
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, bias_states;
   std::vector<const Slot*> slots;
 };
 
@@ -142,14 +138,13 @@ std::vector<AdamW::Group> AdamW::groups() const {
       if (candidate.device == s.master.device() && candidate.decay == s.decay) group = &candidate;
     }
     if (group == nullptr) {
-      groups.push_back(Group{s.master.device(), s.decay, {}, {}, {}, {}, {}, {}, {}});
+      groups.push_back(Group{s.master.device(), s.decay, {}, {}, {}, {}, {}, {}});
       group = &groups.back();
     }
     group->params.push_back(s.master);
     group->grads.push_back(g.to(at::kFloat).contiguous());
     group->exp_avgs.push_back(s.exp_avg);
     group->exp_avg_sqs.push_back(s.exp_avg_sq);
-    group->steps.push_back(s.step);
     group->bias_states.push_back(s.bias_state);
     group->slots.push_back(&s);
   }
@@ -170,56 +165,26 @@ void AdamW::update(const double* lr, const at::Tensor& lr_tensor, const at::Tens
                    const at::Tensor& found_inf) {
   at::NoGradGuard no_grad;
   for (Group& group : groups()) {
-    if (options_.moments_dtype == MomentsDtype::kBf16) {
-      update_bf16(group, lr, lr_tensor, grad_scale, found_inf);
-    } else {
-      update_fp32(group, lr, lr_tensor, grad_scale, found_inf);
-    }
+    update_group(group, lr, lr_tensor, grad_scale, found_inf);
     for (const Slot* s : group.slots) {
       if (s->separate_master) s->param.copy_(s->master);
     }
   }
 }
 
-void AdamW::update_fp32(const Group& group, const double* lr, const at::Tensor& lr_tensor,
-                        const at::Tensor& grad_scale, const at::Tensor& found_inf) const {
-  std::optional<at::Tensor> skip;
-  if (found_inf.defined()) {
-    skip = found_inf.to(group.device, at::kFloat);
-    // The step count advances by 1 - found_inf: a skipped step leaves it as it was.
-    at::_foreach_add_(group.steps, 1.0 - *skip);
-  } else {
-    at::_foreach_add_(group.steps, 1);
-  }
-  const double wd = group.decay ? options_.weight_decay : 0.0;
-  const std::optional<at::Tensor> scale =
-      grad_scale.defined() ? std::optional<at::Tensor>(grad_scale.to(group.device, at::kFloat)) : std::nullopt;
-  // With found_inf == 1.0 the fused kernel returns before touching params and moments.
-  if (lr != nullptr) {
-    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
-                      group.steps, *lr, options_.beta1, options_.beta2, wd, options_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false, scale, skip);
-  } else {
-    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
-                      group.steps, lr_tensor.to(group.device), options_.beta1, options_.beta2, wd, options_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false, scale, skip);
-  }
-}
-
-void AdamW::update_bf16(const Group& group, const double* lr, const at::Tensor& lr_tensor,
-                        const at::Tensor& grad_scale, const at::Tensor& found_inf) const {
-  Bf16MomentsStep step;
+void AdamW::update_group(const Group& group, const double* lr, const at::Tensor& lr_tensor,
+                         const at::Tensor& grad_scale, const at::Tensor& found_inf) const {
+  AdamWStepArgs step;
   step.beta1 = static_cast<float>(options_.beta1);
   step.beta2 = static_cast<float>(options_.beta2);
   step.eps = static_cast<float>(options_.eps);
   step.weight_decay = group.decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  // A host lr is rounded to float32 as the fused kernel does: a tensor holding float(lr) agrees.
+  // A host lr is rounded to float32 as the kernel reads it: a tensor holding float(lr) agrees.
   if (lr != nullptr) step.lr_value = static_cast<float>(*lr);
   step.lr = lr == nullptr ? lr_tensor : at::Tensor();
   step.grad_scale = grad_scale;
   step.found_inf = found_inf;
-  adamw_bf16_moments_step(Bf16MomentsBatch{group.params, group.grads, group.exp_avgs, group.exp_avg_sqs,
-                                           group.bias_states},
+  adamw_multi_tensor_step(AdamWBatch{group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, group.bias_states},
                           step);
 }
 
@@ -266,8 +231,8 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
                      shape_str(src), ", expected ", shape_str(target));
     FP8T_INPUT_CHECK(src.is_floating_point(), "optimizer state key '", key,
                      "' is not a floating-point tensor (", src.scalar_type(), ")");
-    if (options_.moments_dtype == MomentsDtype::kBf16 && is_step_key(key)) {
-      // bf16 moments rebuild beta^t by t multiplies; float32 counts every integer up to 2^24.
+    if (is_step_key(key)) {
+      // The state rebuilds beta^t by t multiplies; float32 counts every integer up to 2^24.
       const double t = src.item<double>();
       FP8T_INPUT_CHECK(t >= 0.0 && t <= 16777216.0 && t == static_cast<double>(static_cast<int64_t>(t)),
                        "optimizer state key '", key, "' holds ", t, ", not a step count");
@@ -279,12 +244,11 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
                                                    static_cast<float>(options_.beta2), 0.0f, 0.0f);
   for (const Slot& s : slots_) {
     if (s.separate_master) s.param.copy_(s.master);
-    if (s.bias_state.defined()) {  // bf16 moments: beta^t by the multiplies the steps would have made
-      const float t = s.step.item<float>();
-      float rebuilt[adamw::kStateSize];
-      adamw::state_from_step(rebuilt, t, c);
-      s.bias_state.copy_(at::tensor({rebuilt[0], rebuilt[1], rebuilt[2]}, at::kFloat));
-    }
+    // beta^t by the multiplies the steps would have made.
+    const float t = s.step.item<float>();
+    float rebuilt[adamw::kStateSize];
+    adamw::state_from_step(rebuilt, t, c);
+    s.bias_state.copy_(at::tensor({rebuilt[0], rebuilt[1], rebuilt[2]}, at::kFloat));
   }
 }
 

@@ -1,5 +1,6 @@
-// AdamW with FP32 master weights and FP32 state, stepped by LibTorch's multi-tensor fused
-// kernel (at::_fused_adamw_, which has CPU and CUDA implementations in LibTorch >= 2.4).
+// AdamW with FP32 master weights and FP32 (or, by choice, bfloat16) moments, stepped by
+// fp8train's own multi-tensor kernel (kernels/adamw.cu; on the CPU the same arithmetic in a loop,
+// lib/train/adamw_math.h, bit-equal to the kernel).
 //
 // Per parameter p (0-based step count t before the step, lr given to step()):
 //   t      += 1
@@ -7,21 +8,18 @@
 //   m       = beta1 * m + (1 - beta1) * g
 //   v       = beta2 * v + (1 - beta2) * g^2
 //   p      -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// exactly as torch.optim.AdamW(fused=True): two groups (weight decay for matrices and
-// embeddings, none for biases and norm gains), the step count kept as a 0-d float32 tensor on
-// the parameter's device and incremented on the device (no host sync).
+// as torch.optim.AdamW: two groups (weight decay for matrices and embeddings, none for biases and
+// norm gains). All math is FP32; the bias corrections come from running products beta^t kept per
+// parameter on its device next to the step count t (no pow, no host sync), so a result can
+// differ from LibTorch's fused AdamW (which computes pow) in the last bits.
 //
 // Master weights: a float32 contiguous parameter is updated in place. Any other parameter
 // (e.g. bfloat16) gets a float32 master copy; its gradient is converted to float32 for the
 // update and the parameter receives the rounded master after each step.
 //
-// Moments dtype (train.moments_dtype): fp32 (the default) steps through at::_fused_adamw_ as
-// above. bf16 stores exp_avg and exp_avg_sq as bfloat16 (4 bytes per parameter less) and steps
-// through fp8train's own multi-tensor kernel (kernels/adamw.cu; on the CPU the same arithmetic,
-// lib/train/adamw_math.h, bit-equal): the update runs in FP32 from the widened moments, then both
-// are rounded to nearest even. Its bias corrections come from running products beta^t kept per
-// parameter on its device (no pow), so the numbers differ from the fp32 path in the last bits
-// beyond the moments' rounding.
+// Moments dtype (train.moments_dtype): fp32 (the default) keeps exp_avg and exp_avg_sq in
+// float32. bf16 stores them in bfloat16 (4 bytes per parameter less): the update runs in FP32 from
+// the widened moments, then both are rounded to nearest even.
 //
 // Sharded (ZeRO-1, lib/dist/grad_sync.h): given the element range of each flattened parameter
 // that this rank owns, the optimizer keeps moments for that range only and updates just that
@@ -80,9 +78,8 @@ class AdamW {
         const std::map<std::string, at::Tensor>& shard_grads = {});
 
   // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
-  // step count does not advance); one with a shard gradient (above) is always updated. One fused
-  // launch per (device, weight-decay group); bf16 moments: a pair of launches per 48 parameters of
-  // a group (kernels/adamw.cu).
+  // step count does not advance); one with a shard gradient (above) is always updated. One kernel
+  // launch pair per (device, weight-decay group) and 48 parameters of it (kernels/adamw.cu).
   // grad_scale (optional 0-d tensor): every gradient is divided by it as the kernel reads it
   // (gradient clipping folded into the update, see clip_divisor in grad_clip.h).
   // found_inf (optional 0-d float32 on the device, lib/train/step_health.h): when it holds 1.0
@@ -91,7 +88,7 @@ class AdamW {
   void step(double lr, const at::Tensor& grad_scale = at::Tensor(), const at::Tensor& found_inf = at::Tensor());
   // The same update with the learning rate read on the device: `lr` is a 0-d float32 tensor on
   // the parameters' device, so a captured CUDA graph (lib/train/step_graph.h) replays it with
-  // each step's value. The fused kernel rounds a host lr to float32 too, so a tensor holding
+  // each step's value. The kernel rounds a host lr to float32 too, so a tensor holding
   // float(lr) gives the same bits as step(lr).
   void step(const at::Tensor& lr, const at::Tensor& grad_scale = at::Tensor(), const at::Tensor& found_inf = at::Tensor());
 
@@ -102,7 +99,7 @@ class AdamW {
   //   "<name>.exp_avg", "<name>.exp_avg_sq" (moments_dtype: float32 or bfloat16, the
   //   parameter's shape), "<name>.step" (0-d float32), and "<name>.master" (float32) for
   //   parameters with a separate master copy. The keys are the same for both moments dtypes
-  //   (bf16's running products beta^t are rebuilt from the step count on loading). Callers that
+  //   (the running products beta^t are rebuilt from the step count on loading). Callers that
   //   store them next to model weights should prefix them (e.g. "optim.").
   // Sharded: the tensors cover the parameter's range only (1-D, ranges() gives it).
   std::map<std::string, at::Tensor> state_dict() const;
@@ -115,7 +112,8 @@ class AdamW {
   // state_dict() exactly; shapes must match. Throws fp8t::Error (kBadInput) naming the first
   // missing, unexpected or mismatched key. Floating-point tensors of another dtype are converted
   // (moments of the other moments_dtype: bf16 -> fp32 exactly, fp32 -> bf16 rounded to nearest
-  // even); bf16 moments' running products are rebuilt from "<name>.step" (one host read).
+  // even); the running products beta^t are rebuilt from "<name>.step" (one host read per
+  // parameter), which must hold a whole number of steps.
   void load_state_dict(const std::map<std::string, at::Tensor>& state);
 
   // The rules the constructor applies to each parameter, also for describing a run before the
@@ -140,24 +138,21 @@ class AdamW {
     at::Tensor master;   // float32 contiguous; the same tensor as `param` when possible
     at::Tensor exp_avg;  // moments_dtype, master's shape
     at::Tensor exp_avg_sq;
-    at::Tensor step;     // 0-d float32 on the parameter's device
-    at::Tensor bias_state;  // bf16 moments: float32 [3] = {t, beta1^t, beta2^t}; step is its element 0
+    at::Tensor step;     // 0-d float32 on the parameter's device: a view of bias_state's element 0
+    at::Tensor bias_state;  // float32 [3] = {t, beta1^t, beta2^t} (adamw_math.h)
     bool decay = false;
     bool separate_master = false;
     ParamRange range;      // of the flattened parameter; all of it unless sharded
     at::Tensor shard_grad;  // sharded: the gradient of `range` kept outside .grad (flat), if given
     at::Tensor grad() const;  // the gradient of `range`, as the parameter's shape unless sharded
   };
-  struct Group;  // the parameters of one fused launch (optimizer.cpp)
+  struct Group;  // the parameters of one update (optimizer.cpp)
   void check_options() const;
   // Zeroed moments (and the step state) of `s` for a master of `shape` on `options`' device.
   void init_state(Slot& s, at::IntArrayRef shape, const at::TensorOptions& options) const;
-  // bf16 moments: one step of `group` through optimizer_bf16.h.
-  // FP32 moments: at::_fused_adamw_ over the group, the step counts advanced on the device.
-  void update_fp32(const Group& group, const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale,
-                   const at::Tensor& found_inf) const;
-  void update_bf16(const Group& group, const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale,
-                   const at::Tensor& found_inf) const;
+  // One step of `group` through adamw_step.h.
+  void update_group(const Group& group, const double* lr, const at::Tensor& lr_tensor, const at::Tensor& grad_scale,
+                    const at::Tensor& found_inf) const;
   // The parameters with a gradient, grouped by (device, weight decay) in first-seen order.
   std::vector<Group> groups() const;
   // step()'s work: the learning rate is *lr when given, else the tensor lr_tensor.

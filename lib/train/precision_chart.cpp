@@ -219,7 +219,7 @@ ChartRow optimizer_row(const Session& s, const std::vector<OwnedParam>& params) 
   const MomentsDtype moments = s.config().train.moments_dtype;
   const std::string how = moments == MomentsDtype::kBf16
                               ? "AdamW exp_avg + exp_avg_sq (train.moments_dtype bf16: FP32 math, stored rounded)"
-                              : "AdamW exp_avg + exp_avg_sq (fused AdamW)";
+                              : "AdamW exp_avg + exp_avg_sq (FP32 math, stored as computed)";
   for (const OwnedParam& p : params) {
     auto dtype = [&](const char* suffix) {
       const auto it = state.find(p.name + suffix);

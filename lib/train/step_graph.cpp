@@ -79,7 +79,7 @@ void StepGraph::stage(const std::vector<data::Batch>& batches, double lr) {
     into.inputs.copy_(b.inputs, /*non_blocking=*/true);
     into.targets.copy_(b.targets, /*non_blocking=*/true);
   }
-  lr_.fill_(lr);  // rounded to float32, as the fused AdamW kernel rounds a host lr
+  lr_.fill_(lr);  // rounded to float32, as the AdamW kernel rounds a host lr
 }
 
 void StepGraph::capture(const Body& body) {

@@ -1,7 +1,7 @@
-// AdamW with bfloat16 moments (train.moments_dtype: bf16): one update of a list of tensors on one
-// device, by the arithmetic of lib/train/adamw_math.h. AdamW (optimizer.h) collects the tensors;
-// this is the loop over them: on the CPU here (optimizer_bf16.cpp), on CUDA through
-// kernels/adamw.cu (optimizer_bf16_cuda.cpp), bit-equal.
+// One AdamW update of a list of tensors on one device, by the arithmetic of
+// lib/train/adamw_math.h, with FP32 or bfloat16 moments (train.moments_dtype). AdamW
+// (optimizer.h) collects the tensors; this is the loop over them: on the CPU here
+// (adamw_step.cpp), on CUDA through kernels/adamw.cu (adamw_step_cuda.cpp), bit-equal.
 #pragma once
 
 #include <vector>  // std::vector
@@ -12,16 +12,16 @@ namespace fp8t::train {
 
 // The tensors of one update (one device, one weight-decay setting), entry i of each list
 // belonging to one parameter:
-struct Bf16MomentsBatch {
+struct AdamWBatch {
   std::vector<at::Tensor> params;       // float32 contiguous, updated in place (a parameter, a
                                         // range of one, or a master copy)
   std::vector<at::Tensor> grads;        // float32 contiguous, the params' element counts
-  std::vector<at::Tensor> exp_avgs;     // bfloat16 contiguous, updated in place
-  std::vector<at::Tensor> exp_avg_sqs;  // bfloat16 contiguous, updated in place
+  std::vector<at::Tensor> exp_avgs;     // float32 or bfloat16 (all alike) contiguous, updated in place
+  std::vector<at::Tensor> exp_avg_sqs;  // the exp_avgs' dtype, contiguous, updated in place
   std::vector<at::Tensor> states;       // float32 [3] = {t, beta1^t, beta2^t} (adamw_math.h)
 };
 
-struct Bf16MomentsStep {
+struct AdamWStepArgs {
   float beta1 = 0.0f, beta2 = 0.0f, eps = 0.0f, weight_decay = 0.0f;  // the options rounded to float32
   float lr_value = 0.0f;  // the learning rate unless `lr` is given
   at::Tensor lr;          // optional 0-d float32 on the device
@@ -30,11 +30,11 @@ struct Bf16MomentsStep {
 };
 
 // One step of every tensor of `batch` (all on one device).
-void adamw_bf16_moments_step(const Bf16MomentsBatch& batch, const Bf16MomentsStep& step);
+void adamw_multi_tensor_step(const AdamWBatch& batch, const AdamWStepArgs& step);
 
 #if defined(FP8T_WITH_CUDA)
-// The CUDA part (optimizer_bf16_cuda.cpp): one fp8t_adamw_bf16_moments call, no host sync.
-void adamw_bf16_moments_step_cuda(const Bf16MomentsBatch& batch, const Bf16MomentsStep& step);
+// The CUDA part (adamw_step_cuda.cpp): one fp8t_adamw_*_moments call, no host sync.
+void adamw_multi_tensor_step_cuda(const AdamWBatch& batch, const AdamWStepArgs& step);
 #endif
 
 }  // namespace fp8t::train

@@ -1,7 +1,8 @@
-// train.moments_dtype bf16 on the CPU: lib/train/optimizer_bf16.cpp's loop over
+// train.moments_dtype bf16 on the CPU: lib/train/adamw_step.cpp's loop over
 // lib/train/adamw_math.h through train::AdamW (the CUDA kernel is compared with this loop bit for
-// bit in test_optimizer_bf16_cuda.cpp).
-#include "lib/train/optimizer_bf16.h"
+// bit in test_adamw_step_cuda.cpp). FP32 moments, the default, go through the same loop
+// (test_optimizer.cpp).
+#include "lib/train/adamw_step.h"
 
 #include <spdlog/sinks/ostream_sink.h>  // spdlog::sinks::ostream_sink_mt
 #include <spdlog/spdlog.h>              // spdlog::default_logger
