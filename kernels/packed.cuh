@@ -129,5 +129,16 @@ __device__ __forceinline__ void ldg_floats(const void* x, int64_t first, float (
   for (int i = 0; i < kLoads; ++i) q[i].unpack<kDtype>(v + kPer * i);
 }
 
+// kN floats stored as consecutive fp32/bf16 elements of y starting at element `first` (16-byte
+// aligned; bf16: rounded like store_elem).
+template <int kDtype, int kN>
+__device__ __forceinline__ void stg_floats(void* y, int64_t first, const float (&v)[kN]) {
+  constexpr int kPer = Packed128::elems<kDtype>();
+  static_assert(kN % kPer == 0, "whole 16-byte vectors");
+  char* p = static_cast<char*>(y) + first * elem_bytes<kDtype>();
+#pragma unroll
+  for (int i = 0; i < kN / kPer; ++i) Packed128::pack<kDtype>(v + kPer * i).store(p + 16 * i);
+}
+
 }  // namespace kern
 }  // namespace fp8t
