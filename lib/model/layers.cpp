@@ -2,6 +2,7 @@
 
 #include "lib/model/rms_norm.h"     // rms_norm
 #include "lib/ops/add_norm.h"        // ops::add_norm, ops::add_norm_fused
+#include "lib/ops/linear.h"          // ops::linear
 #include "lib/util/error.h"          // FP8T_CHECK
 #include "lib/util/torch_compat.h"   // compat::autocast_dtype_or
 
@@ -20,7 +21,7 @@ Linear::Linear(const at::Tensor& shared_weight)
   weight = register_parameter("weight", shared_weight);
 }
 
-at::Tensor Linear::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+at::Tensor Linear::forward(const at::Tensor& x) { return ops::linear(x, weight, bias); }
 
 Norm::Norm(Kind k, int64_t d, double e, bool with_bias) : kind(k), dim(d), eps(e) {
   weight = register_parameter("weight", torch::ones({d}));

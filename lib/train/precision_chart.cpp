@@ -204,7 +204,11 @@ ChartRow gradients_row(const Session& s, const std::vector<OwnedParam>& params) 
                                                        : "ZeRO-1: accumulated in buckets that exist during the backward "
                                                          "only; each rank keeps its reduce-scattered shard";
   if (s.loss_scaler()) detail += "; loss-scaled in the backward, divided by the scale as AdamW reads them";
-  if (s.scaling()) detail += "; the FP8 wgrad GEMMs write FP32";
+  if (s.scaling()) {
+    detail += "; the FP8 wgrad GEMMs write FP32";
+  } else if (s.device().is_cuda() && s.autocast_dtype() != at::kFloat) {
+    detail += "; the wgrad GEMMs write FP32 (ops::linear)";
+  }
   for (const OwnedParam& p : params) {
     // An undefined gradient is created by autograd in the parameter's dtype.
     const at::Tensor& g = p.tensor.grad();
