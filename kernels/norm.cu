@@ -10,8 +10,9 @@
 // gradient of a BF16 consumer over an FP32 residual stream); every thread accumulates dgamma/dbeta of its
 // own columns in registers, writes one partial row per block, and two more launches add the
 // partials in a fixed order (runs of blocks, then the runs' sums): no atomics, deterministic.
-// Rows of a width that is a multiple of 256 (up to 4096) with aligned tensors take the vectorized
-// backward (8 consecutive columns per thread, the next row loaded during this row's reduction).
+// Rows of a width that is a multiple of 256 with aligned tensors take the vectorized kernels
+// (8 consecutive columns per thread as 16-byte accesses; the backward, up to 4096 wide, loads the
+// next row during this row's reduction; the forward goes up to 8192).
 #include <algorithm>  // std::min
 
 #include "dispatch.cuh"      // dispatch_dtype, dispatch_dtype_format
@@ -43,6 +44,10 @@ constexpr int kReduceThreads = 256;
 
 // The branch dtype of a plain norm (no residual add).
 constexpr int kNoBranch = -1;
+
+// Columns per thread of the vectorized kernels (norm_forward_vec_kernel, norm_backward_vec_kernel):
+// one 16-byte access of bf16, two of fp32.
+constexpr int kVecCols = 8;
 
 // Element c of the normalised row: x, or with a branch the residual sum x + h in FP32 (what an
 // unfused ATen x + h of an FP32 x computes; __fadd_rn keeps it out of any FMA contraction).
@@ -155,6 +160,82 @@ __global__ void norm_forward_kernel(const void* __restrict__ x, const void* __re
     }
   } else {
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) emit(c, value(c));
+  }
+  if (want_amax) block_amax_commit(local_max, amax);
+}
+
+// The forward for rows whose width is a multiple of 256 up to 8192 with aligned tensors: thread t
+// owns the 8 consecutive columns [8t, 8t + 8), read and written as 16-byte vectors (the FP8
+// codes as 8 bytes). The math per element is norm_forward_kernel's; only the order in which a
+// row's sums (mean, squared deviations) are added differs (each thread's 8 columns, then the
+// block).
+template <int kDtype, int kHDtype, int kYDtype, int kFormat>
+__global__ void __launch_bounds__(1024)
+    norm_forward_vec_kernel(const void* __restrict__ x, const void* __restrict__ h, float* __restrict__ r_out,
+                            int64_t cols, const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
+                            int rms, void* __restrict__ y, float* mean, float* rstd, const float* scale_ptr,
+                            uint8_t* __restrict__ y_fp8, float* amax, float* scale_inv_out) {
+  __shared__ float scratch[32];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * cols + static_cast<int64_t>(threadIdx.x) * kVecCols;
+  const bool fp8 = scale_ptr != nullptr;
+  const bool want_amax = amax != nullptr;  // block-uniform: every thread reaches the commit or none
+  const float scale = fp8 ? *scale_ptr : 1.0f;
+  if (fp8 && blockIdx.x == 0 && threadIdx.x == 0 && scale_inv_out != nullptr) {
+    *scale_inv_out = 1.0f / scale;
+  }
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+
+  float v[kVecCols];
+  ldg_floats<kDtype>(x, first, v);
+  if constexpr (kHDtype != kNoBranch) {
+    float hv[kVecCols];
+    ldg_floats<kHDtype>(h, first, hv);
+#pragma unroll
+    for (int k = 0; k < kVecCols; ++k) v[k] = __fadd_rn(v[k], hv[k]);
+  }
+  float mu = 0.0f;
+  if (!rms) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVecCols; ++k) s += v[k];
+    mu = block_sum(s, scratch) * inv_cols;
+  }
+  float s2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecCols; ++k) {
+    const float d = v[k] - mu;
+    s2 += d * d;
+  }
+  const float var = block_sum(s2, scratch) * inv_cols;
+  const float r = 1.0f / sqrtf(var + eps);
+  if (threadIdx.x == 0) {
+    if (mean != nullptr) mean[blockIdx.x] = mu;
+    rstd[blockIdx.x] = r;
+  }
+  if constexpr (kHDtype != kNoBranch) stg_floats<FP8T_DTYPE_F32>(r_out, first, v);
+
+  const int64_t c0 = static_cast<int64_t>(threadIdx.x) * kVecCols;
+  float g[kVecCols], b[kVecCols] = {};
+  ldg_floats<FP8T_DTYPE_F32>(gamma, c0, g);
+  const bool with_beta = !rms && beta != nullptr;
+  if (with_beta) ldg_floats<FP8T_DTYPE_F32>(beta, c0, b);
+  float ys[kVecCols];
+  int local_max = 0;
+#pragma unroll
+  for (int k = 0; k < kVecCols; ++k) {
+    float yv = (v[k] - mu) * r * g[k];
+    if (with_beta) yv += b[k];
+    ys[k] = round_to_dtype<kYDtype>(yv);  // the value y will read back as
+    if (want_amax) local_max = max(local_max, abs_bits(ys[k]));
+  }
+  if (y != nullptr) stg_floats<kYDtype>(y, first, ys);
+  if (fp8) {
+    uint32_t w[2] = {0u, 0u};
+#pragma unroll
+    for (int k = 0; k < kVecCols; ++k) {
+      w[k / 4] |= static_cast<uint32_t>(to_fp8<kFormat>(ys[k] * scale)) << (8 * (k % 4));
+    }
+    *reinterpret_cast<uint2*>(y_fp8 + first) = make_uint2(w[0], w[1]);
   }
   if (want_amax) block_amax_commit(local_max, amax);
 }
@@ -276,8 +357,6 @@ __global__ void __launch_bounds__(512, kPer > 0 && kPer <= 4 ? 2 : 1)
 // stores of the previous one. At [16384, 2048] with the residual add (bf16 dy and dh, FP32 x, dr,
 // dx: 16 bytes per element) on an H200: 0.167 ms (3.2 TB/s) against norm_backward_kernel's 0.230. The math per element is norm_backward_kernel's; only the order in
 // which a row's sums a and b are added differs (each thread's 8 columns, then the block).
-constexpr int kVecCols = 8;
-
 template <int kDyDtype, int kDtype, int kHDtype>
 __global__ void __launch_bounds__(512)
     norm_backward_vec_kernel(const void* __restrict__ dy, const void* __restrict__ x, int64_t rows, int64_t cols,
@@ -427,9 +506,18 @@ struct ForwardArgs {
   float* scale_inv_out;
 };
 
+// NormPolicy::per of the vectorized kernels (kVecCols per thread).
+constexpr int kVecPolicy = -kVecCols;
+
 template <int kDtype, int kHDtype, int kYDtype, int kFormat>
 void launch_forward(NormPolicy p, const ForwardArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.rows));
+  if (p.per == kVecPolicy) {
+    norm_forward_vec_kernel<kDtype, kHDtype, kYDtype, kFormat><<<grid, p.threads, 0, stream>>>(
+        a.x, a.h, a.r, a.cols, a.gamma, a.beta, a.eps, a.rms, a.y, a.mean, a.rstd, a.scale, a.y_fp8, a.amax,
+        a.scale_inv_out);
+    return;
+  }
 #define FP8T_NORM_FWD(PER)                                                                         \
   norm_forward_kernel<kDtype, kHDtype, kYDtype, kFormat, PER><<<grid, p.threads, 0, stream>>>(       \
       a.x, a.h, a.r, a.cols, a.gamma, a.beta, a.eps, a.rms, a.y, a.mean, a.rstd, a.scale, a.y_fp8, \
@@ -444,6 +532,18 @@ void launch_forward(NormPolicy p, const ForwardArgs& a, cudaStream_t stream) {
     default: FP8T_NORM_FWD(0); break;
   }
 #undef FP8T_NORM_FWD
+}
+
+// The vectorized forward's conditions: whole warps of 8-column threads, at most 1024 of them, and
+// every tensor it reads or writes 16-byte aligned (the FP8 codes 8-byte).
+bool forward_vectorized(const ForwardArgs& a) {
+  const auto ok = [](const void* p, uintptr_t bytes) { return p == nullptr || aligned(p, bytes); };
+  return a.cols % (32 * kVecCols) == 0 && a.cols <= 1024 * kVecCols && ok(a.x, 16) && ok(a.h, 16) && ok(a.r, 16) &&
+         ok(a.y, 16) && ok(a.y_fp8, 8) && ok(a.gamma, 16) && ok(a.beta, 16);
+}
+
+NormPolicy forward_policy(const ForwardArgs& a) {
+  return forward_vectorized(a) ? NormPolicy{static_cast<int>(a.cols / kVecCols), kVecPolicy} : norm_policy(a.cols);
 }
 
 // The pointers and sizes of one backward launch (dr and dh only for the fused add).
@@ -461,9 +561,6 @@ struct BackwardArgs {
   const float* dr;
   void* dh;
 };
-
-// NormPolicy::per of the vectorized backward (norm_backward_vec_kernel, kVecCols per thread).
-constexpr int kVecPolicy = -kVecCols;
 
 template <int kDyDtype, int kDtype, int kHDtype>
 void launch_backward(NormPolicy p, int blocks, const BackwardArgs& a, cudaStream_t stream) {
@@ -598,7 +695,7 @@ extern "C" cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t row
                       y,    rms ? nullptr : mean, rstd,    scale, y_fp8, amax,  scale_inv_out};
   if (check_forward(fp8t_launcher_, a, x_dtype, fp8_format) != cudaSuccess) return cudaErrorInvalidValue;
   if (rows == 0) return empty_forward(a, x_dtype, fp8_format, stream);
-  const NormPolicy p = norm_policy(cols);
+  const NormPolicy p = forward_policy(a);
   dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
     constexpr int kDtype = decltype(dtype)::value;
     launch_forward<kDtype, kNoBranch, kDtype, decltype(format)::value>(p, a, stream);
@@ -618,7 +715,7 @@ extern "C" cudaError_t fp8t_add_norm_forward(const float* x, const void* h, int 
   FP8T_KERNEL_REQUIRE(valid_dtype(y_dtype), "the output dtype is not fp32 or bf16");
   FP8T_KERNEL_REQUIRE(rows == 0 || (h != nullptr && r != nullptr), "no branch input or sum output for a nonempty tensor");
   if (rows == 0) return empty_forward(a, y_dtype, fp8_format, stream);
-  const NormPolicy p = norm_policy(cols);
+  const NormPolicy p = forward_policy(a);
   dispatch_dtype(h_dtype, [&](auto h_tag) {
     dispatch_dtype_format(y_dtype, fp8_format, [&](auto y_tag, auto format) {
       launch_forward<FP8T_DTYPE_F32, decltype(h_tag)::value, decltype(y_tag)::value, decltype(format)::value>(

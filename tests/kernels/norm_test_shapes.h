@@ -12,11 +12,11 @@ namespace test {
 
 inline constexpr double kNormEps = 1e-5;
 
-// rows x cols: tiny, TE odd shapes, GPT widths (multiples of 256 up to 4096 take the vectorized
-// backward: 256 one warp, 4096 512 threads; 1100 rows are more than its 528 blocks, so blocks walk
-// several rows and load the next one ahead), 160 and 3000 the scalar backward (3000: 8 columns per
-// thread), a row too wide for the backward's registers (5000) and one too wide for the forward's
-// (20000) -> the re-reading paths.
+// rows x cols: tiny, TE odd shapes, GPT widths (multiples of 256 take the vectorized kernels:
+// 256 one warp, 4096 512 threads; 1100 rows are more than the backward's 528 blocks, so blocks
+// walk several rows and load the next one ahead), 16, 160 and 3000 the scalar kernels (3000: 8
+// columns per thread), a row too wide for the backward's registers (5000) and one too wide for
+// the forward's (20000) -> the re-reading paths.
 inline const std::vector<std::pair<int64_t, int64_t>>& norm_test_shapes() {
   static const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, 16},   {60, 160}, {217, 256}, {64, 768},  {48, 2048},
