@@ -392,14 +392,16 @@ __global__ void __launch_bounds__(512)
   for (; row < rows; row += gridDim.x) {
     const float mu = rms ? 0.0f : mean[row];
     const float r = rstd[row];
-    // Pass 1: a = sum(dy * gamma), b = sum(dy * gamma * xhat).
-    float a = 0.0f, b = 0.0f, xh[kVecCols];
+    // Pass 1: a = sum(dy * gamma), b = sum(dy * gamma * xhat). Every product and sum is an
+    // explicit IEEE operation (no contraction left to the compiler), so the kernel's instances
+    // for other input dtypes (bf16 dy read as its fp32 value) give the same bits.
+    float a = 0.0f, b = 0.0f, xh[kVecCols], g[kVecCols];
 #pragma unroll
     for (int k = 0; k < kVecCols; ++k) {
-      xh[k] = (xv[k] - mu) * r;
-      const float g = dyv[k] * gam[k];
-      a += g;
-      b += g * xh[k];
+      xh[k] = __fmul_rn(__fsub_rn(xv[k], mu), r);
+      g[k] = __fmul_rn(dyv[k], gam[k]);
+      a = __fadd_rn(a, g[k]);
+      b = __fmaf_rn(g[k], xh[k], b);
     }
     const int64_t next = row + gridDim.x;
     if (next < rows) load_row(next, dy_next, x_next, dr_next);
@@ -415,14 +417,14 @@ __global__ void __launch_bounds__(512)
     float out[kVecCols];
 #pragma unroll
     for (int k = 0; k < kVecCols; ++k) {
-      const float dnorm = r * (dyv[k] * gam[k] - mean_a - xh[k] * mean_b);
+      const float dnorm = __fmul_rn(r, __fsub_rn(__fsub_rn(g[k], mean_a), __fmul_rn(xh[k], mean_b)));
       if constexpr (kHDtype == kNoBranch) {
         out[k] = dnorm;
       } else {
         out[k] = with_dr ? __fadd_rn(dnorm, drv[k]) : dnorm;
       }
-      dg_acc[k] += dyv[k] * xh[k];
-      db_acc[k] += dyv[k];
+      dg_acc[k] = __fmaf_rn(dyv[k], xh[k], dg_acc[k]);
+      db_acc[k] = __fadd_rn(db_acc[k], dyv[k]);
     }
     stg_floats<kDtype>(dx, row * cols + c0, out);
     if constexpr (kHDtype != kNoBranch) {

@@ -5,6 +5,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>  // c10::impl::ExcludeDispatchKeyGuard
 #include <torch/torch.h>                        // torch::autograd::Function, GradMode
 
+#include <optional>  // std::optional
+
 namespace fp8t {
 namespace ops {
 namespace {
@@ -13,14 +15,15 @@ namespace {
 // the autocast dtype the GEMMs run in. Saves x and W in that dtype, as autocast's linear does.
 class Fp32WgradLinearFunction : public torch::autograd::Function<Fp32WgradLinearFunction> {
  public:
+  // bias: an optional, not an undefined tensor (autograd records every tensor input's device).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, int64_t dtype_code) {
+                            const std::optional<at::Tensor>& bias, int64_t dtype_code) {
     const auto dtype = static_cast<at::ScalarType>(dtype_code);
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const at::Tensor xh = x.to(dtype), wh = weight.to(dtype);
     ctx->save_for_backward({xh, wh});
-    ctx->saved_data["has_bias"] = bias.defined();
-    return at::linear(xh, wh, bias.defined() ? bias.to(dtype) : at::Tensor());
+    ctx->saved_data["has_bias"] = bias.has_value();
+    return at::linear(xh, wh, bias.has_value() ? bias->to(dtype) : at::Tensor());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -53,7 +56,8 @@ bool linear_fp32_wgrad(const at::Tensor& x, const at::Tensor& weight) {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!linear_fp32_wgrad(x, weight)) return at::linear(x, weight, bias);
   const at::ScalarType dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-  return Fp32WgradLinearFunction::apply(x, weight, bias, static_cast<int64_t>(dtype));
+  const std::optional<at::Tensor> b = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
+  return Fp32WgradLinearFunction::apply(x, weight, b, static_cast<int64_t>(dtype));
 }
 
 }  // namespace ops

@@ -19,8 +19,9 @@ struct Result {
 };
 
 // y = linear(x, w, b) over x [2, 48, 96] (3-D, as in the model), w [80, 96], b [80]; backward
-// from a fixed upstream gradient. `use_op`: ops::linear, else at::linear.
-Result run(bool use_op, const at::Device& device, at::ScalarType autocast) {
+// from a fixed upstream gradient. `use_op`: ops::linear, else at::linear. Without `with_bias` the
+// bias is an undefined tensor (a bias-free Linear, a tied head) and db stays undefined.
+Result run(bool use_op, const at::Device& device, at::ScalarType autocast, bool with_bias = true) {
   at::manual_seed(11);
   const at::Tensor x0 = at::randn({2, 48, 96}), w0 = at::randn({80, 96}) * 0.1, b0 = at::randn({80}) * 0.1;
   const at::Tensor up = at::randn({2, 48, 80});
@@ -29,10 +30,11 @@ Result run(bool use_op, const at::Device& device, at::ScalarType autocast) {
   at::Tensor y;
   {
     fp8t::compat::AutocastGuard guard(device.type(), autocast);
-    y = use_op ? fp8t::ops::linear(x, w, b) : at::linear(x, w, b);
+    const at::Tensor bias = with_bias ? b : at::Tensor();
+    y = use_op ? fp8t::ops::linear(x, w, bias) : at::linear(x, w, bias);
   }
   y.backward(up.to(device).to(y.scalar_type()));
-  return {y.detach().cpu(), x.grad().cpu(), w.grad().cpu(), b.grad().cpu()};
+  return {y.detach().cpu(), x.grad().cpu(), w.grad().cpu(), with_bias ? b.grad().cpu() : at::Tensor()};
 }
 
 double rel_err(const at::Tensor& got, const at::Tensor& want) {
@@ -49,6 +51,9 @@ TEST_CASE("ops::linear on the CPU is at::linear, bit for bit, with or without au
     CHECK(at::equal(op.dx, ref.dx));
     CHECK(at::equal(op.dw, ref.dw));
     CHECK(at::equal(op.db, ref.db));
+    const Result no_bias = run(true, at::kCPU, autocast, false), no_bias_ref = run(false, at::kCPU, autocast, false);
+    CHECK(at::equal(no_bias.y, no_bias_ref.y));
+    CHECK(at::equal(no_bias.dw, no_bias_ref.dw));
   }
   const at::Tensor x = at::randn({4, 8}).requires_grad_(), w = at::randn({3, 8});
   fp8t::compat::AutocastGuard guard(at::kCPU, at::kBFloat16);
@@ -93,6 +98,11 @@ TEST_CASE("ops::linear under CUDA autocast: autocast's output and dx, FP32 weigh
     CHECK(op_err <= 1e-6);
     CHECK(op_err * 10.0 <= autocast_err);
     CHECK(rel_err(op.db, db_ref) <= 1e-6);
+    // Without a bias (an undefined tensor, as a tied head passes): the same y and dW, no db.
+    const Result no_bias = run(true, cuda, autocast, /*with_bias=*/false);
+    const Result no_bias_ref = run(false, cuda, autocast, /*with_bias=*/false);
+    CHECK(at::equal(no_bias.y, no_bias_ref.y));
+    CHECK(at::equal(no_bias.dw, op.dw));  // the bias does not enter dW
   }
 }
 #endif
