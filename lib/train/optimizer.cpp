@@ -1,14 +1,14 @@
 #include "lib/train/optimizer.h"
 
-#include <optional>  // std::optional
-#include <set>       // std::set
+#include <set>      // std::set
+#include <sstream>  // std::ostringstream
 
 #include <ATen/ATen.h>  // at::zeros, at::tensor
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
 #include "lib/train/adamw_math.h"  // adamw::state_from_step
 #include "lib/train/adamw_step.h"  // adamw_multi_tensor_step
-#include "lib/util/error.h"            // FP8T_CHECK, FP8T_INPUT_CHECK
+#include "lib/util/error.h"          // FP8T_CHECK, FP8T_INPUT_CHECK
 
 namespace fp8t::train {
 namespace {
