@@ -182,7 +182,7 @@ if(NOT FP8T_NCCL_INCLUDE_DIR)
 endif()
 message(STATUS "fp8train: gloo headers ${FP8T_GLOO_INCLUDE_DIR}, nccl.h ${FP8T_NCCL_INCLUDE_DIR}")
 
-# ---- protobuf (optional): TensorBoard event files (lib/train/tensorboard/) ---------------
+# ---- protobuf (optional): TensorBoard event files (lib/run/tensorboard/) -----------------
 # Debian: libprotobuf-dev + protobuf-compiler (scripts/setup.sh). Only the lite runtime is
 # linked. Without it, run.tensorboard is refused with a clear error (exit 2).
 find_package(Protobuf QUIET)

@@ -1,5 +1,5 @@
 // The activations the FP8 casts evaluate in their kernels (GELU, its backward, and the dtype
-// rounding the SwiGLU math of lib/fp8/swiglu_math.h takes), written once: the fused casts
+// rounding the SwiGLU math of lib/fp8/math/swiglu_math.h takes), written once: the fused casts
 // (kernels/cast_transpose.cu, kernels/swiglu_cast.cu) and current scaling's amax passes
 // (kernels/amax.cu) call the same functions, so an amax pass sees exactly the values the cast
 // then quantizes.
@@ -60,7 +60,7 @@ void dispatch_act(int act, F&& f) {
   }
 }
 
-// The activation dtype as a rounding of FP32 values (the Round of lib/fp8/swiglu_math.h).
+// The activation dtype as a rounding of FP32 values (the Round of lib/fp8/math/swiglu_math.h).
 template <int kDtype>
 struct DtypeRound {
   __device__ __forceinline__ float operator()(float v) const { return round_to_dtype<kDtype>(v); }

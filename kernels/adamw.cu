@@ -1,6 +1,6 @@
 // AdamW over many tensors, with FP32 or bfloat16 moments (train.moments_dtype).
 //
-// The arithmetic is lib/train/adamw_math.h (shared with the CPU loop); this file maps elements
+// The arithmetic is lib/optim/adamw_math.h (shared with the CPU loop); this file maps elements
 // onto threads. Multi-tensor: the tensors' pointers travel in the kernel arguments (TensorList, up
 // to kMaxTensors per launch), never through a device table, so a step captured in a CUDA graph
 // replays without a host-to-device copy and each step's freshly allocated gradients need none
@@ -12,7 +12,7 @@
 #include <stdint.h>  // uint16_t, int64_t
 
 #include "fp8t_optimizer_kernels.h"  // the C API
-#include "lib/train/adamw_math.h"    // fp8t::train::adamw::update_element, advance_state
+#include "lib/optim/adamw_math.h"    // fp8t::train::adamw::update_element, advance_state
 #include "packed.cuh"                // Packed (16- and 8-byte accesses)
 #include "precondition.cuh"          // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE, aligned
 

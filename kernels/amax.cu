@@ -5,7 +5,7 @@
 // Unlike the tiled cast kernels (cast_tile.cuh), whose 64x64 tiles suit the transposed store,
 // this pass has nothing to store, so it streams the inputs flat: a grid of a few CTAs per SM
 // strides over 16-byte vectors, several loads in flight per thread, every value through
-// kernels/activation.cuh / lib/fp8/swiglu_math.h exactly as the cast computes it (GELU values
+// kernels/activation.cuh / lib/fp8/math/swiglu_math.h exactly as the cast computes it (GELU values
 // only where they could raise the max: see "skipping" below). Each CTA
 // reduces to one max (warp shuffles), then one atomicMax into the workspace accumulator (|x| as
 // int bits: fp8_device.cuh abs_bits, so NaN elements are ignored and inf counts, amax_combine).
@@ -14,14 +14,14 @@
 // accumulator and ticket for the next call: one launch per cast, no memset, no scale kernel.
 #include <atomic>  // std::atomic
 
-#include "activation.cuh"          // gelu_tanh, gelu_tanh_backward, DtypeRound
-#include "dispatch.cuh"            // dispatch_dtype, IntTag
-#include "fp8_device.cuh"          // abs_bits, warp_max_int, load_elem
-#include "fp8t_kernels.h"          // the C API
-#include "lib/fp8/scaling_math.h"  // fp8t::fp8::current_scale
-#include "lib/fp8/swiglu_math.h"   // swiglu, swiglu_backward
-#include "packed.cuh"              // Packed128, elem_bytes
-#include "precondition.cuh"        // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
+#include "activation.cuh"               // gelu_tanh, gelu_tanh_backward, DtypeRound
+#include "dispatch.cuh"                 // dispatch_dtype, IntTag
+#include "fp8_device.cuh"               // abs_bits, warp_max_int, load_elem
+#include "fp8t_kernels.h"               // the C API
+#include "lib/fp8/math/scaling_math.h"  // fp8t::fp8::current_scale
+#include "lib/fp8/math/swiglu_math.h"   // swiglu, swiglu_backward
+#include "packed.cuh"                   // Packed128, elem_bytes
+#include "precondition.cuh"             // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 

@@ -12,12 +12,12 @@
 #include <cuda_runtime.h>  // __uint_as_float, uint2
 #include <stdint.h>        // uint8_t, uint32_t, int64_t
 
-#include "activation.cuh"        // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
-#include "fp8_device.cuh"        // load_elem, round_to_dtype
-#include "fp8t_kernels.h"        // FP8T_DTYPE_*, FP8T_ACT_*
-#include "lib/fp8/block_math.h"  // kBlockLen
-#include "lib/fp8/format.h"      // encode_e4m3 (pre-sm_89 fallback)
-#include "packed.cuh"            // Packed
+#include "activation.cuh"             // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
+#include "fp8_device.cuh"             // load_elem, round_to_dtype
+#include "fp8t_kernels.h"             // FP8T_DTYPE_*, FP8T_ACT_*
+#include "lib/fp8/math/block_math.h"  // kBlockLen
+#include "lib/fp8/math/format.h"      // encode_e4m3 (pre-sm_89 fallback)
+#include "packed.cuh"                 // Packed
 
 namespace fp8t {
 namespace kern {

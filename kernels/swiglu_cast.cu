@@ -6,7 +6,7 @@
 //             producer's gradient scale: rowwise [rows, 2F] and columnwise [2F, rows], plus
 //             dbias [2F] = column sums of dh in FP32.
 //
-// Neither y nor dh is written in high precision. The values are lib/fp8/swiglu_math.h's, rounded
+// Neither y nor dh is written in high precision. The values are lib/fp8/math/swiglu_math.h's, rounded
 // to the input dtype at the points where the unfused LibTorch composition rounds, so the codes
 // are those of casting the unfused result computed on the CPU.
 //
@@ -15,13 +15,13 @@
 // writes both gradient halves from the same registers (two shared tiles), so no input is read
 // twice. dbias partials follow cast_transpose's summation order exactly, so dbias equals
 // fp8t_cast_transpose_dbias of the materialised gradient bit for bit.
-#include "activation.cuh"          // DtypeRound
-#include "cast_tile.cuh"           // tile::*, load_chunk, store_transposed, reduce_dbias
-#include "dispatch.cuh"            // dispatch_dtype_format, dispatch_bool
-#include "fp8_device.cuh"          // round_to_dtype, to_fp8x2, abs_bits, block_amax_commit
-#include "fp8t_kernels.h"          // the C API
-#include "lib/fp8/swiglu_math.h"   // swiglu, swiglu_backward
-#include "precondition.cuh"        // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
+#include "activation.cuh"              // DtypeRound
+#include "cast_tile.cuh"               // tile::*, load_chunk, store_transposed, reduce_dbias
+#include "dispatch.cuh"                // dispatch_dtype_format, dispatch_bool
+#include "fp8_device.cuh"              // round_to_dtype, to_fp8x2, abs_bits, block_amax_commit
+#include "fp8t_kernels.h"              // the C API
+#include "lib/fp8/math/swiglu_math.h"  // swiglu, swiglu_backward
+#include "precondition.cuh"            // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
 

@@ -1,26 +1,26 @@
 // `fp8train bench`: training-step throughput of a config in several precisions (and FP8 recipes)
-// side by side (lib/train/bench.h), as a table on stdout and JSON in a file.
+// side by side (lib/bench/bench.h), as a table on stdout and JSON in a file.
 #include <spdlog/spdlog.h>  // spdlog::info
 
 #include <unistd.h>  // access
 
-#include <algorithm>  // std::find_if
+#include <algorithm>   // std::find_if
 #include <filesystem>  // std::filesystem
-#include <fstream>   // std::ofstream
-#include <iostream>  // std::cout
-#include <memory>    // std::make_shared
-#include <optional>  // std::optional
-#include <sstream>   // std::istringstream
-#include <string>    // std::string
-#include <vector>    // std::vector
+#include <fstream>     // std::ofstream
+#include <iostream>    // std::cout
+#include <memory>      // std::make_shared
+#include <optional>    // std::optional
+#include <sstream>     // std::istringstream
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 #include "apps/fp8train/commands.h"  // add_bench_command
 #include "lib/config/cli_flags.h"    // config::add_config_flags
 #include "lib/config/fields.h"       // config::to_string
 #include "lib/config/loader.h"       // config::load
 #include "lib/dist/launch.h"         // dist::launch_info_from_environment
-#include "lib/fp8/recipe.h"          // fp8::RecipeKind, fp8::to_string
-#include "lib/train/bench.h"         // train::run_bench
+#include "lib/fp8/recipes/recipe.h"  // fp8::RecipeKind, fp8::to_string
+#include "lib/bench/bench.h"         // train::run_bench
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 #include "lib/util/log.h"            // setup_logging
 

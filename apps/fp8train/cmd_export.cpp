@@ -12,8 +12,8 @@
 #include "lib/model/gpt.h"           // model::Gpt
 #include "lib/model/hf_layout.h"     // to_hf_names, hf_config_json
 #include "lib/model/safetensors.h"   // write_safetensors
-#include "lib/train/checkpoint.h"    // load_checkpoint
-#include "lib/train/run_dir.h"       // train::write_text_atomic
+#include "lib/run/checkpoint.h"      // load_checkpoint
+#include "lib/run/run_dir.h"         // train::write_text_atomic
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include "lib/report/html.h"         // to_html
 #include "lib/report/run_folder.h"   // read_run_folder
 #include "lib/report/table.h"        // build_table, sort_table
-#include "lib/train/run_dir.h"       // train::write_text_atomic
+#include "lib/run/run_dir.h"         // train::write_text_atomic
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
 namespace fp8t {

@@ -14,7 +14,7 @@ namespace app {
 
 // Training is the default command: its flags live on the top-level app.
 void add_train_command(CLI::App& app);
-// `fp8train bench`: training-step throughput, bf16 vs fp8 (lib/train/bench.h).
+// `fp8train bench`: training-step throughput, bf16 vs fp8 (lib/bench/bench.h).
 void add_bench_command(CLI::App& app);
 // `fp8train bench-gemm`: FP8 vs BF16 GEMM throughput (needs a CUDA GPU).
 void add_bench_gemm_command(CLI::App& app);

@@ -10,7 +10,7 @@
 #include <cstdint>  // int64_t, uint64_t
 #include <string>   // std::string
 
-#include "lib/fp8/recipe.h"  // fp8::Recipe (the `fp8` section)
+#include "lib/fp8/recipes/recipe.h"  // fp8::Recipe (the `fp8` section)
 
 namespace fp8t {
 
@@ -23,7 +23,7 @@ enum class DataSource { kSynthetic, kText, kTokens };
 enum class LrSchedule { kCosine, kLinear, kConstant };
 // Selective activation recompute in the backward: what each block recomputes instead of saving.
 // kActivation: only the FP8 copy of the MLP activation's output that c_proj's wgrad reads (cast
-// again from the saved activation input; lib/fp8/fp8_activation.h); no GEMM runs twice.
+// again from the saved activation input; lib/fp8/layers/fp8_activation.h); no GEMM runs twice.
 // kCasts: kActivation, plus every other FP8 copy the backward can cast again from what it keeps
 // anyway: the attention output projection's column-wise input copy (from attention's saved
 // output) and each block weight's transposed copy (from its row-wise FP8 codes). Same bits.
@@ -98,7 +98,7 @@ struct TrainSection {
   double loss_scale_backoff = 0.5;        // scale *= this after a step with inf/NaN gradients
   int64_t loss_scale_growth_interval = 2000;
   Recompute recompute = Recompute::kNone;  // activations recomputed in the backward instead of saved
-  // CUDA: capture the whole training step as one CUDA graph and replay it (lib/train/step_graph.h);
+  // CUDA: capture the whole training step as one CUDA graph and replay it (lib/step/step_graph.h);
   // where that is not correct the run falls back to launching kernels one by one, with a logged reason.
   bool cuda_graphs = true;
 };

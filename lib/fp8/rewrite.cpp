@@ -4,12 +4,12 @@
 #include <map>      // std::map
 #include <sstream>  // std::ostringstream
 
-#include "lib/fp8/fp8_activation.h"  // Fp8Gelu, Fp8Swiglu
-#include "lib/fp8/fp8_linear.h"      // Fp8Linear
-#include "lib/fp8/fp8_norm.h"        // Fp8Norm
-#include "lib/fp8/recipe_fields.h"   // recipe_summary
-#include "lib/model/gpt.h"           // Gpt::recompute (train.recompute activation)
-#include "lib/model/layers.h"        // SlotModule, Linear, Norm
+#include "lib/fp8/layers/fp8_activation.h"  // Fp8Gelu, Fp8Swiglu
+#include "lib/fp8/layers/fp8_linear.h"      // Fp8Linear
+#include "lib/fp8/layers/fp8_norm.h"        // Fp8Norm
+#include "lib/fp8/recipes/recipe_fields.h"  // recipe_summary
+#include "lib/model/gpt.h"                  // Gpt::recompute (train.recompute activation)
+#include "lib/model/layers.h"               // SlotModule, Linear, Norm
 
 namespace fp8t {
 namespace fp8 {

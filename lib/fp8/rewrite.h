@@ -10,7 +10,7 @@
 //
 // An activation between two Linears (model::Activation slot) becomes an Fp8Gelu or Fp8Swiglu
 // when either neighbour is an Fp8Linear: the activation runs inside the FP8 cast of c_proj's
-// input and of c_fc's output gradient (lib/fp8/fp8_activation.h).
+// input and of c_fc's output gradient (lib/fp8/layers/fp8_activation.h).
 //
 // A Gpt's train.recompute decides which FP8 copies the backward casts again instead of keeping:
 // activation: the activation's copy for c_proj's wgrad; casts: that, every Linear's transposed
@@ -24,8 +24,8 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/fp8/recipe.h"   // Recipe
-#include "lib/fp8/scaling.h"  // Scaling
+#include "lib/fp8/recipes/recipe.h"   // Recipe
+#include "lib/fp8/recipes/scaling.h"  // Scaling
 
 namespace fp8t {
 namespace fp8 {

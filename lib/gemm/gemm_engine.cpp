@@ -10,10 +10,10 @@
 #include <unordered_map>  // std::unordered_map
 #include <vector>         // std::vector
 
-#include "lib/fp8/block_math.h"    // ceil_div, kBlockLen, vec128/blk128 scale strides
-#include "lib/gemm/cublas_check.h"  // FP8T_CUBLAS_CHECK
-#include "lib/util/status_check.h"  // FP8T_CUDA_CHECK
-#include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK
+#include "lib/fp8/math/block_math.h"  // ceil_div, kBlockLen, vec128/blk128 scale strides
+#include "lib/gemm/cublas_check.h"    // FP8T_CUBLAS_CHECK
+#include "lib/util/status_check.h"    // FP8T_CUDA_CHECK
+#include "lib/util/error.h"           // FP8T_CHECK, FP8T_INPUT_CHECK
 
 namespace fp8t {
 namespace gemm {
@@ -364,7 +364,7 @@ at::Tensor run_fp8(const GemmProblem& p, const at::Tensor& a, const at::Tensor& 
 }
 
 // The scale grid of a block-scaled operand [rows, K] in the layout cuBLASLt reads for `mode`
-// (lib/fp8/block_math.h): its device pointer, after checking sizes, strides and alignment.
+// (lib/fp8/math/block_math.h): its device pointer, after checking sizes, strides and alignment.
 const float* block_scale_ptr(const BlockScaledOperand& op, const at::Tensor& codes, const char* name,
                              const std::string& what) {
   const int64_t rows = codes.size(0), k = codes.size(1);

@@ -1,10 +1,10 @@
 #include "lib/model/layers.h"
 
-#include "lib/model/rms_norm.h"     // rms_norm
-#include "lib/ops/add_norm.h"        // ops::add_norm, ops::add_norm_fused
-#include "lib/ops/linear.h"          // ops::linear
-#include "lib/util/error.h"          // FP8T_CHECK
-#include "lib/util/torch_compat.h"   // compat::autocast_dtype_or
+#include "lib/ops/rms_norm.h"       // ops::rms_norm
+#include "lib/ops/add_norm.h"       // ops::add_norm, ops::add_norm_fused
+#include "lib/ops/linear.h"         // ops::linear
+#include "lib/util/error.h"         // FP8T_CHECK
+#include "lib/util/torch_compat.h"  // compat::autocast_dtype_or
 
 namespace fp8t {
 namespace model {
@@ -30,7 +30,7 @@ Norm::Norm(Kind k, int64_t d, double e, bool with_bias) : kind(k), dim(d), eps(e
 
 at::Tensor Norm::forward(const at::Tensor& x) {
   if (kind == Kind::kLayerNorm) return at::layer_norm(x, {dim}, weight, bias, eps);
-  return rms_norm(x, weight, eps).y;
+  return ops::rms_norm(x, weight, eps).y;
 }
 
 AddNormOutput Norm::forward_add(const at::Tensor& x, const at::Tensor& h) {

@@ -1,5 +1,5 @@
 // The residual add fused into the norm after it, for the plain (not FP8) model on CUDA: one kernel
-// (kernels/norm.cu) computes r = x + h and the LayerNorm/RMSNorm of r, and one kernel its backward
+// (kernels/norm_*.cu) computes r = x + h and the LayerNorm/RMSNorm of r, and one kernel its backward
 // with the sum of r's gradient inside. Used by model::Norm::forward_add; other devices and dtypes
 // run x + h and the norm unfused (add_norm_fused says which).
 #pragma once

@@ -1,5 +1,5 @@
 // The CUDA path of ops::add_norm: an autograd node over fp8t_add_norm_forward / _backward
-// (kernels/norm.cu). Only work on the current LibTorch CUDA stream is enqueued. Saved for the
+// (kernels/norm_*.cu). Only work on the current LibTorch CUDA stream is enqueued. Saved for the
 // backward: r (float32), the weight and bias, mean and rstd; neither x nor h.
 #include <c10/cuda/CUDAGuard.h>  // c10::cuda::CUDAGuard
 #include <torch/torch.h>         // torch::autograd::Function

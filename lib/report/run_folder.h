@@ -1,4 +1,4 @@
-// Reading a run folder back (the files lib/train/run_dir.h lists) for `fp8train report`.
+// Reading a run folder back (the files lib/run/run_dir.h lists) for `fp8train report`.
 //
 // Nothing here throws on a bad folder: a report over a sweep shows every run it can and says
 // what is wrong with the others (RunFolder::problems), so one broken folder never hides the rest.

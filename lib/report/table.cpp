@@ -5,8 +5,8 @@
 #include <cstdio>     // std::snprintf
 #include <set>        // std::set
 
-#include "lib/train/console.h"  // train::format_count
-#include "lib/util/error.h"     // FP8T_INPUT_CHECK
+#include "lib/run/console.h"  // train::format_count
+#include "lib/util/error.h"   // FP8T_INPUT_CHECK
 
 namespace fp8t::report {
 namespace {

@@ -11,18 +11,18 @@
 #include <set>        // std::set
 #include <sstream>    // std::ostringstream
 
-#include "lib/config/fields.h"        // config::to_string
-#include "lib/dist/communicator.h"    // dist::Communicator
-#include "lib/dist/grad_sync.h"       // dist::GradientSync
-#include "lib/fp8/scaling.h"          // fp8::Scaling
-#include "lib/fp8/fp8_linear.h"       // fp8::Fp8Linear
-#include "lib/fp8/rewrite.h"          // fp8::RewriteReport
-#include "lib/model/gpt.h"            // model::Gpt, model::CausalSelfAttention
-#include "lib/model/layers.h"         // model::Linear
-#include "lib/train/loss_scaler.h"    // LossScaler
-#include "lib/train/optimizer.h"      // AdamW
-#include "lib/train/session.h"        // Session
-#include "lib/util/error.h"           // FP8T_CHECK
+#include "lib/config/fields.h"          // config::to_string
+#include "lib/dist/communicator.h"      // dist::Communicator
+#include "lib/dist/grad_sync.h"         // dist::GradientSync
+#include "lib/fp8/recipes/scaling.h"    // fp8::Scaling
+#include "lib/fp8/layers/fp8_linear.h"  // fp8::Fp8Linear
+#include "lib/fp8/rewrite.h"            // fp8::RewriteReport
+#include "lib/model/gpt.h"              // model::Gpt, model::CausalSelfAttention
+#include "lib/model/layers.h"           // model::Linear
+#include "lib/step/loss_scaler.h"       // LossScaler
+#include "lib/optim/optimizer.h"        // AdamW
+#include "lib/step/session.h"           // Session
+#include "lib/util/error.h"             // FP8T_CHECK
 
 namespace fp8t::train {
 

@@ -7,16 +7,16 @@
 #include <cmath>    // std::log
 #include <utility>  // std::move
 
-#include "lib/config/fields.h"        // config::to_string
-#include "lib/dist/communicator.h"    // dist::Communicator
-#include "lib/dist/grad_sync.h"       // dist::GradientSync
-#include "lib/fp8/recipe_fields.h"    // recipe_fields_in_effect, recipe_fields_without_effect
-#include "lib/fp8/scaling.h"          // fp8::Scaling
-#include "lib/model/gpt.h"            // model::Gpt
-#include "lib/train/precision_chart.h"  // precision_chart
-#include "lib/train/resources.h"      // check_memory_fits
-#include "lib/train/tensorboard.h"    // check_tensorboard_available
-#include "lib/util/error.h"           // FP8T_INPUT_CHECK
+#include "lib/config/fields.h"              // config::to_string
+#include "lib/dist/communicator.h"          // dist::Communicator
+#include "lib/dist/grad_sync.h"             // dist::GradientSync
+#include "lib/fp8/recipes/recipe_fields.h"  // recipe_fields_in_effect, recipe_fields_without_effect
+#include "lib/fp8/recipes/scaling.h"        // fp8::Scaling
+#include "lib/model/gpt.h"                  // model::Gpt
+#include "lib/train/precision_chart.h"      // precision_chart
+#include "lib/plan/resources.h"             // check_memory_fits
+#include "lib/run/tensorboard.h"            // check_tensorboard_available
+#include "lib/util/error.h"                 // FP8T_INPUT_CHECK
 
 namespace fp8t::train {
 

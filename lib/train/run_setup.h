@@ -11,8 +11,8 @@
 
 #include "lib/config/loader.h"  // config::LoadedConfig
 #include "lib/data/dataset.h"   // data::Dataset
-#include "lib/train/run_dir.h"  // RunDir::Mode
-#include "lib/train/session.h"  // Session
+#include "lib/run/run_dir.h"    // RunDir::Mode
+#include "lib/step/session.h"   // Session
 #include "lib/train/trainer.h"  // TrainOptions
 
 namespace fp8t::train {

@@ -1,6 +1,6 @@
 #include "lib/train/train_checkpoint.h"
 
-#include <fmt/format.h>      // fmt::format
+#include <fmt/format.h>     // fmt::format
 #include <spdlog/spdlog.h>  // spdlog::info, spdlog::warn
 #include <torch/torch.h>    // torch::NoGradGuard, at::detail::getDefaultCPUGenerator
 
@@ -9,17 +9,17 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/config/fields.h"        // config::to_string
-#include "lib/fp8/delayed_scaling.h"  // fp8::DelayedScaling
-#include "lib/model/gpt.h"            // model::Gpt
-#include "lib/train/checkpoint.h"     // Checkpoint, save_checkpoint, load_checkpoint
-#include "lib/train/metrics.h"        // truncate_metrics_after
-#include "lib/train/loss_scaler.h"    // LossScaler
-#include "lib/dist/communicator.h"    // dist::Communicator
-#include "lib/train/optimizer.h"      // AdamW
-#include "lib/train/optimizer_checkpoint.h"  // OptimizerStateLoader, shard files
-#include "lib/train/step_health.h"    // StepHealth
-#include "lib/util/error.h"           // FP8T_INPUT_CHECK
+#include "lib/config/fields.h"                // config::to_string
+#include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
+#include "lib/model/gpt.h"                    // model::Gpt
+#include "lib/run/checkpoint.h"               // Checkpoint, save_checkpoint, load_checkpoint
+#include "lib/run/metrics.h"                  // truncate_metrics_after
+#include "lib/step/loss_scaler.h"             // LossScaler
+#include "lib/dist/communicator.h"            // dist::Communicator
+#include "lib/optim/optimizer.h"              // AdamW
+#include "lib/optim/optimizer_checkpoint.h"   // OptimizerStateLoader, shard files
+#include "lib/step/step_health.h"             // StepHealth
+#include "lib/util/error.h"                   // FP8T_INPUT_CHECK
 
 namespace fp8t::train {
 

@@ -2,7 +2,7 @@
 // scaling state, CPU RNG, data position, progress totals), when it is written, and resuming
 // from it. Only rank 0 writes checkpoint.pt; every rank reads on resume. ZeRO-1: every rank
 // also writes its optimizer shard first, and checkpoint.pt is their manifest
-// (lib/train/optimizer_checkpoint.h). Resuming on another number of ranks, or between DDP and
+// (lib/optim/optimizer_checkpoint.h). Resuming on another number of ranks, or between DDP and
 // ZeRO-1, reshards the optimizer state.
 #pragma once
 
@@ -12,11 +12,11 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "lib/train/progress.h"   // Progress
-#include "lib/train/run_dir.h"    // RunDir
-#include "lib/train/run_setup.h"  // Run
-#include "lib/train/step_health.h"  // StepHealth::Counts
-#include "lib/util/timer.h"       // Stopwatch
+#include "lib/train/progress.h"    // Progress
+#include "lib/run/run_dir.h"       // RunDir
+#include "lib/train/run_setup.h"   // Run
+#include "lib/step/step_health.h"  // StepHealth::Counts
+#include "lib/util/timer.h"        // Stopwatch
 
 namespace fp8t::train {
 

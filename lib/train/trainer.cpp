@@ -6,11 +6,11 @@
 #include <cmath>  // std::nan
 
 #include "lib/config/print.h"            // config::to_yaml
-#include "lib/train/metrics.h"           // write_summary
+#include "lib/run/metrics.h"             // write_summary
 #include "lib/train/precision_chart.h"   // precision_chart
 #include "lib/train/progress.h"          // Progress
-#include "lib/train/resume_config.h"     // check_resume_config
-#include "lib/train/run_dir.h"           // RunDir
+#include "lib/run/resume_config.h"       // check_resume_config
+#include "lib/run/run_dir.h"             // RunDir
 #include "lib/train/run_setup.h"         // Run, setup_run, join_job
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/train/training_loop.h"     // StepLogger, TrainingLoop

@@ -1,7 +1,7 @@
 #include "lib/train/training_loop.h"
 
-#include <ATen/ATen.h>    // at::zeros, at::stack, at::cat, at::full
-#include <fmt/format.h>  // fmt::format
+#include <ATen/ATen.h>      // at::zeros, at::stack, at::cat, at::full
+#include <fmt/format.h>     // fmt::format
 #include <spdlog/spdlog.h>  // spdlog::warn
 
 #include <algorithm>  // std::max
@@ -10,10 +10,10 @@
 #include <csignal>    // std::signal
 
 #include "lib/dist/communicator.h"    // dist::Communicator
-#include "lib/fp8/scaling.h"          // fp8::Scaling
-#include "lib/train/loss_scaler.h"    // LossScaler
-#include "lib/train/lr_schedule.h"    // learning_rate
-#include "lib/train/step_health.h"    // StepHealth
+#include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
+#include "lib/step/loss_scaler.h"     // LossScaler
+#include "lib/optim/lr_schedule.h"    // learning_rate
+#include "lib/step/step_health.h"     // StepHealth
 #include "lib/util/error.h"           // FP8T_THROW
 #include "lib/util/memory.h"          // reset_peak_memory, peak_memory_bytes
 

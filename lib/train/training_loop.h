@@ -16,13 +16,13 @@
 #include <cstdint>   // int64_t
 #include <optional>  // std::optional
 
-#include "lib/train/console.h"           // StatusLine
-#include "lib/train/metrics.h"           // MetricsWriter
+#include "lib/run/console.h"             // StatusLine
+#include "lib/run/metrics.h"             // MetricsWriter
 #include "lib/train/progress.h"          // Progress
-#include "lib/train/run_dir.h"           // RunDir
+#include "lib/run/run_dir.h"             // RunDir
 #include "lib/train/run_setup.h"         // Run
-#include "lib/train/tensorboard.h"       // TensorBoardWriter
-#include "lib/train/step_health.h"       // StepHealth::Counts
+#include "lib/run/tensorboard.h"         // TensorBoardWriter
+#include "lib/step/step_health.h"        // StepHealth::Counts
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/util/timer.h"              // Stopwatch
 

@@ -12,7 +12,7 @@
 // in memory, and the first file installed receives those messages first, with their original
 // timestamps. So a run's train.log starts with the config, data and model summary and the FP8
 // rewrite report logged before its run folder existed. Console-only text (the progress line of
-// lib/train/console.h) reaches the file through log_to_file(), once per update, without its
+// lib/run/console.h) reaches the file through log_to_file(), once per update, without its
 // terminal redraws.
 //
 // Log with <spdlog/spdlog.h> directly; the build puts the OS fmt ahead of LibTorch's bundled
@@ -34,7 +34,7 @@ void setup_logging(bool quiet, const std::string& log_file);
 void log_to_file(const std::string& line);
 
 // A hook run before each console log message is written (under the logger's lock), or an
-// empty function to remove it. The console status line (lib/train/console.h) uses it to
+// empty function to remove it. The console status line (lib/run/console.h) uses it to
 // clear an in-place progress line so that log messages start on a clean line.
 void set_console_pre_write_hook(std::function<void()> hook);
 

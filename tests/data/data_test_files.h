@@ -3,14 +3,14 @@
 // readers are checked against the formats, not against themselves.
 #pragma once
 
-#include <cstdint>     // int32_t, uint16_t, uint32_t
-#include <cstring>     // std::memcpy
-#include <filesystem>  // std::filesystem
-#include <fstream>     // std::ofstream
-#include <random>      // std::random_device
-#include <string>      // std::string
-#include <vector>      // std::vector
-#include "tests/train/temp_dir.h"  // TempDir::remove_tree
+#include <cstdint>           // int32_t, uint16_t, uint32_t
+#include <cstring>           // std::memcpy
+#include <filesystem>        // std::filesystem
+#include <fstream>           // std::ofstream
+#include <random>            // std::random_device
+#include <string>            // std::string
+#include <vector>            // std::vector
+#include "tests/temp_dir.h"  // TempDir::remove_tree
 
 namespace fp8t::data::testing {
 

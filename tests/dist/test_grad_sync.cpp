@@ -4,17 +4,17 @@
 
 #include <torch/torch.h>  // torch::autograd
 
-#include <algorithm>  // std::none_of
-#include <cmath>      // std::isnan, std::sqrt
-#include <exception>  // std::exception_ptr
+#include <algorithm>   // std::none_of
+#include <cmath>       // std::isnan, std::sqrt
+#include <exception>   // std::exception_ptr
 #include <functional>  // std::function
-#include <thread>     // std::thread
+#include <thread>      // std::thread
 
-#include "lib/dist/communicator.h"    // Communicator
-#include "lib/fp8/delayed_scaling.h"  // DelayedScaling
-#include "lib/train/grad_clip.h"      // sharded_grad_norm
+#include "lib/dist/communicator.h"            // Communicator
+#include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
+#include "lib/optim/grad_clip.h"              // sharded_grad_norm
 #include "tests/catch.h"
-#include "tests/dist/dist_test_util.h"  // run_ranks
+#include "tests/dist/dist_test_util.h"        // run_ranks
 
 using fp8t::dist::Communicator;
 using fp8t::dist::GradientSync;

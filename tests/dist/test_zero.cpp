@@ -1,7 +1,7 @@
-// ZeRO-1 (dist.zero 1: lib/dist/grad_sync.h sharded buckets, lib/train/optimizer.h sharded
-// AdamW, wired by lib/train/session.cpp) against plain data parallelism (DDP), two Gloo ranks in
+// ZeRO-1 (dist.zero 1: lib/dist/grad_sync.h sharded buckets, lib/optim/optimizer.h sharded
+// AdamW, wired by lib/step/session.cpp) against plain data parallelism (DDP), two Gloo ranks in
 // one process (two threads). Each rank trains the same tiny model on its own rows.
-#include "lib/train/session.h"
+#include "lib/step/session.h"
 
 #include <torch/torch.h>  // torch::NoGradGuard
 
@@ -9,13 +9,13 @@
 #include <mutex>   // std::mutex
 #include <vector>  // std::vector
 
-#include "lib/dist/communicator.h"    // Communicator
-#include "lib/dist/grad_sync.h"       // GradientSync
-#include "lib/fp8/delayed_scaling.h"  // DelayedScaling
-#include "lib/model/gpt.h"            // model::Gpt
-#include "lib/train/optimizer.h"      // AdamW
+#include "lib/dist/communicator.h"            // Communicator
+#include "lib/dist/grad_sync.h"               // GradientSync
+#include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
+#include "lib/model/gpt.h"                    // model::Gpt
+#include "lib/optim/optimizer.h"              // AdamW
 #include "tests/catch.h"
-#include "tests/dist/dist_test_util.h"  // run_ranks
+#include "tests/dist/dist_test_util.h"        // run_ranks
 
 using namespace fp8t;
 

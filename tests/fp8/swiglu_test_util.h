@@ -1,15 +1,15 @@
-// References of the SwiGLU tests (tests/fp8/test_swiglu*.cpp, tests/kernels/test_swiglu_cast.cpp):
-// the unfused LibTorch composition the model runs, and lib/fp8/swiglu_math.h evaluated on the
+// References of the SwiGLU tests (tests/fp8/backends/test_swiglu*.cpp, tests/kernels/test_swiglu_cast.cpp):
+// the unfused LibTorch composition the model runs, and lib/fp8/math/swiglu_math.h evaluated on the
 // host element by element (what the CUDA kernels evaluate).
 #pragma once
 
-#include <ATen/Version.h>         // at::get_cpu_capability
+#include <ATen/Version.h>       // at::get_cpu_capability
 #include <c10/util/BFloat16.h>  // c10::BFloat16
 #include <torch/torch.h>        // at::Tensor, autograd
 
 #include <string>  // std::string
 
-#include "lib/fp8/swiglu_math.h"  // swiglu, swiglu_backward
+#include "lib/fp8/math/swiglu_math.h"  // swiglu, swiglu_backward
 
 namespace fp8t {
 namespace test {

@@ -3,9 +3,9 @@
 
 #include <set>  // std::set
 
-#include "lib/fp8/fp8_linear.h"  // Fp8Linear
-#include "lib/fp8/fp8_norm.h"    // Fp8Norm
-#include "lib/model/gpt.h"       // Gpt
+#include "lib/fp8/layers/fp8_linear.h"  // Fp8Linear
+#include "lib/fp8/layers/fp8_norm.h"    // Fp8Norm
+#include "lib/model/gpt.h"              // Gpt
 #include "tests/catch.h"
 
 using namespace fp8t;

@@ -11,10 +11,10 @@
 #include <tuple>     // std::tuple
 #include <vector>    // std::vector
 
-#include "lib/fp8/block_quantize.h"  // block_quantize, expand_block_scales, BlockCodes
-#include "lib/fp8/cpu_backend.h"     // decode_codes
-#include "lib/gemm/gemm_engine.h"    // block_fp8_gemm, BlockScaledOperand, GemmEngine
-#include "lib/util/error.h"          // fp8t::Error
+#include "lib/fp8/backends/block_quantize.h"  // block_quantize, expand_block_scales, BlockCodes
+#include "lib/fp8/backends/cpu_backend.h"     // decode_codes
+#include "lib/gemm/gemm_engine.h"             // block_fp8_gemm, BlockScaledOperand, GemmEngine
+#include "lib/util/error.h"                   // fp8t::Error
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

@@ -7,10 +7,10 @@
 #include <tuple>   // std::tuple
 #include <vector>  // std::vector
 
-#include "lib/fp8/cpu_backend.h"   // decode_codes
-#include "lib/fp8/cuda_backend.h"  // cuda_backend
-#include "lib/gemm/gemm_engine.h"  // fp8_gemm, bf16_gemm, GemmEngine
-#include "lib/util/error.h"        // fp8t::Error
+#include "lib/fp8/backends/cpu_backend.h"   // decode_codes
+#include "lib/fp8/backends/cuda_backend.h"  // cuda_backend
+#include "lib/gemm/gemm_engine.h"           // fp8_gemm, bf16_gemm, GemmEngine
+#include "lib/util/error.h"                 // fp8t::Error
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Helpers of the GPU tests (tests/kernels, tests/gemm): host references built on lib/fp8/format.h
+// Helpers of the GPU tests (tests/kernels, tests/gemm): host references built on lib/fp8/math/format.h
 // and comparisons that say where two results differ.
 #pragma once
 
@@ -11,9 +11,9 @@
 #include <cstring>  // std::memcpy
 #include <string>   // std::string
 
-#include "lib/fp8/format.h"        // fp8::encode, fp8::Format
-#include "lib/fp8/scaling_math.h"  // fp8::amax_combine
-#include "tests/catch.h"           // REQUIRE
+#include "lib/fp8/math/format.h"        // fp8::encode, fp8::Format
+#include "lib/fp8/math/scaling_math.h"  // fp8::amax_combine
+#include "tests/catch.h"                // REQUIRE
 
 namespace fp8t {
 namespace test {

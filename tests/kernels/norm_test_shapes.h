@@ -1,5 +1,5 @@
-// The norm kernels' test shapes and epsilon, shared by test_norm.cpp (kernels/norm.cu through
-// CudaBackend, lib/fp8/cuda_norm_cuda.cpp) and test_norm_add.cpp (the fused residual add, also
+// The norm kernels' test shapes and epsilon, shared by test_norm.cpp (kernels/norm_*.cu through
+// CudaBackend, lib/fp8/backends/cuda_norm_cuda.cpp) and test_norm_add.cpp (the fused residual add, also
 // through ops::add_norm, lib/ops/add_norm_cuda.cpp).
 #pragma once
 

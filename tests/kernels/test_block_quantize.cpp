@@ -1,20 +1,20 @@
 // kernels/block_quantize.cu: 1x128 and 128x128 casts bit-exact against the CPU emulation
-// (lib/fp8/block_cpu.cpp): codes of both layouts, every scale_inv and the padding of the scale
+// (lib/fp8/backends/block_cpu.cpp): codes of both layouts, every scale_inv and the padding of the scale
 // buffers, with sentinel-filled outputs, odd shapes, both input dtypes, pow2 on and off.
 #if defined(FP8T_WITH_CUDA)
 
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
 
 #include <algorithm>  // std::max
-#include <cmath>   // std::ldexp
-#include <cstdio>  // std::printf
-#include <limits>  // std::numeric_limits
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <cmath>      // std::ldexp
+#include <cstdio>     // std::printf
+#include <limits>     // std::numeric_limits
+#include <string>     // std::string
+#include <vector>     // std::vector
 
-#include "fp8t_block_kernels.h"      // fp8t_block_quantize_1x128 / _128x128
-#include "lib/fp8/block_math.h"      // layouts
-#include "lib/fp8/block_quantize.h"  // block_quantize_cpu, block_quantize
+#include "fp8t_block_kernels.h"               // fp8t_block_quantize_1x128 / _128x128
+#include "lib/fp8/math/block_math.h"          // layouts
+#include "lib/fp8/backends/block_quantize.h"  // block_quantize_cpu, block_quantize
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// kernels/cast.cu: FP8 codes bit-exact against lib/fp8/format.h, amax exact, scale_inv snapshot.
+// kernels/cast.cu: FP8 codes bit-exact against lib/fp8/math/format.h, amax exact, scale_inv snapshot.
 #if defined(FP8T_WITH_CUDA)
 
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
@@ -6,9 +6,9 @@
 #include <limits>  // std::numeric_limits
 #include <vector>  // std::vector
 
-#include "fp8t_kernels.h"              // fp8t_cast
-#include "lib/fp8/cpu_backend.h"       // cpu_backend (the emulation the GPU must agree with)
-#include "lib/fp8/cuda_backend.h"      // cuda_backend
+#include "fp8t_kernels.h"                   // fp8t_cast
+#include "lib/fp8/backends/cpu_backend.h"   // cpu_backend (the emulation the GPU must agree with)
+#include "lib/fp8/backends/cuda_backend.h"  // cuda_backend
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <cmath>   // std::ldexp
 #include <vector>  // std::vector
 
-#include "fp8t_kernels.h"          // fp8t_cast_transpose*, fp8t_transpose_codes
-#include "lib/fp8/cuda_backend.h"  // cuda_backend
+#include "fp8t_kernels.h"                   // fp8t_cast_transpose*, fp8t_transpose_codes
+#include "lib/fp8/backends/cuda_backend.h"  // cuda_backend
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

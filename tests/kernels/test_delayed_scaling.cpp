@@ -7,8 +7,8 @@
 #include <limits>  // std::numeric_limits
 #include <vector>  // std::vector
 
-#include "lib/fp8/cuda_backend.h"   // cuda_backend
-#include "lib/fp8/scaling_math.h"   // update_slot
+#include "lib/fp8/backends/cuda_backend.h"  // cuda_backend
+#include "lib/fp8/math/scaling_math.h"      // update_slot
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

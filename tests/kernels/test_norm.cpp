@@ -1,11 +1,11 @@
-// kernels/norm.cu (through CudaBackend::norm_forward / norm_backward): LayerNorm and RMSNorm
+// kernels/norm_*.cu (through CudaBackend::norm_forward / norm_backward): LayerNorm and RMSNorm
 // against float64 references, the fused FP8 output bit-exact, amax exact.
 #if defined(FP8T_WITH_CUDA)
 
 #include <cmath>   // std::ldexp
 #include <vector>  // std::vector
 
-#include "lib/fp8/cuda_backend.h"  // cuda_backend
+#include "lib/fp8/backends/cuda_backend.h"   // cuda_backend
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/norm_test_shapes.h"  // norm_test_shapes, kNormEps
 

@@ -1,4 +1,4 @@
-// The residual add fused into the norm (kernels/norm.cu fp8t_add_norm_*, through
+// The residual add fused into the norm (kernels/norm_*.cu fp8t_add_norm_*, through
 // CudaBackend::add_norm_forward / add_norm_backward and ops::add_norm): bit-exact against the GPU's
 // unfused path (an ATen add, then fp8t_norm_forward / fp8t_norm_backward and an ATen add of the
 // residual gradient), since the fused kernels run the same FP32 add and the same reductions; and
@@ -10,10 +10,10 @@
 #include <cmath>   // std::ldexp
 #include <vector>  // std::vector
 
-#include "fp8t_kernels.h"          // fp8t_add_norm_forward / _backward (the timing case)
-#include "lib/fp8/cuda_backend.h"  // cuda_backend
-#include "lib/model/rms_norm.h"    // model::rms_norm
-#include "lib/ops/add_norm.h"      // ops::add_norm
+#include "fp8t_kernels.h"                    // fp8t_add_norm_forward / _backward (the timing case)
+#include "lib/fp8/backends/cuda_backend.h"   // cuda_backend
+#include "lib/ops/rms_norm.h"                // ops::rms_norm
+#include "lib/ops/add_norm.h"                // ops::add_norm
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/cuda_timing.h"       // median_event_ms
 #include "tests/kernels/norm_test_shapes.h"  // norm_test_shapes, kNormEps
@@ -141,7 +141,7 @@ TEST_CASE("ops::add_norm: the plain model's fused norm, BF16 output bit-exact to
 
         // Against ATen's norms of r in FP32 (Welford for LayerNorm, rsqrt for RMSNorm): other
         // reduction orders, a few FP32 ulps (1e-5 relative), plus the rounding of y to bf16 (2^-8).
-        const at::Tensor aten = rms ? fp8t::model::rms_norm(r, in.g.detach(), kEps).y
+        const at::Tensor aten = rms ? fp8t::ops::rms_norm(r, in.g.detach(), kEps).y
                                     : at::layer_norm(r, {cols}, in.g.detach(), in.b.detach(), kEps);
         const double tol = y_dtype == at::kFloat ? 1e-5 : std::ldexp(1.0, -8);
         CHECK(rel_frobenius(o.y.detach(), aten) <= tol);

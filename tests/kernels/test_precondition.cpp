@@ -5,9 +5,9 @@
 
 #include <string>  // std::string
 
-#include "fp8t_kernels.h"           // fp8t_norm_backward
-#include "lib/fp8/cuda_backend.h"   // cuda_backend
-#include "lib/util/cuda_tensors.h"  // FP8T_KERNEL_CHECK, stream_of
+#include "fp8t_kernels.h"                   // fp8t_norm_backward
+#include "lib/fp8/backends/cuda_backend.h"  // cuda_backend
+#include "lib/util/cuda_tensors.h"          // FP8T_KERNEL_CHECK, stream_of
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

@@ -5,8 +5,8 @@
 #include <cmath>   // std::fabs
 #include <limits>  // std::numeric_limits
 
-#include "lib/fp8/cpu_backend.h"   // cpu_backend
-#include "lib/fp8/cuda_backend.h"  // cuda_backend
+#include "lib/fp8/backends/cpu_backend.h"   // cpu_backend
+#include "lib/fp8/backends/cuda_backend.h"  // cuda_backend
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <functional>  // std::function
 #include <vector>      // std::vector
 
-#include "fp8t_kernels.h"  // fp8t_swiglu_cast_transpose, fp8t_dswiglu_cast_transpose, fp8t_cast_transpose_dbias
+#include "fp8t_kernels.h"                  // fp8t_swiglu_cast_transpose, fp8t_dswiglu_cast_transpose, fp8t_cast_transpose_dbias
 #include "tests/fp8/swiglu_test_util.h"    // unfused_swiglu*, math_swiglu*, bit_diff
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, host_encode, host_amax, require_same_codes
 
@@ -49,7 +49,7 @@ at::Tensor make_dy(int64_t rows, int64_t f, at::ScalarType dt) {
 
 // Whether ATen's CPU silu runs only whole vectors on one thread for a [rows, F] half of h (F a
 // multiple of 64, at most 16384 elements): then the CPU emulation's unfused result is itself the
-// reference, and must equal swiglu_math.h's (tests/fp8/test_swiglu_math.cpp shows why).
+// reference, and must equal swiglu_math.h's (tests/fp8/math/test_swiglu_math.cpp shows why).
 bool emulation_is_vectorised(int64_t rows, int64_t f) {
   return aten_cpu_uses_vector_exp() && f % 64 == 0 && rows * f <= 16384;
 }

@@ -1,15 +1,15 @@
 // lib/model/gpt.cpp on CUDA: the residual adds fused into the norms (ResidualNorm::forward_add,
-// kernels/norm.cu fp8t_add_norm_*) give the logits of the unfused model bit for bit in fp8, where
+// kernels/norm_*.cu fp8t_add_norm_*) give the logits of the unfused model bit for bit in fp8, where
 // every norm is an FP8 norm and the fused kernel runs the unfused one's add and reductions. The
 // unfused model is the same model under recompute attention (each part keeps its own add), run as
 // evaluation (a plain forward, no recompute node); recompute mlp and block fuse the attention's
 // adds only.
 #include <torch/torch.h>  // torch::cuda::is_available
 
-#include "lib/fp8/fp8_norm.h"       // fp8::Fp8Norm
-#include "lib/model/gpt.h"          // model::Gpt
-#include "lib/train/session.h"      // train::Session
-#include "lib/util/torch_compat.h"  // compat::AutocastGuard
+#include "lib/fp8/layers/fp8_norm.h"  // fp8::Fp8Norm
+#include "lib/model/gpt.h"            // model::Gpt
+#include "lib/step/session.h"         // train::Session
+#include "lib/util/torch_compat.h"    // compat::AutocastGuard
 #include "tests/catch.h"
 
 using namespace fp8t;

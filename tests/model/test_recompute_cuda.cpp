@@ -13,12 +13,12 @@
 #include <algorithm>  // std::max
 #include <vector>     // std::vector
 
-#include "lib/fp8/recipe.h"     // fp8::RecipeKind, fp8::to_string
-#include "lib/fp8/scaling.h"    // fp8::Scaling (session.scaling())
-#include "lib/model/gpt.h"      // model::Gpt
-#include "lib/train/session.h"  // train::Session
-#include "lib/util/memory.h"    // reset_peak_memory, peak_memory_bytes
-#include "lib/util/torch_compat.h"  // compat::AutocastGuard
+#include "lib/fp8/recipes/recipe.h"        // fp8::RecipeKind, fp8::to_string
+#include "lib/fp8/recipes/scaling.h"       // fp8::Scaling (session.scaling())
+#include "lib/model/gpt.h"                 // model::Gpt
+#include "lib/step/session.h"              // train::Session
+#include "lib/util/memory.h"               // reset_peak_memory, peak_memory_bytes
+#include "lib/util/torch_compat.h"         // compat::AutocastGuard
 #include "tests/catch.h"
 #include "tests/kernels/cuda_test_util.h"  // test::MathAttentionOnly
 

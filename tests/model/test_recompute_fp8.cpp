@@ -11,11 +11,11 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/fp8/fp8_linear.h"  // fp8::Fp8Linear
-#include "lib/fp8/rewrite.h"     // fp8::rewrite_to_fp8
-#include "lib/fp8/scaling.h"     // fp8::Scaling (session.scaling())
-#include "lib/model/gpt.h"       // model::Gpt
-#include "lib/train/session.h"   // train::Session
+#include "lib/fp8/layers/fp8_linear.h"     // fp8::Fp8Linear
+#include "lib/fp8/rewrite.h"               // fp8::rewrite_to_fp8
+#include "lib/fp8/recipes/scaling.h"       // fp8::Scaling (session.scaling())
+#include "lib/model/gpt.h"                 // model::Gpt
+#include "lib/step/session.h"              // train::Session
 #include "tests/catch.h"
 #include "tests/model/cpu_memory_probe.h"  // test::CpuMemoryProbe
 

@@ -8,7 +8,7 @@
 
 #include "tests/catch.h"
 #include "tests/data/data_test_checks.h"  // require_bad_input
-#include "tests/train/temp_dir.h"         // TempDir
+#include "tests/temp_dir.h"               // TempDir
 
 using namespace fp8t;
 using fp8t::data::testing::require_bad_input;

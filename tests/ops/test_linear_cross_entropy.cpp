@@ -20,7 +20,7 @@
 #if defined(FP8T_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>  // getDeviceStats
 
-#include "lib/train/step_graph.h"          // train::CapturedGraph
+#include "lib/step/step_graph.h"           // train::CapturedGraph
 #include "lib/util/memory.h"               // reset_peak_memory, peak_memory_bytes
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda
 #endif

@@ -1,9 +1,9 @@
 #include "lib/report/html.h"
 
-#include "lib/report/assets.h"  // assets::chart_js
+#include "lib/report/assets.h"              // assets::chart_js
 #include "tests/catch.h"
 #include "tests/report/report_test_util.h"  // write_run
-#include "tests/train/temp_dir.h"           // TempDir
+#include "tests/temp_dir.h"                 // TempDir
 
 using namespace fp8t::report;
 using fp8t::test::TempDir;

@@ -4,7 +4,7 @@
 
 #include "tests/catch.h"
 #include "tests/report/report_test_util.h"  // write_run, write_file
-#include "tests/train/temp_dir.h"           // TempDir
+#include "tests/temp_dir.h"                 // TempDir
 
 using fp8t::report::read_run_folder;
 using fp8t::test::TempDir;

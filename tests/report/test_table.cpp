@@ -1,10 +1,10 @@
 #include "lib/report/table.h"
 
-#include "lib/report/format.h"  // to_text, to_markdown, to_tsv, to_json
-#include "lib/util/error.h"     // fp8t::Error
+#include "lib/report/format.h"              // to_text, to_markdown, to_tsv, to_json
+#include "lib/util/error.h"                 // fp8t::Error
 #include "tests/catch.h"
 #include "tests/report/report_test_util.h"  // write_run
-#include "tests/train/temp_dir.h"           // TempDir
+#include "tests/temp_dir.h"                 // TempDir
 
 using namespace fp8t::report;
 using fp8t::test::TempDir;

@@ -5,9 +5,9 @@
 #include <algorithm>  // std::find
 #include <array>      // std::array
 
-#include "lib/train/optimizer.h"  // AdamW::state_dict
-#include "lib/train/session.h"    // Session
-#include "lib/util/error.h"     // fp8t::Error
+#include "lib/optim/optimizer.h"  // AdamW::state_dict
+#include "lib/step/session.h"     // Session
+#include "lib/util/error.h"       // fp8t::Error
 #include "tests/catch.h"
 
 using namespace fp8t;

@@ -9,11 +9,11 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "lib/train/checkpoint.h"  // load_checkpoint
-#include "lib/train/trainer.h"     // run_training
-#include "lib/util/error.h"        // fp8t::Error
+#include "lib/run/checkpoint.h"  // load_checkpoint
+#include "lib/train/trainer.h"   // run_training
+#include "lib/util/error.h"      // fp8t::Error
 #include "tests/catch.h"
-#include "tests/train/temp_dir.h"
+#include "tests/temp_dir.h"
 
 using namespace fp8t;
 

@@ -5,7 +5,7 @@
 
 #include "lib/util/error.h"  // fp8t::Error
 #include "tests/catch.h"
-#include "tests/train/temp_dir.h"
+#include "tests/temp_dir.h"
 
 using namespace fp8t;
 

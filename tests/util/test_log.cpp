@@ -15,7 +15,7 @@
 #include "lib/util/error.h"
 #include "lib/util/timer.h"
 #include "tests/catch.h"
-#include "tests/train/temp_dir.h"  // TempDir::remove_tree
+#include "tests/temp_dir.h"  // TempDir::remove_tree
 
 namespace fs = std::filesystem;
 

@@ -1,0 +1,145 @@
+#include "lib/fp8/backends/backend.h"
+
+#include <cmath>  // std::fabs
+
+#include "lib/fp8/math/block_math.h"          // kBlockLen
+#include "lib/fp8/backends/block_quantize.h"  // make_block_scales
+#include "lib/fp8/backends/cpu_backend.h"     // cpu_backend
+#include "lib/fp8/math/scaling_math.h"        // amax_combine
+#include "lib/fp8/backends/swiglu_ops.h"      // swiglu_value, swiglu_gradient
+#include "lib/util/error.h"                   // FP8T_THROW
+#if defined(FP8T_WITH_CUDA)
+#include "lib/fp8/backends/cuda_backend.h"   // cuda_backend
+#endif
+
+namespace fp8t {
+namespace fp8 {
+
+const char* to_string(GemmKind k) {
+  switch (k) {
+    case GemmKind::kFprop: return "fprop";
+    case GemmKind::kDgrad: return "dgrad";
+    case GemmKind::kWgrad: return "wgrad";
+  }
+  return "?";
+}
+
+Fp8Tensor Backend::gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) {
+  return quantize(at::gelu(h, "tanh"), slot, rowwise, columnwise);
+}
+
+Fp8Tensor Backend::dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                       bool want_dbias, at::Tensor* dbias) {
+  return quantize_grad(at::gelu_backward(dy.to(h.scalar_type()), h, "tanh"), slot, want_dbias, dbias);
+}
+
+Fp8Tensor Backend::swiglu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) {
+  return quantize(swiglu_value(h), slot, rowwise, columnwise);
+}
+
+Fp8Tensor Backend::dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                         bool want_dbias, at::Tensor* dbias) {
+  return quantize_grad(swiglu_gradient(dy, h), slot, want_dbias, dbias);
+}
+
+at::Tensor materialize(const CastSource& src) {
+  switch (src.op) {
+    case CastOp::kIdentity: return src.x;
+    case CastOp::kGelu: return at::gelu(src.x, "tanh");
+    case CastOp::kDgelu: return at::gelu_backward(src.x.to(src.h.scalar_type()), src.h, "tanh");
+    case CastOp::kSwiglu: return swiglu_value(src.x);
+    case CastOp::kDswiglu: return swiglu_gradient(src.x, src.h);
+  }
+  FP8T_THROW(ExitCode::kFailure, "materialize: unknown cast operation ", static_cast<int>(src.op));
+}
+
+Fp8Tensor Backend::cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise,
+                        at::Tensor* dbias) {
+  switch (src.op) {
+    case CastOp::kIdentity:
+      return dbias != nullptr ? quantize_grad(src.x, slot, true, dbias) : quantize(src.x, slot, rowwise, columnwise);
+    case CastOp::kGelu: return gelu_quantize(src.x, slot, rowwise, columnwise);
+    case CastOp::kDgelu: return dgelu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
+    case CastOp::kSwiglu: return swiglu_quantize(src.x, slot, rowwise, columnwise);
+    case CastOp::kDswiglu: return dswiglu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
+  }
+  FP8T_THROW(ExitCode::kFailure, "fp8 cast: unknown cast operation ", static_cast<int>(src.op));
+}
+
+at::Tensor Backend::transpose_codes(const at::Tensor& codes) { return codes.t().contiguous(); }
+
+Fp8Operand transposed(const Fp8Operand& op) {
+  FP8T_CHECK(op.defined() && op.codes.dim() == 2, "fp8 transpose: expected 2-D FP8 codes");
+  FP8T_CHECK(op.scale_layout != ScaleLayout::kBlock1x128,
+             "fp8 transpose: a 1x128 block-scaled operand cannot be transposed (its blocks run along K)");
+  Fp8Operand t;
+  t.codes = backend_for(op.codes.device()).transpose_codes(op.codes);
+  t.format = op.format;
+  t.scale_layout = op.scale_layout;
+  if (op.scale_layout == ScaleLayout::kTensor) {
+    t.scale_inv = op.scale_inv;
+  } else {  // the grid of the transposed operand [cols, rows], holding the same blocks transposed
+    t.scale_inv = make_block_scales(op.codes.size(1), op.codes.size(0), kBlockLen, op.codes.device());
+    t.scale_inv.copy_(op.scale_inv.t());
+  }
+  return t;
+}
+
+void Backend::record_amax(const CastSource& src, const at::Tensor& amax) {
+  const at::Tensor v = materialize(src).to(at::kFloat).contiguous().cpu();
+  const float* p = v.data_ptr<float>();
+  float m = 0.0f;
+  for (int64_t i = 0; i < v.numel(); ++i) m = amax_combine(m, std::fabs(p[i]));
+  const float prev = amax.item<float>();
+  amax.fill_(amax_combine(prev, m));
+}
+
+void Backend::current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
+                                 const at::Tensor& scale, const at::Tensor& scale_inv,
+                                 const at::Tensor& /*workspace*/, float fp8_max, float two_pow_margin) {
+  if (known_amax.defined()) {
+    amax.copy_(known_amax);
+  } else {
+    amax.zero_();
+    record_amax(src, amax);
+  }
+  current_scale(amax, scale, scale_inv, fp8_max, two_pow_margin);
+}
+
+#if defined(FP8T_WITH_CUDA)
+constexpr const char* kSupported = "cpu, cuda";
+#else
+constexpr const char* kSupported = "cpu";
+#endif
+
+Backend& backend_for(const at::Device& device) {
+  if (device.is_cpu()) return cpu_backend();
+#if defined(FP8T_WITH_CUDA)
+  if (device.is_cuda()) return cuda_backend();
+#endif
+  FP8T_THROW(ExitCode::kBadInput, "precision fp8 has no backend for device ", device.str(),
+             " in this build (supported: ", kSupported, ")");
+}
+
+NormForwardResult Backend::add_norm_forward(const at::Tensor& x, const at::Tensor& h, const at::Tensor& gamma,
+                                            const at::Tensor& beta, double eps, bool rms, const SlotRef* slot,
+                                            bool write_y, const at::Tensor& y_amax) {
+  FP8T_CHECK(x.scalar_type() == at::kFloat && h.sizes() == x.sizes(), "add_norm_forward: x must be float32 and h of ",
+             "its shape, got ", x.scalar_type(), " ", x.sizes(), " and ", h.scalar_type(), " ", h.sizes());
+  const at::Tensor r = x + h;  // FP32: ATen promotes h
+  NormForwardResult out = norm_forward(r, gamma, beta, eps, rms, slot, write_y, y_amax);
+  out.sum = r;
+  return out;
+}
+
+NormBackwardResult Backend::add_norm_backward(const at::Tensor& dy, const at::Tensor& dr, const at::Tensor& r,
+                                              const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mean,
+                                              const at::Tensor& rstd, bool rms, at::ScalarType h_dtype) {
+  NormBackwardResult out = norm_backward(dy, r, gamma, beta, mean, rstd, rms);
+  if (dr.defined()) out.grad_x = out.grad_x + dr;  // the sum autograd forms unfused (the order is immaterial)
+  out.grad_h = out.grad_x.to(h_dtype);
+  return out;
+}
+
+}  // namespace fp8
+}  // namespace fp8t

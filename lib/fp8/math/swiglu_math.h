@@ -1,0 +1,138 @@
+// The SwiGLU of a LLaMA MLP, y = silu(gate) * up, and its backward, written once for host and
+// device. The fused FP8 casts (kernels/swiglu_cast.cu) evaluate these functions; the CPU
+// emulation computes the unfused LibTorch composition (at::silu(gate) * up in the activation
+// dtype, and autograd of that), and tests/fp8/math/test_swiglu_math.cpp proves the two bit-equal.
+//
+// Why this particular arithmetic: ATen's CPU silu kernels (aten/src/ATen/native/cpu/
+// Activation.cpp) evaluate
+//   silu(x)            = x / (1 + exp(-x))
+//   silu_backward(d,x) = d * sig * (1 + x * (1 - sig)),  sig = 1 / (1 + exp(-x))
+// in FP32 (bf16 inputs are widened and the result rounded back once), with exp from the
+// vectorised math library (Vectorized<float>::exp = SLEEF's expf_u10 on AVX2, AVX-512 and NEON
+// builds) and the add of the backward contracted into one fused multiply-add. vector_exp()
+// below is that exp, operation for operation: Cody-Waite reduction by ln 2 in two parts, a
+// degree-5 polynomial, the scaling by 2^q in two steps, and the same limits (x < -104 -> 0,
+// x > 100 -> inf). Every a*b+c is an explicit fma, every other operation a single IEEE one, and
+// products that feed an add are never contracted (mul_rn), so results are the same on both sides.
+//
+// Where ATen's CPU kernel leaves its vector loop (a row tail shorter than two vectors, or a
+// build without AVX2/NEON) it calls std::exp instead, which differs from vector_exp by one ulp
+// for a few percent of inputs; the activation dtype's rounding hides most of those (bf16 always
+// hid them in the tests). CUDA's at::silu uses expf, not this exp; the fused GPU path therefore
+// matches the CPU emulation, not ATen's CUDA kernel (docs/fp8.md, "SwiGLU").
+//
+// Plain C++ (no LibTorch): kernels/ include it.
+#pragma once
+
+#include <cmath>    // std::fma, std::nearbyint (host; nvcc provides the device ones)
+#include <cstdint>  // uint32_t
+
+#include "lib/fp8/math/format.h"  // FP8T_HOST_DEVICE, detail::bits_float
+
+namespace fp8t {
+namespace fp8 {
+
+namespace swiglu_detail {
+
+FP8T_HOST_DEVICE float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// A product the compiler may not contract with a later add into an fma (CUDA's contraction of
+// mul.f32 into a following add.f32 can even reach through a select). Host code is not
+// contracted: the build targets x86-64 without FMA, and the header never relies on -ffp-contract.
+FP8T_HOST_DEVICE float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// Round to the nearest integer, ties to even (the vector unit's default conversion). The
+// argument is clamped first: |x| > 177 ends in the limits of vector_exp anyway, and the clamp
+// keeps the conversion defined for inf and NaN (NaN becomes 256 and still yields NaN below).
+FP8T_HOST_DEVICE int round_to_int(float t) {
+  t = t < -256.0f ? -256.0f : (t <= 256.0f ? t : 256.0f);
+#if defined(__CUDA_ARCH__)
+  return __float2int_rn(t);
+#else
+  return static_cast<int>(std::nearbyint(t));
+#endif
+}
+
+// 2^q as a float for q in [-127, 128] (the exponent field q + 127; 128 gives inf).
+FP8T_HOST_DEVICE float pow2i(int q) { return detail::bits_float(static_cast<uint32_t>(q + 127) << 23); }
+
+}  // namespace swiglu_detail
+
+// exp(x) as ATen's CPU vector kernels compute it (see the header comment): within 1 ulp of
+// exp, and bit-identical to Vectorized<float>::exp.
+FP8T_HOST_DEVICE float vector_exp(float x) {
+  using namespace swiglu_detail;
+  constexpr float kLog2e = 1.442695040888963407359924681001892137426645954152985934135449406931f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 in two parts: q * kLn2Hi is exact
+  constexpr float kLn2Lo = 1.428606765330187045e-06f;
+  const int q = round_to_int(x * kLog2e);
+  const float qf = static_cast<float>(q);
+  float s = fma_rn(qf, -kLn2Hi, x);
+  s = fma_rn(qf, -kLn2Lo, s);
+  float p = 0.000198527617612853646278381f;
+  p = fma_rn(p, s, 0.00139304355252534151077271f);
+  p = fma_rn(p, s, 0.00833336077630519866943359f);
+  p = fma_rn(p, s, 0.0416664853692054748535156f);
+  p = fma_rn(p, s, 0.166666671633720397949219f);
+  p = fma_rn(p, s, 0.5f);
+  float e = 1.0f + fma_rn(s * s, p, s);
+  // 2^q in two factors, so that q down to -150 (subnormal results) and up to 128 stay in range.
+  const int half = q >> 1;
+  e = mul_rn(mul_rn(e, pow2i(half)), pow2i(q - half));
+  if (x < -104.0f) e = 0.0f;
+  if (100.0f < x) e = detail::bits_float(0x7f800000u);  // +inf
+  return e;
+}
+
+// silu(g) = g / (1 + exp(-g)), at::silu's FP32 expression.
+FP8T_HOST_DEVICE float silu(float g) { return g / (1.0f + vector_exp(-g)); }
+
+// The dtype an activation lives in, as a rounding of FP32 values: identity for fp32, round to
+// nearest even bf16 for bf16 (the caller supplies it: kernels/fp8_device.cuh round_to_dtype on
+// the GPU, c10::BFloat16 on the host).
+struct IdentityRound {
+  FP8T_HOST_DEVICE float operator()(float v) const { return v; }
+};
+
+// y = silu(gate) * up in the activation dtype: at::silu rounds its result to the dtype, then the
+// product is rounded again (at::mul).
+template <typename Round>
+FP8T_HOST_DEVICE float swiglu(float gate, float up, Round round) {
+  return round(round(silu(gate)) * up);
+}
+
+struct SwigluGrad {
+  float gate;  // dL/dgate
+  float up;    // dL/dup
+};
+
+// The gradient autograd computes for y = at::silu(gate) * up, each step rounded to the dtype:
+//   MulBackward:  dsilu = dy * up,  dup = dy * silu(gate)   (silu(gate) as the forward stored it)
+//   SiluBackward: dgate = at::silu_backward(dsilu, gate)
+// with exp(-gate) evaluated once for both (ATen evaluates it twice, identically).
+template <typename Round>
+FP8T_HOST_DEVICE SwigluGrad swiglu_backward(float dy, float gate, float up, Round round) {
+  const float e = vector_exp(-gate);
+  const float s = round(gate / (1.0f + e));
+  const float dsilu = round(dy * up);
+  const float sig = 1.0f / (1.0f + e);
+  SwigluGrad g;
+  g.gate = round(dsilu * sig * swiglu_detail::fma_rn(gate, 1.0f - sig, 1.0f));
+  g.up = round(dy * s);
+  return g;
+}
+
+}  // namespace fp8
+}  // namespace fp8t

@@ -1,0 +1,92 @@
+#include "lib/fp8/recipes/block_scaling.h"
+
+#include <cmath>   // std::isfinite
+#include <limits>  // std::numeric_limits
+#include <string>  // std::to_string
+
+#include "lib/fp8/backends/block_backend.h"   // block_quantize_source
+#include "lib/fp8/math/block_math.h"          // kBlockLen
+#include "lib/fp8/backends/block_quantize.h"  // block_cast_stats, BlockCodes
+#include "lib/util/error.h"                   // FP8T_CHECK
+
+namespace fp8t {
+namespace fp8 {
+
+BlockScaling::BlockScaling(const Recipe& recipe) : Scaling(recipe) {}
+
+void BlockScaling::allocate(const at::Device& device) {
+  const int64_t S = num_slots();
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  amax_ = at::zeros({S}, opts);
+  scale_ = at::ones({S}, opts);
+  scale_inv_ = at::ones({S}, opts);
+  amax_rows_ = amax_.view({1, S});
+  interval_min_ = at::full({S}, std::numeric_limits<float>::infinity(), opts);
+  interval_max_ = at::zeros({S}, opts);
+}
+
+int BlockScaling::block_rows(int slot) const { return slot_role(slot) == TensorRole::kWeight ? kBlockLen : 1; }
+
+// One block cast of the requested layouts (and dbias). On CUDA a fused producer's value (GELU,
+// its backward) is evaluated inside the cast kernel: each 128x128 tile is read once, its block
+// amaxes and scales found in shared memory before any code is written (block_backend.h). The
+// statistics (log steps only) look at the value in high precision.
+Fp8Tensor BlockScaling::quantize(int slot, const CastSource& src, const CastOptions& opt) {
+  FP8T_CHECK(finalized(), "BlockScaling used before finalize()");
+  FP8T_CHECK(slot >= 0 && slot < num_slots(), "bad FP8 slot index ", slot);
+  // recast_scale is undefined here: a recast finds its blocks' scales in the values again.
+  FP8T_CHECK(!opt.scale.defined(), "fp8 block scaling: a cast takes no per-tensor scale (slot ", slot_name(slot), ")");
+  Fp8Tensor out = block_quantize_source(src, block_rows(slot), opt.rowwise, opt.columnwise,
+                                        recipe_.block_power_of_2_scales, opt.dbias);
+  if (recording(opt.record) && collect_stats()) record_stats(slot, materialize(src), out);
+  return out;
+}
+
+// One statistics pass over the cast (log steps only): saturated and underflow fractions through
+// the base accumulator, the block-scale range of the interval, the slot's amax and largest scale.
+void BlockScaling::record_stats(int slot, const at::Tensor& x, const Fp8Tensor& q) {
+  const bool row = q.rowwise.defined();
+  const Fp8Operand& op = row ? q.rowwise : q.columnwise;
+  const at::Tensor st = block_cast_stats(row ? x : x.t(), BlockCodes{op.codes, op.scale_inv}, block_rows(slot));
+  add_stats(slot, st.narrow(0, 0, 2));
+  interval_min_[slot] = at::minimum(interval_min_[slot], st[2]);
+  interval_max_[slot] = at::maximum(interval_max_[slot], st[3]);
+  amax_[slot] = st[4];
+  scale_[slot] = st[3];
+  scale_inv_[slot] = at::reciprocal(st[3]);
+}
+
+// The block-scaled GEMMs' rules (lib/gemm/gemm_problem.h) on a Linear's dims: K (in) and N (out)
+// are leading dimensions of the fprop/dgrad operands and wgrad's output, so both must be multiples
+// of 16; out is also the M of wgrad's 1x128 dyᵀ (a multiple of 8: implied). Partial 128-blocks
+// at the edges are fine, so no multiple of 128 is needed. The token count (M of fprop/dgrad, K of
+// wgrad) is checked when the GEMMs run.
+std::string BlockScaling::unsupported_linear(int64_t in_features, int64_t out_features) const {
+  if (in_features % 16 == 0 && out_features % 16 == 0) return "";
+  return "features " + std::to_string(in_features) + "x" + std::to_string(out_features) +
+         " not multiples of 16 (block-scaled FP8 GEMM requirement)";
+}
+
+void BlockScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
+  if (last_of_step) ++steps_ended_;
+}
+
+std::vector<SlotStats> BlockScaling::read_stats() {
+  const at::Tensor amax = amax_.cpu(), scale = scale_.cpu(), sums = stats_sums().cpu();
+  const at::Tensor lo = interval_min_.cpu(), hi = interval_max_.cpu();
+  std::vector<SlotStats> out;
+  for (int i = 0; i < num_slots(); ++i) {
+    const auto [saturated, underflow] = stats_fractions(sums, i);
+    const bool measured = std::isfinite(lo[i].item<float>());
+    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
+                            saturated, underflow, measured ? std::optional<float>(lo[i].item<float>()) : std::nullopt,
+                            measured ? std::optional<float>(hi[i].item<float>()) : std::nullopt});
+  }
+  reset_stats();
+  interval_min_.fill_(std::numeric_limits<float>::infinity());
+  interval_max_.zero_();
+  return out;
+}
+
+}  // namespace fp8
+}  // namespace fp8t

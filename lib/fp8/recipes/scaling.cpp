@@ -1,0 +1,103 @@
+#include "lib/fp8/recipes/scaling.h"
+
+#include "lib/fp8/recipes/block_scaling.h"    // BlockScaling
+#include "lib/fp8/recipes/current_scaling.h"  // CurrentScaling
+#include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
+#include "lib/util/error.h"                   // FP8T_CHECK, FP8T_THROW
+
+namespace fp8t {
+namespace fp8 {
+
+namespace {
+
+thread_local int no_record_depth = 0;
+
+}  // namespace
+
+NoRecordScope::NoRecordScope() { ++no_record_depth; }
+NoRecordScope::~NoRecordScope() { --no_record_depth; }
+bool NoRecordScope::active() { return no_record_depth > 0; }
+
+Scaling::Scaling(const Recipe& recipe) : recipe_(recipe) {}
+
+int Scaling::add_slot(const std::string& name, Format format, TensorRole role) {
+  FP8T_CHECK(!finalized(), "slots must be added before finalize()");
+  names_.push_back(name);
+  formats_.push_back(format);
+  roles_.push_back(role);
+  return static_cast<int>(names_.size()) - 1;
+}
+
+Format Scaling::format_for(TensorRole role) const {
+  return role == TensorRole::kGradOutput ? recipe_.backward_format() : recipe_.forward_format();
+}
+
+void Scaling::finalize(const at::Device& device) {
+  FP8T_CHECK(!finalized(), "finalize() called twice");
+  device_ = device;
+  stats_sum_ = at::zeros({num_slots(), 3}, at::TensorOptions().dtype(at::kFloat).device(device));
+  allocate(device);
+}
+
+const at::Device& Scaling::device() const {
+  FP8T_CHECK(finalized(), "FP8 scaling state used before finalize()");
+  return *device_;
+}
+
+std::optional<SlotRef> Scaling::fused_cast_slot(int /*slot*/, bool /*record*/) const { return std::nullopt; }
+
+at::Tensor Scaling::recast_scale(int /*slot*/) const { return at::Tensor(); }
+
+bool Scaling::fast_accumulation(GemmKind kind) const {
+  const FastAccumulation& f = recipe_.fast_accumulation;
+  switch (kind) {
+    case GemmKind::kFprop: return f.fprop;
+    case GemmKind::kDgrad: return f.dgrad;
+    case GemmKind::kWgrad: return f.wgrad;
+  }
+  return false;
+}
+
+std::string Scaling::unsupported_linear(int64_t /*in_features*/, int64_t /*out_features*/) const { return ""; }
+
+void Scaling::add_stats(int index, const at::Tensor& fractions) {
+  at::Tensor row = stats_sum_[index];
+  row.narrow(0, 0, 2).add_(fractions.to(row.device()));
+  row[2].add_(1.0);
+}
+
+std::pair<float, float> Scaling::stats_fractions(const at::Tensor& sums_cpu, int i) const {
+  const float n = sums_cpu[i][2].item<float>();
+  if (n <= 0) return {0.0f, 0.0f};
+  return {sums_cpu[i][0].item<float>() / n, sums_cpu[i][1].item<float>() / n};
+}
+
+std::vector<SlotStats> Scaling::per_tensor_stats(const at::Tensor& amax_dev, const at::Tensor& scale_dev) {
+  const at::Tensor amax = amax_dev.cpu(), scale = scale_dev.cpu(), sums = stats_sums().cpu();
+  std::vector<SlotStats> out;
+  for (int i = 0; i < num_slots(); ++i) {
+    const auto [saturated, underflow] = stats_fractions(sums, i);
+    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
+                            saturated, underflow, std::nullopt, std::nullopt});
+  }
+  reset_stats();
+  return out;
+}
+
+at::Tensor Scaling::fp8_max_tensor() const {
+  std::vector<float> maxes;
+  for (Format f : formats_) maxes.push_back(format_max(f));
+  return at::tensor(maxes, at::kFloat).to(device());
+}
+
+std::shared_ptr<Scaling> make_scaling(const Recipe& recipe) {
+  switch (recipe.kind) {
+    case RecipeKind::kDelayed: return std::make_shared<DelayedScaling>(recipe);
+    case RecipeKind::kCurrent: return std::make_shared<CurrentScaling>(recipe);
+    case RecipeKind::kBlock: return std::make_shared<BlockScaling>(recipe);
+  }
+  FP8T_THROW(ExitCode::kBadInput, "fp8.recipe ", to_string(recipe.kind), " is not available in this build");
+}
+
+}  // namespace fp8
+}  // namespace fp8t

@@ -1,0 +1,75 @@
+// The optimizer state in checkpoints, for any data-parallel layout (DDP or ZeRO-1 at any
+// world size), so that a run can resume on a different number of ranks.
+//
+// Every optimizer state tensor is stored with the element range of its flattened parameter
+// that it covers ("<name>.exp_avg", "<name>.exp_avg_sq", optionally "<name>.master": that range;
+// "<name>.step": one value per parameter). Unsharded (dist.zero 0) the ranges are whole and the
+// state lives in checkpoint.pt as "optim.*" (the single-file format). ZeRO-1 writes one shard
+// file per rank, checkpoint.shard-<rank>-of-<world>.step-<step>.pt, each its own atomic,
+// CRC32C-checked file holding that rank's ranges; checkpoint.pt, written last by rank 0, is the
+// manifest: meta "zero" = {world_size, step, shards: [{file, crc32c, ranges}]}. A kill before
+// checkpoint.pt is renamed leaves the previous checkpoint and its shards intact.
+//
+// Loading assembles each rank's current ranges from the overlapping parts of every source
+// (one shard file in memory at a time), and checks that every element was covered.
+#pragma once
+
+#include <cstdint>     // int64_t, uint32_t
+#include <filesystem>  // std::filesystem::path
+#include <map>         // std::map
+#include <set>         // std::set
+#include <string>      // std::string
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+#include <nlohmann/json.hpp>   // nlohmann::json
+
+#include "lib/run/checkpoint.h"   // Checkpoint
+#include "lib/optim/optimizer.h"  // AdamW, ParamRange
+
+namespace fp8t::train {
+
+// "checkpoint.shard-<rank>-of-<world>.step-<step>.pt".
+std::string shard_file_name(int rank, int world, int64_t step);
+
+// The ranges of `opt` as JSON {name: [begin, length]}, and back (kBadInput naming `what`).
+nlohmann::json ranges_to_json(const std::map<std::string, ParamRange>& ranges);
+std::map<std::string, ParamRange> ranges_from_json(const nlohmann::json& j, const std::string& what);
+
+// This rank's shard file contents: "optim.<key>" tensors and meta {format, rank, world_size,
+// step, ranges}.
+Checkpoint make_optimizer_shard(const AdamW& opt, int rank, int world, int64_t step);
+
+// Fills `opt` from sources covering its ranges. add() each source, then finish().
+class OptimizerStateLoader {
+ public:
+  // `param_names`: every parameter of the model (state of parameters that this rank does not
+  // own is skipped; a name outside the model is an error).
+  OptimizerStateLoader(AdamW& opt, std::set<std::string> param_names);
+  // `tensors`: "optim.<key>" entries (others ignored); `ranges`: what each parameter's tensors
+  // cover (a parameter missing from it is taken as whole). `what` names the file in errors.
+  void add(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
+           const std::string& what);
+  // Throws kBadInput when an element of this rank's state was not covered; else loads it.
+  // Moments saved in the other train.moments_dtype are converted (bf16 -> fp32 exactly, fp32 ->
+  // bf16 rounded to nearest even), with one log line saying so.
+  void finish();
+
+ private:
+  AdamW& opt_;
+  std::set<std::string> param_names_;
+  std::map<std::string, ParamRange> mine_;
+  std::map<std::string, at::Tensor> assembled_;  // CPU float32 copies of the live state
+  std::map<std::string, int64_t> covered_;       // elements filled per key
+  std::string converted_moments_;                // the saved moments' dtype when it is not the live one
+};
+
+// ZeRO-1 checkpoint: the shard files listed by checkpoint.pt's meta["zero"] in `folder`, read one
+// at a time (CRC32C and the manifest's checksum verified) into `loader`.
+void load_optimizer_shards(const std::filesystem::path& folder, const nlohmann::json& manifest,
+                           OptimizerStateLoader& loader);
+
+// Removes shard files in `folder` whose step is not in `keep` (those of checkpoint.pt and
+// checkpoint.prev.pt).
+void remove_stale_shards(const std::filesystem::path& folder, const std::set<int64_t>& keep);
+
+}  // namespace fp8t::train

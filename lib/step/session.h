@@ -1,0 +1,156 @@
+// What `fp8train` (training) and `fp8train bench` share: the model on its device with the FP8
+// rewrite applied, and — once training is prepared — the optimizer, the data-parallel hooks and
+// one optimizer step. The trainer adds data, evaluation, logging and the run folder around it.
+#pragma once
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+#include <c10/core/Device.h>   // c10::Device
+
+#include <functional>  // std::function
+#include <memory>      // std::shared_ptr, std::unique_ptr
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include "lib/config/experiment.h"  // ExperimentConfig
+#include "lib/data/dataset.h"       // data::Batch
+#include "lib/step/step_graph.h"    // StepGraph, StepOutputs
+
+namespace fp8t {
+namespace dist {
+class Communicator;
+class GradientSync;
+}  // namespace dist
+namespace fp8 {
+class Scaling;
+struct RewriteReport;
+}  // namespace fp8
+namespace model {
+class Gpt;
+}  // namespace model
+
+namespace train {
+
+class AdamW;
+class LossScaler;
+class StepHealth;
+
+class Session {
+ public:
+  // Seeds the RNG with run.seed, builds the model on `device` and, for precision fp8, rewrites
+  // it onto FP8 modules (the rewrite report is kept for printing). Running out of memory here,
+  // in prepare_training or in the first step() throws fp8t::Error kBadInput with the memory
+  // estimate and the levers (lib/plan/resources.h throw_out_of_memory).
+  Session(const ExperimentConfig& cfg, const c10::Device& device);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Allocates the optimizer state. With a communicator (a data-parallel job): copies rank 0's
+  // parameters to every rank, makes gradients bucket views that are averaged during the
+  // backward, and reduces the FP8 amaxes with MAX before each scale update (unless
+  // fp8.reduce_amax is false).
+  void prepare_training(std::shared_ptr<dist::Communicator> comm);
+
+  // One optimizer step: train.grad_accum_steps micro-batches drawn from `next_batch` (forward
+  // and backward under autocast), gradient averaging across ranks, the global gradient norm,
+  // the non-finite check, the FP8 scale update (after every micro-batch's backward instead with
+  // fp8.amax_update microbatch), clipping and AdamW with learning rate `lr`.
+  // The micro-batch losses of an applied step are added to `loss_sum` (a 0-d float32 on the
+  // device; nothing is read on the host). Returns the gradient norm before clipping (0-d, on
+  // the device).
+  // Non-finite steps (health(), lib/step/step_health.h): a non-finite loss (single process;
+  // in a data-parallel job it makes the averaged gradients non-finite on every rank) or global
+  // gradient norm sets the step's found_inf flag on the device; the optimizer then skips the
+  // update and the FP8 scaling drops the step's amaxes. `step_number` (1-based) is recorded
+  // by the skip counters.
+  // `mark`, when given, is called after each phase with its name ("forward", "loss",
+  // "backward", "grad_sync", "clip", "fp8_update", "optimizer"), e.g. to time the phases; a
+  // step replayed from the CUDA graph has one phase, "graph".
+  // CUDA graphs (train.cuda_graphs, lib/step/step_graph.h): after StepGraph::kWarmupSteps
+  // eager steps the step is captured once and replayed, with the same results bit for bit; a
+  // configuration that cannot be captured, or a failed capture, runs eagerly (logged once).
+  at::Tensor step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                  const std::function<void(const char*)>& mark = {}, int64_t step_number = 0);
+
+  // Mean loss over `batches` without gradients and without touching the FP8 state, summed on
+  // the device (rank-local; the caller averages across ranks).
+  at::Tensor eval_loss_sum(const std::function<data::Batch(int64_t)>& batch, int64_t batches);
+
+  const ExperimentConfig& config() const { return cfg_; }
+  const c10::Device& device() const { return device_; }
+  model::Gpt& model() { return *gpt_; }
+  const model::Gpt& model() const { return *gpt_; }
+  fp8::Scaling* scaling() const { return scaling_.get(); }  // the recipe's state; null unless fp8
+  AdamW& optimizer();
+  const AdamW& optimizer() const;
+  dist::Communicator* communicator() const { return comm_.get(); }
+  dist::GradientSync* gradient_sync() const { return grad_sync_.get(); }
+  // The non-finite step flag and skip counters (valid after prepare_training).
+  StepHealth& health();
+  const std::string& rewrite_report() const { return rewrite_report_; }
+  // The rewrite decisions, layer by layer (fp8 only; null otherwise).
+  const fp8::RewriteReport* rewrite() const { return rewrite_.get(); }
+  // The dynamic loss scaler (precision fp16 only; null otherwise).
+  LossScaler* loss_scaler() const { return loss_scaler_.get(); }
+  // Whether prepare_training has run (the optimizer exists).
+  bool training_prepared() const { return opt_ != nullptr; }
+  // The autocast dtype of forward passes: bf16 for bf16, and for fp8 on the GPU (everything
+  // outside the FP8 GEMMs), fp16 for fp16, else float32.
+  c10::ScalarType autocast_dtype() const { return autocast_dtype_; }
+  const std::vector<at::Tensor>& parameters() const { return params_; }
+  // Whether steps are replayed from a captured CUDA graph now, and why not: "" while they are or
+  // will be after the warm-up, else the reason (cuda_graph_fallback_reason or a failed capture).
+  bool cuda_graph_active() const { return graph_ && graph_->captured(); }
+  const std::string& cuda_graph_off_reason() const { return graph_off_reason_; }
+
+ private:
+  using MicroBatch = StepGraph::MicroBatch;
+  using Mark = std::function<void(const char*)>;
+  // A step's learning rate: the host value, or a device tensor (read by a replayed graph).
+  struct StepLr {
+    double value = 0.0;
+    at::Tensor device;
+  };
+  // The constructor's, prepare_training's and step's work; the public functions turn a CUDA
+  // out-of-memory error there (first step only) into an actionable one (lib/plan/resources.h).
+  void build();
+  void allocate_training_state(std::shared_ptr<dist::Communicator> comm);
+  at::Tensor train_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                        const Mark& mark, int64_t step_number);
+  // The phases of a step. eager_step: all of it in order; graph_step: the device work replayed
+  // from the graph, with what keeps host state around it (lib/step/step_graph.h).
+  at::Tensor eager_step(const MicroBatch& micro_batch, double lr, at::Tensor& loss_sum, const Mark& mark,
+                        int64_t step_number);
+  at::Tensor graph_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
+                        const Mark& mark, int64_t step_number);
+  // Every micro-batch's forward, loss and backward; returns the summed loss (0-d, device).
+  at::Tensor forward_backward(const MicroBatch& micro_batch, const Mark& phase);
+  // Gradient averaging, norm, non-finite flags, the FP8 scale update (when `scale_update`),
+  // clipping, AdamW, the loss scaler's update and the release of the gradients.
+  StepOutputs update_step(const at::Tensor& step_loss, const StepLr& lr, const Mark& phase, bool scale_update);
+  void set_up_cuda_graph();
+  // Drops the graph for good (logged with `why`) and undoes what a failed capture left on the host.
+  void drop_graph(const std::string& why);
+  // What an in-place optimizer step does to the version counters, for a replayed one.
+  void bump_parameter_versions();
+
+  ExperimentConfig cfg_;
+  c10::Device device_;
+  std::shared_ptr<model::Gpt> gpt_;
+  std::shared_ptr<fp8::Scaling> scaling_;
+  std::string rewrite_report_;
+  std::shared_ptr<const fp8::RewriteReport> rewrite_;
+  std::unique_ptr<LossScaler> loss_scaler_;
+  c10::ScalarType autocast_dtype_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<AdamW> opt_;
+  std::shared_ptr<dist::Communicator> comm_;
+  std::unique_ptr<dist::GradientSync> grad_sync_;
+  std::unique_ptr<StepHealth> health_;
+  int64_t steps_done_ = 0;
+  std::unique_ptr<StepGraph> graph_;  // null: eager steps (graph_off_reason_ says why)
+  std::string graph_off_reason_;
+};
+
+}  // namespace train
+}  // namespace fp8t

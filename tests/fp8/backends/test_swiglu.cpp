@@ -1,0 +1,233 @@
+// The SwiGLU of a LLaMA-shaped model fused into the FP8 casts (lib/fp8/layers/fp8_activation.*, the
+// backends' swiglu_quantize / dswiglu_quantize_grad): it must change nothing but where the work
+// happens. CPU: the fused model equals the unfused one bit for bit; GPU: the fused kernels equal
+// the CPU emulation bit for bit.
+#include <torch/torch.h>  // torch::randint
+
+#include <cmath>    // std::ldexp
+#include <string>   // std::string
+#include <utility>  // std::pair
+#include <vector>   // std::vector
+
+#include "lib/fp8/backends/backend.h"       // backend_for, CastSource
+#include "lib/fp8/layers/fp8_activation.h"  // Fp8Swiglu
+#include "lib/fp8/rewrite.h"                // rewrite_to_fp8
+#include "lib/model/gpt.h"                  // Gpt
+#include "tests/catch.h"
+#include "tests/fp8/swiglu_test_util.h"     // unfused_swiglu, unfused_swiglu_backward, bit_diff
+
+using namespace fp8t;
+
+namespace {
+
+// A tiny LLaMA: RMSNorm, SwiGLU (c_fc 32 -> 2 x 64), RoPE, grouped-query attention.
+ModelSection tiny_llama(bool bias) {
+  ModelSection m;
+  m.vocab_size = 64;
+  m.seq_len = 16;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_kv_head = 1;
+  m.d_model = 32;
+  m.d_ff = 64;
+  m.norm = NormKind::kRMSNorm;
+  m.activation = Activation::kSwiGLU;
+  m.position = PositionKind::kRope;
+  m.bias = bias;
+  return m;
+}
+
+// The same model twice from one seed, both rewritten; in `plain` the activations are put back
+// as the model's own SwiGLU, so its Linears cast the activation's output and gradient themselves.
+struct Twins {
+  std::shared_ptr<model::Gpt> fused, plain;
+  fp8::RewriteResult fused_rw, plain_rw;
+  Twins(const ModelSection& cfg, const fp8::Recipe& recipe, const at::Device& device) {
+    torch::manual_seed(21);
+    fused = std::make_shared<model::Gpt>(cfg);
+    torch::manual_seed(21);
+    plain = std::make_shared<model::Gpt>(cfg);
+    fused->to(device);
+    plain->to(device);
+    fused_rw = fp8::rewrite_to_fp8(*fused, recipe, device);
+    plain_rw = fp8::rewrite_to_fp8(*plain, recipe, device);
+    for (auto& b : plain->blocks) {
+      b->mlp->replace_slot("act", std::make_shared<model::Activation>(model::Activation::Kind::kSwiGLU));
+    }
+  }
+};
+
+at::Tensor loss_and_backward(model::Gpt& gpt, const at::Tensor& idx) {
+  const at::Tensor loss = model::Gpt::loss(gpt.forward(idx.narrow(1, 0, 16)), idx.narrow(1, 1, 16));
+  loss.backward();
+  return loss.detach();
+}
+
+// The rewrite report's line for the last block's activation names SwiGLU and both casts it went into.
+void require_report_lists_fused_swiglu(const std::string& report) {
+  const size_t pos = report.find("  h1.mlp.act ");
+  REQUIRE(pos != std::string::npos);
+  const std::string line = report.substr(pos, report.find('\n', pos) - pos);
+  INFO(line);
+  REQUIRE(line.find(" SwiGLU ") != std::string::npos);
+  REQUIRE(line.find("fp8: fused into h1.mlp.c_proj's input cast and h1.mlp.c_fc's gradient cast") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("fp8 swiglu: fused into the casts, a LLaMA-shaped model computes bit for bit what the unfused one "
+          "does (CPU: loss, every gradient, amax history, 3 steps)",
+          "[fp8]") {
+  const bool bias = GENERATE(false, true);
+  // Overrides: the fused side must fall back exactly where a Linear reads high precision.
+  const int override_case = GENERATE(0, 1, 2, 3);
+  const fp8::RecipeKind kind = GENERATE(fp8::RecipeKind::kDelayed, fp8::RecipeKind::kCurrent);
+  fp8::Recipe recipe;
+  recipe.kind = kind;
+  if (override_case == 1) recipe.override_linear_precision.fprop = true;
+  if (override_case == 2) recipe.override_linear_precision.dgrad = true;
+  if (override_case == 3) recipe.override_linear_precision.wgrad = true;
+  INFO("recipe " << fp8::to_string(kind) << ", bias " << bias << ", override case " << override_case);
+  Twins t(tiny_llama(bias), recipe, at::kCPU);
+  REQUIRE(t.fused_rw.report.fused_activations == 2);
+  require_report_lists_fused_swiglu(t.fused_rw.report.to_string());
+  const auto act = std::dynamic_pointer_cast<fp8::Fp8Swiglu>(t.fused->blocks[0]->mlp->act);
+  REQUIRE(act != nullptr);
+  REQUIRE(act->kind() == model::Activation::Kind::kSwiGLU);
+
+  torch::manual_seed(4);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    const at::Tensor idx = torch::randint(0, 64, {3, 17});
+    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
+    // The CPU backend's fused casts are the unfused LibTorch composition followed by the cast.
+    REQUIRE(at::equal(lf, lp));
+    const auto pf = t.fused->named_parameters(), pp = t.plain->named_parameters();
+    for (const auto& item : pf) {
+      INFO(item.key());
+      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
+    }
+    REQUIRE(at::equal(t.fused_rw.scaling->amax_history(), t.plain_rw.scaling->amax_history()));
+    t.fused_rw.scaling->update();
+    t.plain_rw.scaling->update();
+    t.fused->zero_grad();
+    t.plain->zero_grad();
+  }
+  REQUIRE(t.fused_rw.scaling->scale().ne(1.0).any().item<bool>());  // real scales were in use
+}
+
+TEST_CASE("fp8 swiglu: the hand-over happens only when the neighbour reads nothing but FP8", "[fp8]") {
+  for (const bool fprop_override : {false, true}) {
+    INFO("fprop override " << fprop_override);
+    fp8::Recipe recipe;
+    recipe.override_linear_precision.fprop = fprop_override;
+    Twins t(tiny_llama(false), recipe, at::kCPU);
+    auto& mlp = *t.fused->blocks[0]->mlp;
+    const at::Tensor h = torch::randn({2, 16, 128}).requires_grad_();
+    const at::Tensor y = mlp.act->forward(h);
+    REQUIRE(y.sizes() == at::IntArrayRef({2, 16, 64}));
+    if (fprop_override) {
+      // c_proj's fprop reads high precision: the real SwiGLU comes out.
+      REQUIRE(at::equal(y, test::unfused_swiglu(h)));
+    } else {
+      REQUIRE(y.stride(0) == 0);  // the carrier; c_proj takes the FP8 copy
+      REQUIRE(y.isnan().all().item<bool>());
+      REQUIRE_FALSE(mlp.c_proj->forward(y).isnan().any().item<bool>());
+    }
+  }
+}
+
+TEST_CASE("fp8 swiglu: the CPU emulation's value is the unfused LibTorch composition", "[fp8]") {
+  at::manual_seed(5);
+  const at::Tensor h = at::randn({24, 128}) * 3.0, dy = at::randn({24, 64});
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor hd = h.to(dt);
+    REQUIRE(at::equal(fp8::materialize(fp8::CastSource::swiglu(hd)), test::unfused_swiglu(hd)));
+    // Autograd's gradient, op for op: MulBackward, SiluBackward, the concatenation of the halves.
+    REQUIRE(at::equal(fp8::materialize(fp8::CastSource::dswiglu(dy.to(dt), hd)), test::unfused_swiglu_backward(dy, hd)));
+  }
+}
+
+#if defined(FP8T_WITH_CUDA)
+namespace {
+
+fp8::SlotRef slot_on(const at::Device& device, float scale, fp8::Format format) {
+  fp8::SlotRef s;
+  s.scale = at::full({}, scale, at::TensorOptions().dtype(at::kFloat).device(device));
+  s.amax = at::full({}, 0.25f, at::TensorOptions().dtype(at::kFloat).device(device));
+  s.format = format;
+  return s;
+}
+
+void require_same(const fp8::Fp8Tensor& gpu, const fp8::Fp8Tensor& cpu) {
+  REQUIRE(at::equal(gpu.rowwise.codes.cpu(), cpu.rowwise.codes));
+  REQUIRE(at::equal(gpu.columnwise.codes.cpu(), cpu.columnwise.codes));
+  REQUIRE(at::equal(gpu.rowwise.scale_inv.cpu(), cpu.rowwise.scale_inv));
+}
+
+}  // namespace
+
+TEST_CASE("fp8 swiglu on CUDA: the backend's fused casts equal the CPU emulation's bit for bit", "[fp8][cuda]") {
+  REQUIRE(torch::cuda::is_available());
+  INFO("ATen CPU capability " << at::get_cpu_capability() << " (the CPU emulation's silu must be vectorised)");
+  REQUIRE(test::aten_cpu_uses_vector_exp());
+  const at::Device gpu(at::kCUDA, 0);
+  fp8::Backend& cuda = fp8::backend_for(gpu);
+  fp8::Backend& cpu = fp8::backend_for(at::kCPU);
+  // F a multiple of 64 and rows * F <= 16384: ATen's CPU silu runs whole vectors on one thread.
+  for (const auto& [rows, f] : std::vector<std::pair<int64_t, int64_t>>{{48, 64}, {200, 64}, {96, 128}}) {
+    for (at::ScalarType dt : {at::kBFloat16, at::kFloat}) {
+      CAPTURE(rows, f, c10::toString(dt));
+      at::manual_seed(rows + f);
+      const at::Tensor h = (at::randn({rows, 2 * f}) * 3.0).to(dt);
+      const at::Tensor dy = (at::randn({rows, f}) * at::pow(2.0, at::randint(-8, 8, {rows, f}))).to(dt);
+      fp8::SlotRef in_c = slot_on(at::kCPU, 8.0f, fp8::Format::kE4M3), in_g = slot_on(gpu, 8.0f, fp8::Format::kE4M3);
+      require_same(cuda.swiglu_quantize(h.to(gpu), in_g, true, true), cpu.swiglu_quantize(h, in_c, true, true));
+      REQUIRE(at::equal(in_g.amax.cpu(), in_c.amax));
+
+      fp8::SlotRef g_c = slot_on(at::kCPU, 2048.0f, fp8::Format::kE5M2), g_g = slot_on(gpu, 2048.0f, fp8::Format::kE5M2);
+      at::Tensor dbias_c, dbias_g;
+      require_same(cuda.dswiglu_quantize_grad(dy.to(gpu), h.to(gpu), g_g, true, &dbias_g),
+                   cpu.dswiglu_quantize_grad(dy, h, g_c, true, &dbias_c));
+      REQUIRE(at::equal(g_g.amax.cpu(), g_c.amax));
+      // dbias: the GPU's fixed tile order (equal to its unfused gradient cast's) vs ATen's CPU sum:
+      // within the FP32 summation bound (64 + ceil(rows / 64) sequential terms).
+      const at::Tensor dh = fp8::materialize(fp8::CastSource::dswiglu(dy, h)).to(at::kDouble);
+      const at::Tensor bound = dh.abs().sum(0) * ((64.0 + (rows + 63) / 64) * std::ldexp(1.0, -24)) + 1e-30;
+      REQUIRE(((dbias_g.cpu().to(at::kDouble) - dbias_c.to(at::kDouble)).abs() <= 2.0 * bound).all().item<bool>());
+    }
+  }
+}
+
+TEST_CASE("fp8 swiglu on CUDA: the fused model agrees with the unfused one", "[fp8][cuda]") {
+  REQUIRE(torch::cuda::is_available());
+  const at::Device gpu(at::kCUDA, 0);
+  const bool bias = GENERATE(false, true);
+  const fp8::RecipeKind kind = GENERATE(fp8::RecipeKind::kDelayed, fp8::RecipeKind::kCurrent);
+  INFO("recipe " << fp8::to_string(kind) << ", bias " << bias);
+  fp8::Recipe recipe;
+  recipe.kind = kind;
+  Twins t(tiny_llama(bias), recipe, gpu);
+  REQUIRE(t.fused_rw.report.fused_activations == 2);
+  torch::manual_seed(4);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    const at::Tensor idx = torch::randint(0, 64, {3, 17}).to(gpu);
+    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
+    // The kernels evaluate ATen's CPU silu (its vectorised exp); ATen's CUDA silu uses CUDA's expf,
+    // which rounds differently in rare FP32 ulps and can flip a code: agreement to 1e-3 relative on
+    // the loss and on every gradient's norm, as for GELU.
+    REQUIRE(lf.item<double>() == Approx(lp.item<double>()).epsilon(1e-3));
+    const auto pp = t.plain->named_parameters();
+    for (const auto& item : t.fused->named_parameters()) {
+      INFO(item.key());
+      const at::Tensor gf = item.value().grad().to(at::kDouble), gp = pp[item.key()].grad().to(at::kDouble);
+      REQUIRE(((gf - gp).norm() / gp.norm().clamp_min(1e-30)).item<double>() < 1e-3);
+    }
+    t.fused_rw.scaling->update();
+    t.plain_rw.scaling->update();
+    t.fused->zero_grad();
+    t.plain->zero_grad();
+  }
+}
+#endif  // FP8T_WITH_CUDA

@@ -1,0 +1,111 @@
+// lib/fp8/math/swiglu_math.h: the host/device SwiGLU formulas equal the unfused LibTorch path on the
+// CPU bit for bit (the CUDA kernels evaluate the same functions; tests/kernels/test_swiglu_cast.cpp
+// closes the loop on the GPU).
+#include "lib/fp8/math/swiglu_math.h"
+
+#include <ATen/Version.h>  // at::get_cpu_capability
+#include <torch/torch.h>   // at::silu, at::randn
+
+#include <cmath>   // std::exp, std::nextafter, std::isnan, std::isinf
+#include <limits>  // std::numeric_limits
+#include <vector>  // std::vector
+
+#include "tests/catch.h"
+#include "tests/fp8/swiglu_test_util.h"
+
+using namespace fp8t;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Values where exp and silu change regime: zeros, subnormals, the overflow (88.72) and underflow
+// (-87.3 .. -103.97) ranges of exp, the limits at 100 and -104, huge values, inf and NaN.
+const std::vector<float> kEdges = {0.0f,    -0.0f,    1e-45f,   -1e-45f, 1e-40f,  -1e-40f, 1e-8f,   -1e-8f,
+                                   0.5f,    -0.5f,    20.0f,    -20.0f,  87.3f,   -87.3f,  88.72f,  -88.72f,
+                                   89.0f,   -89.0f,   100.0f,   -100.0f, 100.5f,  -100.5f, 103.9f,  -103.9f,
+                                   104.0f,  -104.0f,  104.5f,   -104.5f, 1e30f,   -1e30f,  3.4e38f, -3.4e38f,
+                                   kInf,    -kInf,    std::numeric_limits<float>::quiet_NaN()};
+
+// 16384 values: normal(0, 4) with every 97th replaced by a scaled-up one, and the edge values
+// first. 16384 keeps ATen's elementwise loop on one thread in whole vectors (no scalar tail).
+at::Tensor probe_values(uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor x = at::randn({16384}) * 4.0;
+  x.slice(0, 0, 16384, 97).mul_(16.0);
+  for (size_t i = 0; i < kEdges.size(); ++i) x[static_cast<int64_t>(i)] = kEdges[i];
+  return x;
+}
+
+at::Tensor math_silu(const at::Tensor& x) {
+  const at::Tensor xf = x.contiguous();
+  at::Tensor y = at::empty_like(xf);
+  for (int64_t i = 0; i < xf.numel(); ++i) y.data_ptr<float>()[i] = fp8::silu(xf.data_ptr<float>()[i]);
+  return y;
+}
+
+// Exact equality where ATen's CPU kernel uses its vectorised exp; elsewhere (a build without
+// AVX2) it calls std::exp, and 2 ulp of FP32 (both exps are within 1 ulp) is the bound.
+void require_matches_aten(const at::Tensor& got, const at::Tensor& aten, const char* what) {
+  INFO(what << ", ATen CPU capability " << at::get_cpu_capability());
+  if (test::aten_cpu_uses_vector_exp()) {
+    const test::BitDiff d = test::bit_diff(got, aten);
+    INFO(d.count << " elements differ, first at " << d.first);
+    REQUIRE(d.count == 0);
+  } else {
+    const at::Tensor g = got.to(at::kDouble), a = aten.to(at::kDouble);
+    const at::Tensor finite = a.isfinite();
+    const at::Tensor err = (g - a).abs().masked_select(finite);
+    const at::Tensor bound = a.abs().masked_select(finite) * std::ldexp(1.0, -22) + 1e-44;
+    REQUIRE((err <= bound).all().item<bool>());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("swiglu math: vector_exp is within 1 ulp of exp, with ATen's limits", "[fp8]") {
+  at::Tensor x = probe_values(3);
+  x = x.masked_select(x.abs() < 80.0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = x.data_ptr<float>()[i];
+    const float got = fp8::vector_exp(v);
+    const double want = std::exp(static_cast<double>(v));
+    const double ulp = std::nextafter(static_cast<float>(want), kInf) - static_cast<float>(want);
+    INFO("x = " << v);
+    REQUIRE(std::fabs(got - want) <= ulp);
+  }
+  REQUIRE(fp8::vector_exp(0.0f) == 1.0f);
+  REQUIRE(fp8::vector_exp(-104.5f) == 0.0f);  // below -104: 0 (SLEEF's underflow limit)
+  REQUIRE(fp8::vector_exp(-103.9f) > 0.0f);   // a subnormal
+  REQUIRE(std::isinf(fp8::vector_exp(89.0f)));
+  REQUIRE(std::isinf(fp8::vector_exp(kInf)));
+  REQUIRE(fp8::vector_exp(-kInf) == 0.0f);
+  REQUIRE(std::isnan(fp8::vector_exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("swiglu math: silu is ATen's CPU silu bit for bit, fp32 and bf16", "[fp8]") {
+  for (uint64_t seed : {1, 2, 3}) {
+    const at::Tensor x = probe_values(seed);
+    require_matches_aten(math_silu(x), at::silu(x), "fp32");
+    const at::Tensor xb = x.to(at::kBFloat16);
+    require_matches_aten(math_silu(xb.to(at::kFloat)).to(at::kBFloat16), at::silu(xb), "bf16");
+  }
+}
+
+TEST_CASE("swiglu math: forward and backward are the autograd of at::silu(gate) * up, bit for bit",
+          "[fp8]") {
+  // F a multiple of 64 and rows * F <= 16384: ATen's loops run whole vectors on one thread.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, 64}, {100, 128}, {8, 256}};
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (const auto& [rows, f] : shapes) {
+      CAPTURE(c10::toString(dt), rows, f);
+      at::manual_seed(rows * f);
+      at::Tensor h = at::randn({rows, 2 * f}) * 3.0;
+      h.view({-1}).slice(0, 0, static_cast<int64_t>(kEdges.size())).copy_(at::tensor(kEdges));
+      h = h.to(dt);
+      const at::Tensor dy = (at::randn({rows, f}) * at::pow(2.0, at::randint(-6, 6, {rows, f}))).to(dt);
+      require_matches_aten(test::math_swiglu(h), test::unfused_swiglu(h), "forward");
+      require_matches_aten(test::math_swiglu_backward(dy, h), test::unfused_swiglu_backward(dy, h), "backward");
+    }
+  }
+}
