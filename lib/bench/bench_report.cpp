@@ -1,0 +1,231 @@
+// `fp8train bench`'s output: the table printed to the console and the JSON of the results
+// (lib/bench/bench.h); the measurement itself is bench.cpp.
+#include "lib/bench/bench.h"
+
+#include <algorithm>  // std::min, std::max
+#include <iomanip>    // std::setw
+#include <sstream>    // std::ostringstream
+
+#include "lib/util/versions.h"  // runtime_versions, fp8train_version
+
+namespace fp8t::train {
+
+namespace {
+
+// A kernel name short enough for a table row: no return type, no argument list, at most
+// `width` characters.
+std::string short_kernel_name(std::string name, size_t width) {
+  if (name.rfind("void ", 0) == 0) name = name.substr(5);
+  int depth = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (name.compare(i, 21, "(anonymous namespace)") == 0) {
+      i += 20;  // part of a qualified name, not the argument list
+      continue;
+    }
+    if (name[i] == '(' && depth == 0 && i > 0) {
+      name = name.substr(0, i);
+      break;
+    }
+  }
+  return name.size() <= width ? name : name.substr(0, width - 3) + "...";
+}
+
+// Whether each row's timed steps replayed a CUDA graph: one statement when all rows agree.
+std::string cuda_graphs_line(const std::vector<BenchResult>& results) {
+  if (results.empty()) return "";
+  const BenchResult& first = results.front();
+  bool same = true;
+  for (const auto& r : results) {
+    same = same && r.cuda_graph == first.cuda_graph && r.cuda_graph_off_reason == first.cuda_graph_off_reason;
+  }
+  const std::string every = results.size() > 1 ? " in every row" : "";
+  auto state = [&](const BenchResult& r, const std::string& where) {
+    if (r.cuda_graph) return "replayed" + where;
+    return "eager" + where + (r.cuda_graph_off_reason.empty() ? "" : ": " + r.cuda_graph_off_reason);
+  };
+  if (same) return "CUDA graphs: " + state(first, every) + "\n";
+  std::string line = "CUDA graphs:";
+  for (const auto& r : results) line += " " + r.label() + " " + state(r, "") + ";";
+  line.back() = '\n';
+  return line;
+}
+
+// The row named `label` ("bf16", "fp8", "fp8:delayed").
+const BenchResult* find(const std::vector<BenchResult>& results, const std::string& label) {
+  for (const auto& r : results) {
+    if (r.label() == label) return &r;
+  }
+  return nullptr;
+}
+
+// "  1.234x" (ratio of tokens/s) or "-" when there is no reference row, right-aligned in `width`.
+std::string ratio_cell(const BenchResult& r, const BenchResult* ref, int width) {
+  std::ostringstream s;
+  if (ref && ref->tokens_per_s > 0) {
+    s << std::fixed << std::setprecision(3) << std::setw(width - 1) << r.tokens_per_s / ref->tokens_per_s << "x";
+  } else {
+    s << std::setw(width) << "-";
+  }
+  return s.str();
+}
+
+// Tokens/s of every recipe row over the reference row, by recipe (JSON).
+nlohmann::json recipe_ratios(const std::vector<BenchResult>& results, const BenchResult* ref) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& r : results) {
+    if (!r.recipe.empty() && ref && ref->tokens_per_s > 0) out[r.recipe] = r.tokens_per_s / ref->tokens_per_s;
+  }
+  return out;
+}
+
+std::string describe_model(const ExperimentConfig& cfg, int64_t parameters) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << parameters / 1e6 << "M params (" << cfg.model.n_layer << " layers, d_model "
+    << cfg.model.d_model << ", " << cfg.model.n_head << " heads, seq " << cfg.model.seq_len << ", vocab "
+    << cfg.model.vocab_size << ")";
+  return s.str();
+}
+
+}  // namespace
+
+std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& options,
+                               const std::vector<BenchResult>& results) {
+  std::ostringstream s;
+  const int64_t tokens = results.empty() ? 0 : results.front().tokens_per_step;
+  s << "model: " << describe_model(cfg, results.empty() ? 0 : results.front().parameters) << "\n"
+    << "step:  " << options.micro_batches << " x " << cfg.train.micro_batch_size << " x " << cfg.model.seq_len
+    << (results.empty() || results.front().world_size == 1 ? "" : " x " + std::to_string(results.front().world_size) + " ranks")
+    << " = " << tokens << " tokens; median of " << options.steps << " steps after " << options.warmup
+    << " warm-up\n\n";
+  const bool recipes = !options.recipes.empty();
+  s << std::left << std::setw(recipes ? 14 : 10) << "precision" << std::right << std::setw(12) << "step ms"
+    << std::setw(14) << "tokens/s" << std::setw(10) << "TFLOP/s" << std::setw(14) << "peak GiB" << std::setw(10)
+    << "vs bf16" << (recipes ? "  vs delayed" : "") << std::setw(12) << "loss" << std::setw(9) << "skipped" << "\n";
+  const BenchResult* bf16 = find(results, "bf16");
+  const BenchResult* delayed = find(results, "fp8:delayed");
+  for (const auto& r : results) {
+    s << std::left << std::setw(recipes ? 14 : 10) << r.label() << std::right << std::fixed << std::setprecision(2)
+      << std::setw(12) << r.median_step_ms << std::setprecision(0) << std::setw(14) << r.tokens_per_s
+      << std::setprecision(1) << std::setw(10) << r.tflops << std::setprecision(2) << std::setw(14)
+      << r.peak_memory_bytes / 1073741824.0 << ratio_cell(r, bf16, 10);
+    if (recipes) s << ratio_cell(r, r.recipe.empty() ? nullptr : delayed, 12);
+    s << std::setw(12) << std::setprecision(4) << r.final_loss << std::setw(9) << r.skipped_steps << "\n";
+  }
+  s << cuda_graphs_line(results);
+  s << "\nmemory per rank, estimated (bytes/parameter; lib/plan/resources.h), against the measured peak:\n";
+  s << std::left << std::setw(10) << "precision" << std::right << std::setw(9) << "weights" << std::setw(7) << "grads"
+    << std::setw(11) << "optimizer" << std::setw(11) << "wt copies" << std::setw(8) << "total" << std::setw(13)
+    << "state GiB" << std::setw(17) << "activations GiB" << std::setw(11) << "peak GiB" << "\n";
+  for (const auto& r : results) {
+    const MemoryEstimate& m = r.memory;
+    s << std::left << std::setw(10) << r.label() << std::right << std::setprecision(2) << std::setw(9)
+      << m.weight_bytes_per_param << std::setw(7) << m.grad_bytes_per_param << std::setw(11)
+      << m.optimizer_bytes_per_param << std::setw(11) << m.fp8_bytes_per_param << std::setw(8)
+      << m.state_bytes_per_param() << std::setw(13) << m.state_bytes / 1073741824.0 << std::setw(17)
+      << m.activation_bytes / 1073741824.0 << std::setw(11) << r.peak_memory_bytes / 1073741824.0 << "\n";
+  }
+  s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16)\n";
+  if (cfg.dist.zero == 1) {
+    s << "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over the ranks (ZeRO-1); state GiB "
+      << "includes the full gradient buckets in use at once: " << std::setprecision(2)
+      << (results.empty() ? 0.0 : results.front().memory.gradient_bucket_bytes / 1073741824.0) << " GiB\n";
+  }
+  for (const auto& r : results) {
+    if (r.phase_ms.empty()) continue;
+    s << "\n" << r.label() << " phases (median ms, synchronized after each):";
+    for (const auto& [name, ms] : r.phase_ms) s << " " << name << " " << std::setprecision(2) << ms;
+    s << "\n";
+  }
+  for (const auto& r : results) {
+    if (r.kernels.empty()) continue;
+    s << "\n" << r.label() << (r.profiled_gpu ? " GPU kernels" : " CPU operators (inclusive: nested operators overlap)")
+      << ", per step (" << options.profile_steps << " profiled steps; " << std::setprecision(2)
+      << r.profiled_device_ms_per_step << " ms in total):\n";
+    s << std::right << std::setw(10) << "ms" << std::setw(8) << "%" << std::setw(8) << "calls" << "  "
+      << std::left << "name\n";
+    const size_t shown = std::min<size_t>(r.kernels.size(), 30);
+    for (size_t i = 0; i < shown; ++i) {
+      const KernelTime& k = r.kernels[i];
+      s << std::right << std::setw(10) << std::setprecision(3) << k.ms_per_step << std::setw(8) << std::setprecision(1)
+        << 100.0 * k.ms_per_step / std::max(r.profiled_device_ms_per_step, 1e-12) << std::setw(8)
+        << std::setprecision(0) << k.calls_per_step << "  " << std::left << short_kernel_name(k.name, 110) << "\n";
+    }
+    if (r.kernels.size() > shown) s << "  ... " << r.kernels.size() - shown << " more in the JSON\n";
+  }
+  return s.str();
+}
+
+nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& options,
+                             const std::vector<BenchResult>& results) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : results) {
+    rows.push_back({{"precision", r.precision},
+                    {"tokens_per_step", r.tokens_per_step},
+                    {"median_step_ms", r.median_step_ms},
+                    {"min_step_ms", r.min_step_ms},
+                    {"max_step_ms", r.max_step_ms},
+                    {"tokens_per_s", r.tokens_per_s},
+                    {"model_tflops", r.tflops},
+                    {"peak_memory_bytes", r.peak_memory_bytes},
+                    {"final_loss", r.final_loss},
+                    {"skipped_steps", r.skipped_steps},
+                    {"cuda_graph", r.cuda_graph},
+                    {"memory_estimate",
+                     {{"bytes_per_parameter",
+                       {{"weights", r.memory.weight_bytes_per_param},
+                        {"gradients", r.memory.grad_bytes_per_param},
+                        {"optimizer", r.memory.optimizer_bytes_per_param},
+                        {"weight_copies", r.memory.fp8_bytes_per_param},
+                        {"total", r.memory.state_bytes_per_param()}}},
+                      {"parameters", r.memory.parameters},
+                      {"gradient_bucket_bytes", r.memory.gradient_bucket_bytes},
+                      {"state_bytes", r.memory.state_bytes},
+                      {"activation_bytes", r.memory.activation_bytes}}}});
+    if (!r.recipe.empty()) rows.back()["recipe"] = r.recipe;
+    if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
+    if (!r.cuda_graph_off_reason.empty()) rows.back()["cuda_graph_off_reason"] = r.cuda_graph_off_reason;
+    if (!r.phase_ms.empty()) {
+      nlohmann::json phases = nlohmann::json::object();
+      for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;
+      rows.back()["phase_ms"] = phases;
+    }
+    if (!r.kernels.empty()) {
+      nlohmann::json kernels = nlohmann::json::array();
+      for (const auto& k : r.kernels) {
+        kernels.push_back({{"name", k.name}, {"ms_per_step", k.ms_per_step}, {"calls_per_step", k.calls_per_step}});
+      }
+      rows.back()["profile"] = {{"steps", options.profile_steps},
+                                {"device_ms_per_step", r.profiled_device_ms_per_step},
+                                {"kernels", kernels}};
+    }
+  }
+  const BenchResult* bf16 = find(results, "bf16");
+  const BenchResult* fp8 = find(results, "fp8");
+  nlohmann::json out = {
+      {"versions", runtime_versions()},
+      {"fp8train", fp8train_version()},
+      {"model", {{"n_layer", cfg.model.n_layer}, {"d_model", cfg.model.d_model}, {"n_head", cfg.model.n_head},
+                 {"seq_len", cfg.model.seq_len}, {"vocab_size", cfg.model.vocab_size},
+                 {"parameters", results.empty() ? 0 : results.front().parameters}}},
+      {"micro_batch_size", cfg.train.micro_batch_size},
+      {"world_size", options.launch.world_size},
+      {"zero", cfg.dist.zero},
+      {"micro_batches_per_step", options.micro_batches},
+      {"timed_steps", options.steps},
+      {"warmup_steps", options.warmup},
+      {"flops_per_token_formula", "6 * non-embedding params + 12 * n_layer * seq_len * d_model"},
+      {"results", rows},
+  };
+  if (bf16 && fp8 && bf16->tokens_per_s > 0) out["fp8_over_bf16"] = fp8->tokens_per_s / bf16->tokens_per_s;
+  if (!options.recipes.empty()) {  // --recipes: every recipe against delayed and against bf16
+    out["recipe_over_delayed"] = recipe_ratios(results, find(results, "fp8:delayed"));
+    out["recipe_over_bf16"] = recipe_ratios(results, bf16);
+  }
+  const BenchResult* fp16 = find(results, "fp16");
+  if (bf16 && fp16 && bf16->tokens_per_s > 0) out["fp16_over_bf16"] = fp16->tokens_per_s / bf16->tokens_per_s;
+  return out;
+}
+
+}  // namespace fp8t::train
