@@ -31,6 +31,8 @@ enum class Recompute { kNone, kActivation, kCasts, kAttention, kMlp, kBlock };
 // Storage of the AdamW moments (exp_avg, exp_avg_sq). The update itself always runs in FP32;
 // kBf16 rounds both moments to bfloat16 after each step (4 bytes/parameter less).
 enum class MomentsDtype { kFp32, kBf16 };
+// The dtype gradients travel in when they are reduced across ranks (dist.reduce_dtype).
+enum class ReduceDtype { kFp32, kBf16 };
 
 struct RunSection {
   std::string name = "default";   // run folder name under out_dir
@@ -107,7 +109,15 @@ struct TrainSection {
 struct DistSection {
   int64_t timeout_s = 600;        // a collective or the rendezvous waiting longer fails the job
   double bucket_mb = 25.0;        // gradient all-reduce bucket size in MiB
-  int64_t zero = 0;               // 1: ZeRO-1, the AdamW moments and the weight update sharded across ranks
+  // 0: DDP (every rank holds everything); 1: ZeRO-1, the AdamW moments and the weight update
+  // sharded across ranks; 3: ZeRO-3, weights, gradients and optimizer state sharded (2 is refused).
+  int64_t zero = 0;
+  // zero 3: free a unit's gathered weights after its forward and gather them again for its
+  // backward (true), or keep them from forward to backward (false).
+  bool reshard_after_forward = true;
+  ReduceDtype reduce_dtype = ReduceDtype::kFp32;  // zero 3: gradients reduce-scattered in this dtype
+  int64_t prefetch = 1;           // zero 3: units whose all-gather may be in flight ahead of the one computing
+  int64_t shard_group_size = 0;   // zero 3: shard within groups of this many consecutive ranks (0: all ranks)
 };
 
 struct ExperimentConfig {

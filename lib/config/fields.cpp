@@ -57,6 +57,10 @@ const EnumNames<fp8::RecipeKind>& recipe_kind_names() {
   static const EnumNames<fp8::RecipeKind> n(fp8::kRecipeKindNames.begin(), fp8::kRecipeKindNames.end());
   return n;
 }
+const EnumNames<ReduceDtype>& reduce_dtype_names() {
+  static const EnumNames<ReduceDtype> n = {{ReduceDtype::kFp32, "fp32"}, {ReduceDtype::kBf16, "bf16"}};
+  return n;
+}
 const EnumNames<MomentsDtype>& moments_dtype_names() {
   static const EnumNames<MomentsDtype> n = {{MomentsDtype::kFp32, "fp32"}, {MomentsDtype::kBf16, "bf16"}};
   return n;
@@ -207,10 +211,27 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.dist.timeout_s; }, at_least(1)));
   t.push_back(float_field("dist.bucket_mb", "data-parallel runs: gradient all-reduce bucket size in MiB",
                           [](auto& c) -> auto& { return c.dist.bucket_mb; }, greater_than(0)));
-  t.push_back(int_field("dist.zero", "data-parallel runs: 1 = ZeRO-1, the AdamW moments and the FP32 gradients sharded across the "
-                        "ranks (each updates its shard of the FP32 weights, then they are all-gathered); 0 = every "
-                        "rank holds all",
-                        [](auto& c) -> auto& { return c.dist.zero; }, Range{0.0, 1.0}));
+  t.push_back(int_field("dist.zero",
+                        "data-parallel runs: 0 = every rank holds everything (DDP); 1 = ZeRO-1, the AdamW moments "
+                        "and the FP32 gradients sharded across the ranks (each updates its shard of the FP32 "
+                        "weights, then they are all-gathered); 3 = ZeRO-3, the FP32 weights, gradients and AdamW "
+                        "moments sharded, each unit's weights gathered only while it computes",
+                        [](auto& c) -> auto& { return c.dist.zero; }, Range{0.0, 3.0}));
+  t.push_back(bool_field("dist.reshard_after_forward",
+                         "dist.zero 3: free a unit's gathered weights after its forward and gather them again for "
+                         "its backward; false keeps them from forward to backward (more memory, fewer all-gathers)",
+                         [](auto& c) -> auto& { return c.dist.reshard_after_forward; }));
+  t.push_back(enum_field("dist.reduce_dtype",
+                         "dist.zero 3: the dtype gradients are reduce-scattered in (fp32, or bf16: half the bytes)",
+                         reduce_dtype_names(), [](auto& c) -> auto& { return c.dist.reduce_dtype; }));
+  t.push_back(int_field("dist.prefetch",
+                        "dist.zero 3: units whose all-gather may be in flight ahead of the unit computing "
+                        "(0: each unit is gathered when it is needed)",
+                        [](auto& c) -> auto& { return c.dist.prefetch; }, at_least(0)));
+  t.push_back(int_field("dist.shard_group_size",
+                        "dist.zero 3: shard the state within groups of this many consecutive ranks and replicate "
+                        "it across the groups (hybrid sharding, e.g. one group per node); 0 = all ranks",
+                        [](auto& c) -> auto& { return c.dist.shard_group_size; }, at_least(0)));
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
   // fp8

@@ -171,7 +171,18 @@ void check_train_rules(const ExperimentConfig& c, const ConfigSources& s) {
   }
 }
 
-// 3c. Rules of the data keys.
+// 3c. Rules of the data-parallel keys.
+void check_dist_rules(const DistSection& d, const ConfigSources& s) {
+  if (d.zero == 2) {
+    fail(named(s, "dist.zero") + ": 2 is not offered; expected 0 (DDP), 1 (ZeRO-1: optimizer state sharded) or "
+         "3 (ZeRO-3: weights, gradients and optimizer state sharded)");
+  }
+  if (d.zero == 3) {
+    fail(named(s, "dist.zero") + ": 3 (ZeRO-3) is not available in this build yet; expected 0 or 1");
+  }
+}
+
+// 3d. Rules of the data keys.
 void check_data_rules(const ExperimentConfig& c, const ConfigSources& s) {
   const auto& m = c.model;
   const auto& d = c.data;
@@ -194,6 +205,7 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
   check_recipe_fields(c, s);
   check_model_rules(c.model, s);
   check_train_rules(c, s);
+  check_dist_rules(c.dist, s);
   check_data_rules(c, s);
 }
 
