@@ -9,6 +9,7 @@
 
 #include <cstdint>  // int64_t, uint64_t
 #include <string>   // std::string
+#include <vector>   // std::vector
 
 #include "lib/fp8/recipes/recipe.h"  // fp8::Recipe (the `fp8` section)
 
@@ -20,6 +21,7 @@ enum class NormKind { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiGLU };
 enum class PositionKind { kLearned, kRope };
 enum class DataSource { kSynthetic, kText, kTokens };
+enum class DataOrder { kRandom, kSequential };
 enum class LrSchedule { kCosine, kLinear, kConstant };
 // Selective activation recompute in the backward: what each block recomputes instead of saving.
 // kActivation: only the FP8 copy of the MLP activation's output that c_proj's wgrad reads (cast
@@ -69,9 +71,10 @@ struct ModelSection {
 
 struct DataSection {
   DataSource source = DataSource::kSynthetic;
-  std::string train_path;         // text file, llm.c shard or nanoGPT .bin (source text|tokens)
-  std::string val_path;           // optional separate validation file; else val_fraction of train
+  std::vector<std::string> train_path;  // files or glob patterns: text, llm.c shards or nanoGPT .bin (source text|tokens)
+  std::vector<std::string> val_path;    // optional separate validation files; else val_fraction of train
   double val_fraction = 0.1;      // contiguous tail of the training data used for validation
+  DataOrder order = DataOrder::kRandom;  // random: windows drawn with replacement; sequential: each once per epoch
 };
 
 struct TrainSection {

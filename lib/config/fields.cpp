@@ -41,6 +41,10 @@ const EnumNames<DataSource>& source_names() {
   static const EnumNames<DataSource> n = {{DataSource::kSynthetic, "synthetic"}, {DataSource::kText, "text"}, {DataSource::kTokens, "tokens"}};
   return n;
 }
+const EnumNames<DataOrder>& order_names() {
+  static const EnumNames<DataOrder> n = {{DataOrder::kRandom, "random"}, {DataOrder::kSequential, "sequential"}};
+  return n;
+}
 const EnumNames<LrSchedule>& schedule_names() {
   static const EnumNames<LrSchedule> n = {{LrSchedule::kCosine, "cosine"}, {LrSchedule::kLinear, "linear"}, {LrSchedule::kConstant, "constant"}};
   return n;
@@ -135,12 +139,14 @@ std::vector<Field> build_table() {
   // data
   t.push_back(enum_field("data.source", "synthetic data, a text file (bytes) or a token file", source_names(),
                          [](auto& c) -> auto& { return c.data.source; }));
-  t.push_back(string_field("data.train_path", "text file, llm.c shard or nanoGPT .bin (source text|tokens)",
-                           [](auto& c) -> auto& { return c.data.train_path; }));
-  t.push_back(string_field("data.val_path", "optional separate validation file; else data.val_fraction of train",
-                           [](auto& c) -> auto& { return c.data.val_path; }));
+  t.push_back(string_list_field("data.train_path", "text files, llm.c shards or nanoGPT .bin (source text|tokens): paths or globs, a list or a,b",
+                                [](auto& c) -> auto& { return c.data.train_path; }));
+  t.push_back(string_list_field("data.val_path", "optional separate validation files (paths or globs); else data.val_fraction of train",
+                                [](auto& c) -> auto& { return c.data.val_path; }));
   t.push_back(float_field("data.val_fraction", "contiguous tail of the training data used for validation",
                           [](auto& c) -> auto& { return c.data.val_fraction; }, open_interval(0, 1)));
+  t.push_back(enum_field("data.order", "random: windows drawn with replacement; sequential: a shuffled pass, each window once per epoch",
+                         order_names(), [](auto& c) -> auto& { return c.data.order; }));
   // train
   t.push_back(int_field("train.steps", "optimizer steps",
                         [](auto& c) -> auto& { return c.train.steps; }, at_least(1)));
@@ -405,6 +411,7 @@ const char* to_string(Precision v) { return enum_name(precision_names(), v); }
 const char* to_string(NormKind v) { return enum_name(norm_names(), v); }
 const char* to_string(Activation v) { return enum_name(activation_names(), v); }
 const char* to_string(DataSource v) { return enum_name(source_names(), v); }
+const char* to_string(DataOrder v) { return enum_name(order_names(), v); }
 const char* to_string(LrSchedule v) { return enum_name(schedule_names(), v); }
 
 }  // namespace config

@@ -141,6 +141,7 @@ const char* to_string(Precision v);
 const char* to_string(NormKind v);
 const char* to_string(Activation v);
 const char* to_string(DataSource v);
+const char* to_string(DataOrder v);
 const char* to_string(LrSchedule v);
 
 }  // namespace config

@@ -190,6 +190,10 @@ void check_data_rules(const ExperimentConfig& c, const ConfigSources& s) {
     fail(named(s, "data.train_path") + ": required when " + named(s, "data.source") + " is " + to_string(d.source) +
          "; pass --set data.train_path=PATH");
   }
+  if (d.source == DataSource::kSynthetic && d.order == DataOrder::kSequential) {
+    fail(named(s, "data.order") + ": sequential walks the windows of data files, but " + named(s, "data.source") +
+         " is synthetic (its windows are generated, never repeated); use data.source text or tokens, or data.order random");
+  }
   if (d.source == DataSource::kText && m.vocab_size < 256) {
     fail(named(s, "model.vocab_size") + ": " + str(m.vocab_size) + " is too small for " + named(s, "data.source") +
          " = text (one token per byte); expected >= 256");

@@ -6,6 +6,7 @@
 // all a checkpoint needs.
 #pragma once
 
+#include <bit>               // std::bit_width
 #include <cstdint>           // uint64_t
 #include <initializer_list>  // std::initializer_list
 
@@ -49,7 +50,50 @@ class SplitMix64 {
   uint64_t state_ = 0;
 };
 
+// A bijection of [0, n) that is a pure function of (n, key): the shuffled order of n items
+// without a table, so an epoch of 10^8 windows costs no memory and any position is found in
+// O(1). A balanced Feistel network on the smallest even number of bits that holds n - 1 (its
+// domain is below 4n), cycle-walking the values >= n back into [0, n): fewer than 4 rounds of
+// the network per lookup on average. Six rounds: four already make a pseudo-random permutation
+// of random round functions (Luby-Rackoff); the two extra ones cost little.
+class KeyedPermutation {
+ public:
+  // 1 <= n <= 2^62.
+  constexpr KeyedPermutation(uint64_t n, uint64_t key)
+      : n_(n), key_(key), half_bits_(half_bits_for(n)), mask_((uint64_t{1} << half_bits_) - 1) {}
+
+  // The image of i (i < n).
+  constexpr uint64_t operator()(uint64_t i) const {
+    uint64_t x = encrypt(i);
+    while (x >= n_) x = encrypt(x);  // ends: x's cycle under encrypt passes through i < n
+    return x;
+  }
+
+ private:
+  static constexpr int kRounds = 6;
+  static constexpr int half_bits_for(uint64_t n) {
+    const int bits = n <= 1 ? 2 : static_cast<int>(std::bit_width(n - 1));
+    return (bits + 1) / 2;
+  }
+  constexpr uint64_t encrypt(uint64_t x) const {
+    uint64_t left = x >> half_bits_, right = x & mask_;
+    for (int round = 0; round < kRounds; ++round) {
+      const uint64_t f = mix64(key_ ^ mix64(right + (static_cast<uint64_t>(round) << 56)));
+      const uint64_t next = left ^ (f & mask_);
+      left = right;
+      right = next;
+    }
+    return (left << half_bits_) | right;
+  }
+
+  uint64_t n_;
+  uint64_t key_;
+  int half_bits_;
+  uint64_t mask_;
+};
+
 // Data streams: one per purpose, so that e.g. validation never reuses training draws.
-enum class Stream : uint64_t { kChain = 1, kTrain = 2, kVal = 3 };
+// kTrainOrder keys the per-epoch shuffle of data.order sequential.
+enum class Stream : uint64_t { kChain = 1, kTrain = 2, kVal = 3, kTrainOrder = 4 };
 
 }  // namespace fp8t::data

@@ -3,12 +3,24 @@
 #pragma once
 
 #include <cstddef>      // std::size_t
-#include <cstdint>      // uint64_t
+#include <cstdint>      // int64_t, uint64_t
 #include <fstream>      // std::ifstream
 #include <string>       // std::string
 #include <string_view>  // std::string_view
+#include <vector>       // std::vector
 
 namespace fp8t::data {
+
+// The files a data key names, in order: each entry is a path, or a glob pattern (one with *, ?
+// or [) that expands to its matches in sorted order. An entry that is an existing file is taken
+// literally even when its name holds such characters. Bad input (naming the key): a pattern
+// that matches nothing, a file named twice.
+std::vector<std::string> expand_data_paths(const std::vector<std::string>& entries, std::string_view config_key);
+
+// Makes room for `files` more open descriptors (every data file stays open while the run reads
+// it): raises the soft RLIMIT_NOFILE up to the hard limit when needed; bad input when even the
+// hard limit is too low.
+void reserve_open_files(int64_t files, std::string_view config_key);
 
 // Size in bytes of the regular, non-empty file `path`; throws a bad-input error naming `path`
 // and `config_key` when it is missing, not a regular file, or empty.

@@ -2,17 +2,21 @@
 
 #include <ATen/Parallel.h>  // at::parallel_for
 
-#include <algorithm>  // std::max
+#include <algorithm>  // std::max, std::max_element
 #include <cmath>      // std::llround
+#include <cstdlib>    // std::getenv
+#include <filesystem>  // std::filesystem::equivalent
+#include <fstream>    // std::ofstream
 #include <iomanip>    // std::setprecision
+#include <mutex>      // std::mutex, std::lock_guard
 #include <sstream>    // std::ostringstream
 #include <vector>     // std::vector
 
-#include "lib/data/counter_rng.h"   // hash_key, SplitMix64, Stream
+#include "lib/config/fields.h"      // config::to_string
+#include "lib/data/counter_rng.h"   // hash_key, SplitMix64, KeyedPermutation, Stream
 #include "lib/data/markov_chain.h"  // MarkovChain
-#include "lib/data/text_source.h"   // read_text_file, kByteVocabSize
-#include "lib/data/token_file.h"    // read_token_file, format_name
-#include "lib/data/token_store.h"   // TokenStore
+#include "lib/data/shard_set.h"     // ShardSet, load_data_files
+#include "lib/data/text_source.h"   // kByteVocabSize
 #include "lib/util/error.h"         // FP8T_CHECK, FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fp8t::data {
@@ -22,66 +26,98 @@ namespace {
 constexpr const char* kTrainKey = "data.train_path";
 constexpr const char* kValKey = "data.val_path";
 
-// A half-open slice [begin, end) of a loaded file.
-struct TokenRange {
-  std::shared_ptr<const TokenStore> store;
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t size() const { return end - begin; }
+// FP8TRAIN_TEST_WINDOWS (dataset.h): the training rows of this rank, appended as they are drawn.
+class WindowLog {
+ public:
+  static std::shared_ptr<WindowLog> from_environment(int rank) {
+    const char* prefix = std::getenv("FP8TRAIN_TEST_WINDOWS");
+    if (prefix == nullptr || *prefix == '\0') return nullptr;
+    return std::make_shared<WindowLog>(std::string(prefix) + ".rank" + std::to_string(rank));
+  }
+  explicit WindowLog(const std::string& path) : out_(path, std::ios::app) {
+    FP8T_INPUT_CHECK(out_.good(), "FP8TRAIN_TEST_WINDOWS: cannot append to '", path, "'");
+  }
+  void write(int64_t first_stream_number, const std::vector<WindowAt>& rows) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      out_ << first_stream_number + static_cast<int64_t>(r) << ' ' << rows[r].span << ' ' << rows[r].offset << '\n';
+    }
+    out_.flush();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::ofstream out_;
 };
 
-struct LoadedFile {
-  std::shared_ptr<const TokenStore> store;
-  std::string format;  // for describe()
+// The training part and the validation part of the training files: the contiguous tail of
+// the last file, data.val_fraction of all training tokens (for one file: its tail).
+struct TrainValSplit {
+  std::vector<TokenSpan> train;
+  std::vector<TokenSpan> val;
+  std::string val_origin;
 };
 
-LoadedFile load(DataSource source, const std::string& path, const char* key, const ModelSection& model) {
-  LoadedFile file;
-  if (source == DataSource::kText) {
-    file.store = std::make_shared<const TokenStore>(read_text_file(path, key));
-    file.format = "bytes";
-  } else {
-    TokenFile tokens = read_token_file(path, key);
-    file.store = std::make_shared<const TokenStore>(std::move(tokens.tokens));
-    file.format = format_name(tokens.format);
-  }
-  const TokenStore& store = *file.store;
-  FP8T_INPUT_CHECK(!store.empty(), key, ": '", path, "' holds no tokens");
-  if (store.max_token() >= model.vocab_size) {
-    const int64_t at = store.find_first_at_least(model.vocab_size);
-    FP8T_THROW(ExitCode::kBadInput, key, ": '", path, "' holds token ", store.at(at), " at position ", at,
-               ", but model.vocab_size is ", model.vocab_size, " (the largest token in the file is ",
-               store.max_token(), ", so model.vocab_size must be at least ", store.max_token() + 1, ")");
-  }
-  const int64_t needed = model.seq_len + 1;
-  FP8T_INPUT_CHECK(store.size() >= needed, key, ": '", path, "' holds ", store.size(),
-                   " tokens, fewer than the ", needed, " (model.seq_len + 1) one window needs");
-  return file;
+TrainValSplit split_validation_tail(const DataSection& data, const LoadedFiles& files, int64_t seq_len) {
+  FP8T_INPUT_CHECK(data.val_fraction > 0.0 && data.val_fraction < 1.0,
+                   "data.val_fraction must be in (0, 1) when data.val_path is not set (got ", data.val_fraction,
+                   "): validation is the tail of ", kTrainKey);
+  int64_t n = 0;
+  for (const TokenSpan& s : files.spans) n += s.size();
+  const TokenSpan& last = files.spans.back();
+  const std::string& path = last.path;
+  const int64_t needed = seq_len + 1;
+  // Contiguous tail rather than scattered windows: no window straddles train and val text.
+  const int64_t n_val = std::llround(static_cast<double>(n) * data.val_fraction);
+  const int64_t n_train = last.size() - n_val;  // what stays for training of the last file
+  FP8T_INPUT_CHECK(n_val >= needed, kTrainKey, ": the validation tail of '", path, "' (data.val_fraction ",
+                   data.val_fraction, " of ", n, " tokens) holds ", n_val, " tokens, fewer than the ", needed,
+                   " (model.seq_len + 1) one window needs; raise data.val_fraction or set ", kValKey);
+  FP8T_INPUT_CHECK(n_train >= needed, kTrainKey, ": after holding out the last ", n_val, " tokens of '", path,
+                   "' for validation (data.val_fraction ", data.val_fraction, "), ", n_train,
+                   " tokens remain for training, fewer than the ", needed, " (model.seq_len + 1) one window needs; ",
+                   files.spans.size() > 1 ? "the tail comes from the last file alone: " : "",
+                   "lower data.val_fraction or set ", kValKey);
+  TrainValSplit split;
+  split.train = files.spans;
+  split.train.back().end = last.begin + n_train;
+  split.val = {last};
+  split.val.back().begin = last.begin + n_train;
+  std::ostringstream origin;
+  origin << "last " << data.val_fraction * 100.0 << "% of " << kTrainKey;
+  split.val_origin = origin.str();
+  return split;
 }
 
 }  // namespace
 
 struct Dataset::Impl {
   DataSource source = DataSource::kSynthetic;
+  DataOrder order = DataOrder::kRandom;
   int64_t seq_len = 0;
+  int64_t vocab_size = 0;
   uint64_t seed = 0;
   int rank = 0;
   int world_size = 1;
   std::optional<MarkovChain> chain;  // synthetic
-  TokenRange train;                  // text / tokens
-  TokenRange val;
+  ShardSet train;                    // text / tokens
+  ShardSet val;
   int64_t vocab_needed = 0;
   std::string description;
+  std::shared_ptr<WindowLog> window_log;  // FP8TRAIN_TEST_WINDOWS, else null
 
+  // The training window of stream number s under data.order sequential.
+  WindowAt sequential_window(int64_t s) const;
   // Synthetic batch: row r is the chain's walk for key_of_row(r).
   template <typename KeyOfRow>
   Batch chain_batch(int64_t batch_size, KeyOfRow&& key_of_row) const;
-  // File batch: row r is the window of `range` that starts start_of_row(r) tokens into it.
-  template <typename StartOfRow>
-  Batch window_batch(const TokenRange& range, int64_t batch_size, StartOfRow&& start_of_row) const;
+  // File batch: row r is the window of `set` at rows[r].
+  Batch window_batch(const ShardSet& set, const std::vector<WindowAt>& rows) const;
   // An empty [batch_size, T] batch and fill_rows(begin, end, inputs, targets) over row chunks.
   template <typename RowsFiller>
   Batch make_batch(int64_t batch_size, RowsFiller&& fill_rows) const;
+  // Checks one window read from a file: a token beyond the vocabulary means the file changed.
+  void check_window(const int64_t* tokens, const TokenSpan& span, int64_t offset) const;
 };
 
 template <typename RowsFiller>
@@ -109,17 +145,48 @@ Batch Dataset::Impl::chain_batch(int64_t batch_size, KeyOfRow&& key_of_row) cons
   });
 }
 
-template <typename StartOfRow>
-Batch Dataset::Impl::window_batch(const TokenRange& range, int64_t batch_size,
-                                  StartOfRow&& start_of_row) const {
+void Dataset::Impl::check_window(const int64_t* tokens, const TokenSpan& span, int64_t offset) const {
+  const int64_t largest = *std::max_element(tokens, tokens + seq_len + 1);
+  if (largest < vocab_size) return;
+  FP8T_THROW(ExitCode::kTrainingFailed, "data file '", span.path, "' changed while the run reads it: the window at token ",
+             offset, " holds token ", largest, ", beyond model.vocab_size ", vocab_size,
+             ", which the file did not hold when the run opened it (rewritten in place?). Restore the file and "
+             "continue with --resume");
+}
+
+Batch Dataset::Impl::window_batch(const ShardSet& set, const std::vector<WindowAt>& rows) const {
+  const int64_t batch_size = static_cast<int64_t>(rows.size());
   return make_batch(batch_size, [&](int64_t begin, int64_t end, int64_t* inputs, int64_t* targets) {
+    std::vector<int64_t> window(seq_len + 1);
     for (int64_t row = begin; row < end; ++row) {
-      const int64_t start = range.begin + start_of_row(row);
-      range.store->copy_to(start, seq_len, inputs + row * seq_len);
-      range.store->copy_to(start + 1, seq_len, targets + row * seq_len);
+      const TokenSpan& span = set.spans()[rows[row].span];
+      span.store->copy_to(rows[row].offset, seq_len + 1, window.data());
+      if (span.store->file_backed()) check_window(window.data(), span, rows[row].offset);
+      std::copy_n(window.begin(), seq_len, inputs + row * seq_len);
+      std::copy_n(window.begin() + 1, seq_len, targets + row * seq_len);
     }
   });
 }
+
+WindowAt Dataset::Impl::sequential_window(int64_t s) const {
+  const auto windows = static_cast<uint64_t>(train.windows());
+  const uint64_t epoch = static_cast<uint64_t>(s) / windows;
+  const KeyedPermutation order(windows, hash_key({seed, static_cast<uint64_t>(Stream::kTrainOrder), epoch}));
+  return train.window(static_cast<int64_t>(order(static_cast<uint64_t>(s) % windows)));
+}
+
+namespace {
+
+std::string synthetic_description(const MarkovChain& chain, int64_t vocab_size, uint64_t seed) {
+  std::ostringstream describe;
+  describe << "synthetic: random first-order Markov chain over " << vocab_size << " tokens ("
+           << MarkovChain::kMinSuccessors << "-" << MarkovChain::kMaxSuccessors << " successors each, seed " << seed
+           << "), windows generated on the fly; entropy floor " << std::fixed << std::setprecision(4)
+           << chain.entropy_rate_nats() << " nats";
+  return describe.str();
+}
+
+}  // namespace
 
 Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank,
                       int world_size) {
@@ -130,20 +197,21 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
 
   auto impl = std::make_shared<Impl>();
   impl->source = data.source;
+  impl->order = data.order;
   impl->seq_len = model.seq_len;
+  impl->vocab_size = model.vocab_size;
   impl->seed = seed;
   impl->rank = rank;
   impl->world_size = world_size;
-  std::ostringstream describe;
+  impl->window_log = WindowLog::from_environment(rank);
 
   if (data.source == DataSource::kSynthetic) {
+    FP8T_INPUT_CHECK(data.order == DataOrder::kRandom,
+                     "data.order sequential needs data files (data.source text or tokens); synthetic windows are "
+                     "generated, never repeated");
     impl->chain = MarkovChain::random(model.vocab_size, seed);
     impl->vocab_needed = model.vocab_size;  // the chain is irreducible: every token occurs
-    describe << "synthetic: random first-order Markov chain over " << model.vocab_size << " tokens ("
-             << MarkovChain::kMinSuccessors << "-" << MarkovChain::kMaxSuccessors << " successors each, seed "
-             << seed << "), windows generated on the fly; entropy floor " << std::fixed
-             << std::setprecision(4) << impl->chain->entropy_rate_nats() << " nats";
-    impl->description = describe.str();
+    impl->description = synthetic_description(*impl->chain, model.vocab_size, seed);
     return Dataset(std::move(impl));
   }
 
@@ -155,42 +223,34 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
                      "data.source text reads bytes (256 token ids), but model.vocab_size is ",
                      model.vocab_size, "; set model.vocab_size to at least ", kByteVocabSize);
   }
-  const int64_t needed = model.seq_len + 1;
-
-  const LoadedFile train = load(data.source, data.train_path, kTrainKey, model);
-  const int64_t n = train.store->size();
-  std::string val_origin;
-  int64_t vocab_needed = train.store->max_token() + 1;
+  const LoadedFiles train = load_data_files(data.source, data.train_path, kTrainKey, model);
+  int64_t vocab_needed = train.max_token + 1;
+  TrainValSplit split;
   if (!data.val_path.empty()) {
-    const LoadedFile val = load(data.source, data.val_path, kValKey, model);
-    impl->train = {train.store, 0, n};
-    impl->val = {val.store, 0, val.store->size()};
-    vocab_needed = std::max(vocab_needed, val.store->max_token() + 1);
-    val_origin = data.val_path + " (" + val.format + ")";
+    const LoadedFiles val = load_data_files(data.source, data.val_path, kValKey, model);
+    for (const TokenSpan& v : val.spans) {
+      for (const TokenSpan& t : train.spans) {
+        std::error_code ec;
+        FP8T_INPUT_CHECK(!std::filesystem::equivalent(v.path, t.path, ec), kValKey, ": '", v.path,
+                         "' is also a training file (", kTrainKey, " names '", t.path,
+                         "'); validation must be held-out data");
+      }
+    }
+    split.train = train.spans;
+    split.val = val.spans;
+    vocab_needed = std::max(vocab_needed, val.max_token + 1);
+    split.val_origin = val.names() + " (" + val.format + ")";
   } else {
-    FP8T_INPUT_CHECK(data.val_fraction > 0.0 && data.val_fraction < 1.0,
-                     "data.val_fraction must be in (0, 1) when data.val_path is not set (got ",
-                     data.val_fraction, "): validation is the tail of ", kTrainKey);
-    // Contiguous tail rather than scattered windows: no window straddles train and val text.
-    const int64_t n_val = std::llround(static_cast<double>(n) * data.val_fraction);
-    const int64_t n_train = n - n_val;
-    FP8T_INPUT_CHECK(n_val >= needed, kTrainKey, ": the validation tail of '", data.train_path,
-                     "' (data.val_fraction ", data.val_fraction, " of ", n, " tokens) holds ", n_val,
-                     " tokens, fewer than the ", needed,
-                     " (model.seq_len + 1) one window needs; raise data.val_fraction or set ", kValKey);
-    FP8T_INPUT_CHECK(n_train >= needed, kTrainKey, ": after holding out the last ", n_val, " tokens of '",
-                     data.train_path, "' for validation (data.val_fraction ", data.val_fraction, "), ",
-                     n_train, " tokens remain for training, fewer than the ", needed,
-                     " (model.seq_len + 1) one window needs; lower data.val_fraction or set ", kValKey);
-    impl->train = {train.store, 0, n_train};
-    impl->val = {train.store, n_train, n};
-    std::ostringstream origin;
-    origin << "last " << data.val_fraction * 100.0 << "% of " << kTrainKey;
-    val_origin = origin.str();
+    split = split_validation_tail(data, train, model.seq_len);
   }
+  impl->train = ShardSet(std::move(split.train), model.seq_len);
+  impl->val = ShardSet(std::move(split.val), model.seq_len);
   impl->vocab_needed = vocab_needed;
-  describe << source_name << ": " << data.train_path << " (" << train.format << "), train "
-           << impl->train.size() << " tokens, val " << impl->val.size() << " tokens (" << val_origin << ")";
+  std::ostringstream describe;
+  describe << source_name << ": " << train.names() << " (" << train.format << "), train " << impl->train.tokens()
+           << " tokens, val " << impl->val.tokens() << " tokens (" << split.val_origin << "), order "
+           << config::to_string(data.order) << " (" << impl->train.windows() << " windows of " << model.seq_len
+           << " per epoch)";
   impl->description = describe.str();
   return Dataset(std::move(impl));
 }
@@ -208,12 +268,19 @@ Batch Dataset::next_train(int64_t batch_size) {
   if (d.chain) {
     batch = d.chain_batch(batch_size, key_of_row);
   } else {
-    const uint64_t starts = static_cast<uint64_t>(d.train.size() - d.seq_len);  // >= 1 (checked at open)
-    batch = d.window_batch(d.train, batch_size, [&](int64_t row) {
-      return static_cast<int64_t>(SplitMix64(key_of_row(row)).below(starts));
-    });
+    const int64_t first = windows_drawn_ + d.rank * batch_size;  // stream number of this rank's row 0
+    std::vector<WindowAt> rows(static_cast<size_t>(batch_size));
+    for (int64_t row = 0; row < batch_size; ++row) {
+      rows[row] = d.order == DataOrder::kSequential
+                      ? d.sequential_window(first + row)
+                      : d.train.start(static_cast<int64_t>(
+                            SplitMix64(key_of_row(row)).below(static_cast<uint64_t>(d.train.starts()))));
+    }
+    batch = d.window_batch(d.train, rows);
+    if (d.window_log) d.window_log->write(first, rows);
   }
   ++train_position_;
+  windows_drawn_ += batch_size * d.world_size;
   return batch;
 }
 
@@ -228,18 +295,38 @@ Batch Dataset::val_batch(int64_t index, int64_t batch_size) const {
                        static_cast<uint64_t>(global_row(row))});
     });
   }
-  // Consecutive non-overlapping windows, wrapping around when the tail is exhausted.
-  const int64_t windows = (d.val.size() - 1) / d.seq_len;  // >= 1 (checked at open)
+  // Consecutive non-overlapping windows, wrapping around when the validation data is exhausted.
+  const int64_t windows = d.val.windows();  // >= 1 (checked at open)
   const int64_t rows_per_batch = batch_size * d.world_size;
-  return d.window_batch(d.val, batch_size, [&](int64_t row) {
-    return (index % windows * (rows_per_batch % windows) + global_row(row)) % windows * d.seq_len;
-  });
+  std::vector<WindowAt> rows(static_cast<size_t>(batch_size));
+  for (int64_t row = 0; row < batch_size; ++row) {
+    rows[row] = d.val.window((index % windows * (rows_per_batch % windows) + global_row(row)) % windows);
+  }
+  return d.window_batch(d.val, rows);
 }
 
 void Dataset::set_train_position(int64_t position) {
   FP8T_CHECK(position >= 0, "train position must be non-negative, got ", position);
   train_position_ = position;
 }
+
+void Dataset::set_windows_drawn(int64_t windows) {
+  FP8T_CHECK(windows >= 0, "windows drawn must be non-negative, got ", windows);
+  windows_drawn_ = windows;
+}
+
+std::optional<double> Dataset::epoch() const {
+  if (impl_->chain) return std::nullopt;
+  return static_cast<double>(windows_drawn_) / static_cast<double>(impl_->train.windows());
+}
+
+int64_t Dataset::tokens_seen() const { return windows_drawn_ * impl_->seq_len; }
+
+int64_t Dataset::train_tokens() const { return impl_->train.tokens(); }
+
+int64_t Dataset::tokens_per_epoch() const { return impl_->train.windows() * impl_->seq_len; }
+
+int64_t Dataset::train_files() const { return static_cast<int64_t>(impl_->train.spans().size()); }
 
 std::string Dataset::describe() const { return impl_->description; }
 

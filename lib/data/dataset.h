@@ -1,19 +1,32 @@
 // Dataset: deterministic [B, T] next-token batches for training and evaluation.
 //
 // Three sources (data.source): `synthetic` (a random Markov chain drawn from the seed; no
-// files), `text` (a file's bytes) and `tokens` (an llm.c shard or a nanoGPT .bin).
+// files), `text` (files' bytes) and `tokens` (llm.c shards or nanoGPT .bin files). The files
+// of data.train_path and data.val_path (paths, globs or lists) form one ShardSet each
+// (shard_set.h): windows never straddle two files.
 //
 // Determinism: every window is a pure function of a key, never of generator state.
-//   training row r of draw p on rank k with B rows per rank: global row g = k * B + r, key
-//     (seed, train, p, g), so W ranks of B rows draw exactly the rows one process of W * B rows
-//     draws. For files the key picks a random start in the training part; for synthetic data it
-//     seeds the chain's walk.
+//   training row r of next_train call p on rank k with B rows per rank: global row
+//     g = k * B + r, so W ranks of B rows draw exactly the rows one process of W * B rows draws.
+//     data.order random: the key (seed, train, p, g) picks a window start uniformly among all
+//       starts of the training files, with replacement (for synthetic data it seeds the
+//       chain's walk).
+//     data.order sequential: the row is number s = D + g of the training stream, D the windows
+//       drawn before this call over all ranks (windows_drawn). Epoch e = s / N walks the N
+//       non-overlapping windows of the training files in the order of a keyed permutation
+//       (seed, train order, e) (counter_rng.h): every window once per epoch, a new order each
+//       epoch, and the ranks' rows disjoint.
 //   validation batch i, row r on rank k of world W: global row g = k * B + r of batch i, so W
 //     ranks of B rows evaluate exactly the rows one rank of W * B rows would. For files these
-//     are consecutive non-overlapping windows of the validation part (independent of the
+//     are consecutive non-overlapping windows of the validation files (independent of the
 //     seed, so runs with different seeds are evaluated on the same text); for synthetic data
 //     they come from a stream disjoint from training.
-// The train position counts next_train calls; saving and restoring it resumes exactly.
+// The train position is the number of next_train calls and the windows they drew: restoring
+// both resumes exactly (windows_drawn also after a change of ranks or batch size).
+//
+// Tests: with FP8TRAIN_TEST_WINDOWS=PREFIX in the environment, every training row of rank k is
+// appended to the file PREFIX.rank<k> as "s file offset" (stream number s = D + g, file index,
+// token offset in the file), so a test can see which windows a run trained on.
 #pragma once
 
 #include <ATen/ATen.h>  // at::Tensor
@@ -40,7 +53,9 @@ class Dataset {
   static Dataset open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank = 0,
                       int world_size = 1);
 
-  // The next training batch; advances the train position by one.
+  // The next training batch; advances the train position by one call and world_size *
+  // batch_size windows. A data file that changed since open (truncated, or holding a token
+  // beyond model.vocab_size) throws fp8t::Error (kTrainingFailed) naming the file.
   Batch next_train(int64_t batch_size);
   // Evaluation batch #index (index >= 0): the same tensors on every call.
   Batch val_batch(int64_t index, int64_t batch_size) const;
@@ -48,8 +63,25 @@ class Dataset {
   // Number of next_train calls so far; stored in checkpoints.
   int64_t train_position() const { return train_position_; }
   void set_train_position(int64_t position);
+  // Windows drawn by next_train so far over all ranks; stored in checkpoints (the position of
+  // data.order sequential).
+  int64_t windows_drawn() const { return windows_drawn_; }
+  void set_windows_drawn(int64_t windows);
 
-  // One line: source, path(s), train/val token counts.
+  // Passes over the training data so far, windows_drawn / windows per epoch (1.5: half-way
+  // through the second); nullopt for synthetic data, which has no epochs.
+  std::optional<double> epoch() const;
+  // Training tokens (targets) drawn so far over all ranks: windows_drawn * seq_len.
+  int64_t tokens_seen() const;
+  // Tokens in the training files (0 for synthetic data).
+  int64_t train_tokens() const;
+  // The tokens of one epoch: the non-overlapping windows of the training files times seq_len
+  // (0 for synthetic data).
+  int64_t tokens_per_epoch() const;
+  // Number of training files (0 for synthetic data).
+  int64_t train_files() const;
+
+  // One line: source, path(s), train/val token counts, order.
   std::string describe() const;
   // Lowest achievable mean loss in nats when it is known (synthetic data), else nullopt.
   std::optional<double> entropy_floor_nats() const;
@@ -63,6 +95,7 @@ class Dataset {
 
   std::shared_ptr<const Impl> impl_;
   int64_t train_position_ = 0;
+  int64_t windows_drawn_ = 0;
 };
 
 }  // namespace fp8t::data

@@ -48,8 +48,8 @@ TokenFile read_llmc_shard(const std::array<int32_t, kLlmcHeaderInts>& header,
                    count, " tokens of ", token_bytes, " bytes, so the file should be ", kLlmcHeaderBytes,
                    " + ", count, " * ", token_bytes, " = ", expected_bytes, " bytes, but it is ", file_bytes,
                    " bytes (truncated or corrupt shard?)");
-  // Mapped, not read: a shard of many GB opens at once and costs no RAM of its own.
-  return {TokenStore::map_file(path, kLlmcHeaderBytes, count, static_cast<int>(token_bytes), key),
+  // Read on demand: a shard of many GB opens at once and costs no RAM of its own.
+  return {TokenStore::open_file(path, kLlmcHeaderBytes, count, static_cast<int>(token_bytes), key),
           wide ? TokenFileFormat::kLlmcUint32 : TokenFileFormat::kLlmcUint16};
 }
 
@@ -78,7 +78,7 @@ TokenFile read_token_file(const std::string& path, std::string_view key) {
   FP8T_INPUT_CHECK(
       file_bytes % 2 == 0, key, ": '", path, "' has no llm.c header, so it is read as a nanoGPT .bin of ",
       "uint16 tokens, but its size ", file_bytes, " bytes is odd (truncated or not a token file?)");
-  return {TokenStore::map_file(path, 0, static_cast<int64_t>(file_bytes / 2), 2, key),
+  return {TokenStore::open_file(path, 0, static_cast<int64_t>(file_bytes / 2), 2, key),
           TokenFileFormat::kNanoGptUint16};
 }
 

@@ -1,16 +1,25 @@
 #include "lib/data/token_store.h"
 
-#include <fcntl.h>     // ::open
-#include <sys/mman.h>  // ::mmap, ::munmap, ::madvise
+#include <fcntl.h>     // ::open, ::posix_fadvise
+#include <sys/stat.h>  // ::fstat
 #include <unistd.h>    // ::pread, ::lseek, ::close
 
 #include <algorithm>  // std::max_element, std::find_if, std::copy_n, std::min
 #include <cerrno>     // errno
 #include <cstring>    // std::strerror
 
-#include "lib/util/error.h"  // FP8T_CHECK, FP8T_INPUT_CHECK
+#include "lib/util/error.h"  // FP8T_CHECK, FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fp8t::data {
+
+struct TokenStore::OpenFile {
+  int fd = -1;
+  std::string path;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 namespace {
 
 // Calls f(typed pointer) for the stored width.
@@ -31,19 +40,19 @@ int64_t max_of(const void* data, int width, int64_t n) {
   return with_type(data, width, [n](const auto* p) { return static_cast<int64_t>(*std::max_element(p, p + n)); });
 }
 
-// A read-only mapping of a whole file, unmapped with the last TokenStore that uses it.
-struct Mapping {
-  void* base = nullptr;
-  size_t length = 0;
-  ~Mapping() {
-    if (base != nullptr && base != MAP_FAILED) ::munmap(base, length);
+// Reads up to `bytes` bytes at `offset`, retrying partial reads; returns the bytes read (fewer
+// only at the end of the file) or -1 with errno set.
+int64_t pread_fully(int fd, char* dst, uint64_t bytes, uint64_t offset) {
+  uint64_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd, dst + done, bytes - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -1;
+    if (got == 0) break;
+    done += static_cast<uint64_t>(got);
   }
-};
-
-struct Fd {
-  int fd;
-  ~Fd() { ::close(fd); }
-};
+  return static_cast<int64_t>(done);
+}
 
 // Largest token in bytes [offset, offset + bytes) of the file: reads only its data extents
 // (lseek SEEK_DATA/SEEK_HOLE; a hole is zeros, i.e. token 0) through one reused 8 MiB buffer.
@@ -65,8 +74,8 @@ int64_t scan_max(int fd, uint64_t offset, uint64_t bytes, int width, const std::
     if (from >= end) break;
     for (uint64_t at = from; at < to;) {
       const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), to - at));
-      const ssize_t got = ::pread(fd, buf.data(), want, static_cast<off_t>(at));
-      FP8T_INPUT_CHECK(got == static_cast<ssize_t>(want), key, ": cannot read data file '", path, "' at byte ", at,
+      const int64_t got = pread_fully(fd, buf.data(), want, at);
+      FP8T_INPUT_CHECK(got == static_cast<int64_t>(want), key, ": cannot read data file '", path, "' at byte ", at,
                        got < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (file changed?)"));
       best = std::max(best, max_of(buf.data(), width, static_cast<int64_t>(want) / width));
       at += want;
@@ -74,6 +83,19 @@ int64_t scan_max(int fd, uint64_t offset, uint64_t bytes, int width, const std::
     pos = std::max(to, from + width);
   }
   return best;
+}
+
+// The error of a read that came up short: the file changed after the run opened it.
+[[noreturn]] void throw_short_read(int fd, const std::string& path, uint64_t end, int64_t got, uint64_t from) {
+  const int read_errno = errno;
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  FP8T_THROW(ExitCode::kTrainingFailed, "data file '", path, "' changed while the run reads it: a window needs bytes ",
+             from, "..", end, " but ",
+             got < 0 ? std::string("the read failed: ") + std::strerror(read_errno)
+                     : "the file " + (sized ? "is now " + std::to_string(st.st_size) + " bytes" : std::string("ended")),
+             " (truncated or rewritten in place?). Restore the file and continue with --resume; to replace a "
+             "shard during a run, write a new file and rename it over the old one");
 }
 
 }  // namespace
@@ -92,45 +114,63 @@ TokenStore::TokenStore(Storage tokens) {
   max_token_ = max_of(data_, width_, size_);
 }
 
-TokenStore TokenStore::map_file(const std::string& path, uint64_t offset, int64_t count, int width,
-                                std::string_view key) {
-  FP8T_CHECK(width == 2 || width == 4, "map_file: token width must be 2 or 4, got ", width);
+TokenStore TokenStore::open_file(const std::string& path, uint64_t offset, int64_t count, int width,
+                                 std::string_view key) {
+  FP8T_CHECK(width == 2 || width == 4, "open_file: token width must be 2 or 4, got ", width);
   TokenStore store;
   store.width_ = width;
   store.size_ = count;
-  store.mapped_ = true;
-  if (count == 0) return store;
-  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  FP8T_INPUT_CHECK(file.fd >= 0, key, ": cannot open data file '", path, "': ", std::strerror(errno));
-  auto mapping = std::make_shared<Mapping>();
-  mapping->length = static_cast<size_t>(offset + static_cast<uint64_t>(count) * width);
-  mapping->base = ::mmap(nullptr, mapping->length, PROT_READ, MAP_PRIVATE, file.fd, 0);
-  FP8T_INPUT_CHECK(mapping->base != MAP_FAILED, key, ": cannot map data file '", path, "' (",
-                   mapping->length, " bytes): ", std::strerror(errno));
-  ::madvise(mapping->base, mapping->length, MADV_RANDOM);  // batches read scattered windows
-  store.data_ = static_cast<const char*>(mapping->base) + offset;
-  store.owner_ = mapping;
-  store.max_token_ = scan_max(file.fd, offset, static_cast<uint64_t>(count) * width, width, path, key);
+  store.offset_ = offset;
+  auto file = std::make_shared<OpenFile>();
+  file->path = path;
+  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  FP8T_INPUT_CHECK(file->fd >= 0, key, ": cannot open data file '", path, "': ", std::strerror(errno));
+  store.max_token_ = scan_max(file->fd, offset, static_cast<uint64_t>(count) * width, width, path, key);
+  ::posix_fadvise(file->fd, 0, 0, POSIX_FADV_RANDOM);  // batches read scattered windows: no read-ahead
+  store.file_ = std::move(file);
   return store;
+}
+
+const std::string& TokenStore::path() const {
+  static const std::string none;
+  return file_ ? file_->path : none;
 }
 
 int64_t TokenStore::at(int64_t index) const {
   FP8T_CHECK(index >= 0 && index < size_, "token index ", index, " out of range [0, ", size_, ")");
-  return with_type(data_, width_, [index](const auto* p) { return static_cast<int64_t>(p[index]); });
+  int64_t token = 0;
+  copy_to(index, 1, &token);
+  return token;
 }
 
 int64_t TokenStore::find_first_at_least(int64_t limit) const {
-  return with_type(data_, width_, [&](const auto* p) -> int64_t {
-    const auto* it = std::find_if(p, p + size_, [limit](auto t) { return static_cast<int64_t>(t) >= limit; });
-    return it == p + size_ ? -1 : static_cast<int64_t>(it - p);
-  });
+  constexpr int64_t kChunk = int64_t{1} << 20;  // tokens per read: bounded memory for any file
+  std::vector<int64_t> chunk;
+  for (int64_t begin = 0; begin < size_; begin += kChunk) {
+    const int64_t n = std::min(kChunk, size_ - begin);
+    chunk.resize(static_cast<size_t>(n));
+    copy_to(begin, n, chunk.data());
+    const auto it = std::find_if(chunk.begin(), chunk.end(), [limit](int64_t t) { return t >= limit; });
+    if (it != chunk.end()) return begin + (it - chunk.begin());
+  }
+  return -1;
 }
 
 void TokenStore::copy_to(int64_t start, int64_t length, int64_t* out) const {
   FP8T_CHECK(start >= 0 && length >= 0 && start + length <= size_, "token window [", start, ", ",
              start + length, ") out of range [0, ", size_, ")");
-  // One widening copy; the compiler vectorizes it for every element width.
-  with_type(data_, width_, [&](const auto* p) { std::copy_n(p + start, length, out); });
+  if (!file_) {
+    // One widening copy; the compiler vectorizes it for every element width.
+    with_type(data_, width_, [&](const auto* p) { std::copy_n(p + start, length, out); });
+    return;
+  }
+  thread_local std::vector<char> raw;  // one buffer per thread: the batch's rows are read in parallel
+  const uint64_t bytes = static_cast<uint64_t>(length) * width_;
+  const uint64_t from = offset_ + static_cast<uint64_t>(start) * width_;
+  raw.resize(bytes);
+  const int64_t got = pread_fully(file_->fd, raw.data(), bytes, from);
+  if (got != static_cast<int64_t>(bytes)) throw_short_read(file_->fd, file_->path, from + bytes, got, from);
+  with_type(raw.data(), width_, [&](const auto* p) { std::copy_n(p, length, out); });
 }
 
 }  // namespace fp8t::data

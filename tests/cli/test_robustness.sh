@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nothing lost, nothing silent: non-finite steps, checkpoint integrity, run-folder locking,
-# impossible sizes, memory-mapped token files, disk full, resume with changed hyperparameters,
+# impossible sizes, token files read on demand, disk full, resume with changed hyperparameters,
 # signals. Tiny models and few steps: the whole script takes seconds.
 source "$(dirname "$0")/lib.sh"
 
@@ -94,7 +94,7 @@ expect_rc 2 "d_model 1e6" tiny huge2 --set model.d_model=1000000 --set model.n_h
 out_has "model.d_model"
 [ ! -e runs/huge1 ] && [ ! -e runs/huge2 ] || fail "an impossible config wrote a run folder"
 
-# ---- a 10 GB token file is mapped, not read ------------------------------------------------------
+# ---- a 10 GB token file is opened, not read ------------------------------------------------------
 truncate -s 10G big.bin  # sparse: no disk space used; headerless nanoGPT .bin of 5e9 zero tokens
 # measure ARGS...: "seconds max_rss_mb" of one dry run (a fresh python per run: ru_maxrss is a maximum).
 measure() {

@@ -138,7 +138,7 @@ TEST_CASE("configs/char-anna.yaml is the byte-level book model", "[config]") {
   CHECK_THAT(msg, FP8T_CONTAINS("--set data.train_path=PATH"));
   const ExperimentConfig c = load_config("char-anna.yaml", kDummyData).config;
   CHECK(c.data.source == fp8t::DataSource::kText);
-  CHECK(c.data.train_path == "/dummy/train.bin");
+  CHECK(c.data.train_path == std::vector<std::string>{"/dummy/train.bin"});
   CHECK(c.model.vocab_size == 256);
   CHECK(c.model.n_layer == 6);
   CHECK(c.model.n_head == 6);

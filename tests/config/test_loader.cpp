@@ -46,8 +46,9 @@ model:
 data:
   source: tokens
   train_path: data/train.bin
-  val_path: "data/val file.bin"
+  val_path: ["data/val file.bin", data/val_*.bin]
   val_fraction: 0.05
+  order: sequential
 train:
   steps: 1000
   micro_batch_size: 4
@@ -131,9 +132,10 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.model.init_from == "weights/model.safetensors");
 
   CHECK(c.data.source == fp8t::DataSource::kTokens);
-  CHECK(c.data.train_path == "data/train.bin");
-  CHECK(c.data.val_path == "data/val file.bin");
+  CHECK(c.data.train_path == std::vector<std::string>{"data/train.bin"});  // a single path is a list of one
+  CHECK(c.data.val_path == std::vector<std::string>{"data/val file.bin", "data/val_*.bin"});
   CHECK(c.data.val_fraction == 0.05);
+  CHECK(c.data.order == fp8t::DataOrder::kSequential);
 
   CHECK(c.train.steps == 1000);
   CHECK(c.train.micro_batch_size == 4);
@@ -351,8 +353,8 @@ TEST_CASE("to_yaml prints every key and reads back to an equal config", "[config
   LoadedConfig full = from_yaml(kFullFile);
   full.config.run.name = "yes";
   full.config.run.out_dir = "runs dir/with \"quotes\" and: colon #hash";
-  full.config.data.val_path = "null";
-  full.config.data.train_path = "~";
+  full.config.data.val_path = {"null"};
+  full.config.data.train_path = {"~", "a,b.bin"};
   full.config.fp8.skip_layers = {"1.5", "", "a,b"};  // not valid to validate(), fine for printing
   LoadedConfig back;
   fp8t::config::apply_yaml(fp8t::config::to_yaml(full.config), "printed.yaml", back);

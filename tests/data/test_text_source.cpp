@@ -30,7 +30,7 @@ std::string random_text(size_t n, uint32_t seed) {
 fp8t::DataSection text_data(const std::string& path) {
   fp8t::DataSection data;
   data.source = fp8t::DataSource::kText;
-  data.train_path = path;
+  if (!path.empty()) data.train_path = {path};
   return data;
 }
 
@@ -121,7 +121,7 @@ TEST_CASE("text validation comes from data.val_path when it is set", "[data]") {
   write_text(dir.file("train.txt"), train);
   write_text(dir.file("val.txt"), val);
   fp8t::DataSection data = text_data(dir.file("train.txt"));
-  data.val_path = dir.file("val.txt");
+  data.val_path = {dir.file("val.txt")};
   const Dataset dataset = Dataset::open(data, byte_model(8), 1);
   REQUIRE_THAT(dataset.describe(), FP8T_CONTAINS("train 500 tokens, val 50 tokens"));
   REQUIRE(row_bytes(dataset.val_batch(0, 2).inputs, 1) == val.substr(8, 8));
@@ -146,8 +146,8 @@ TEST_CASE("text source rejects bad settings and files with exit code 2", "[data]
   }
   SECTION("missing val file") {
     fp8t::DataSection data = text_data(dir.file("ok.txt"));
-    data.val_path = dir.file("nope_val.txt");
-    require_bad_input([&] { Dataset::open(data, byte_model(8), 1); }, {data.val_path, "data.val_path"});
+    data.val_path = {dir.file("nope_val.txt")};
+    require_bad_input([&] { Dataset::open(data, byte_model(8), 1); }, {data.val_path[0], "data.val_path"});
   }
   SECTION("no train path") {
     require_bad_input([&] { Dataset::open(text_data(""), byte_model(8), 1); }, {"data.train_path"});

@@ -39,7 +39,7 @@ void require_tokens(const fp8t::data::TokenStore& store, const std::vector<uint3
 fp8t::DataSection token_data(const std::string& path) {
   fp8t::DataSection data;
   data.source = fp8t::DataSource::kTokens;
-  data.train_path = path;
+  data.train_path = {path};
   return data;
 }
 
@@ -95,7 +95,7 @@ TEST_CASE("token datasets cut windows from the shard, validation from data.val_p
   write_bytes(dir.file("train.bin"), llmc_shard_bytes<uint16_t>(train, 20240520, 1));
   write_bytes(dir.file("val.bin"), nanogpt_bin_bytes(val));
   fp8t::DataSection data = token_data(dir.file("train.bin"));
-  data.val_path = dir.file("val.bin");
+  data.val_path = {dir.file("val.bin")};
   const int64_t seq_len = 32;
   Dataset dataset = Dataset::open(data, model_of(50304, seq_len), 3);
   REQUIRE(dataset.vocab_size_needed() == 45499 + 1);  // the largest id is in val.bin
@@ -175,7 +175,7 @@ TEST_CASE("corrupt token files throw bad-input errors naming the file", "[data]"
     bad[3] = 64;
     write_bytes(dir.file("val.bin"), nanogpt_bin_bytes(bad));
     fp8t::DataSection data = token_data(dir.file("train.bin"));
-    data.val_path = dir.file("val.bin");
+    data.val_path = {dir.file("val.bin")};
     require_bad_input([&] { Dataset::open(data, model, 1); },
                       {dir.file("val.bin"), "data.val_path", "token 64", "model.vocab_size"});
   }
@@ -192,7 +192,7 @@ TEST_CASE("corrupt token files throw bad-input errors naming the file", "[data]"
   }
 }
 
-TEST_CASE("token files are mapped; the largest token skips the holes of sparse files", "[data]") {
+TEST_CASE("token files are read on demand; the largest token skips the holes of sparse files", "[data]") {
   ScratchDir dir;
   const std::string path = dir.file("sparse.bin");
   // A 64 MiB llm.c v7 shard that is a hole except for its header, one token in the middle and
@@ -208,7 +208,7 @@ TEST_CASE("token files are mapped; the largest token skips the holes of sparse f
   poke(count / 2 + 3, 70000);
   poke(count - 1, 123);
   const auto file = read_token_file(path, "data.train_path");
-  REQUIRE(file.tokens.mapped());
+  REQUIRE(file.tokens.file_backed());
   REQUIRE(file.tokens.size() == count);
   CHECK(file.tokens.max_token() == 70000);
   CHECK(file.tokens.find_first_at_least(1000) == count / 2 + 3);
@@ -242,7 +242,7 @@ TEST_CASE("seeded random mutations of token files are read or refused, never cra
     write_bytes(dir.file("m.bin"), bytes);
     try {
       const auto file = read_token_file(dir.file("m.bin"), "data.train_path");
-      if (file.tokens.size() > 0) (void)file.tokens.at(file.tokens.size() - 1);  // the mapping covers it
+      if (file.tokens.size() > 0) (void)file.tokens.at(file.tokens.size() - 1);  // the file holds it
       ++read;
     } catch (const fp8t::Error& e) {
       REQUIRE(e.code() == fp8t::ExitCode::kBadInput);

@@ -57,7 +57,7 @@ TEST_CASE("trainer: dry run and bad input write nothing", "[train]") {
 
   auto bad = tiny_run(tmp.path().string(), "b");
   bad.config.data.source = DataSource::kText;
-  bad.config.data.train_path = (tmp.path() / "missing.txt").string();
+  bad.config.data.train_path = {(tmp.path() / "missing.txt").string()};
   bad.config.model.vocab_size = 256;
   try {
     train::run_training(bad, {});
