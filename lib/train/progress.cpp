@@ -93,6 +93,12 @@ nlohmann::json Progress::summary(const Run& run) const {
       {"parameters", run.session->model().parameter_count()},
       {"skipped_steps", skipped_steps},
   };
+  out["tokens_seen"] = run.data.tokens_seen();
+  if (auto epoch = run.data.epoch()) {
+    out["epoch"] = *epoch;
+    out["train_tokens"] = run.data.train_tokens();
+    out["tokens_per_epoch"] = run.data.tokens_per_epoch();
+  }
   if (auto floor = run.data.entropy_floor_nats()) out["entropy_floor"] = *floor;
   if (run.scaling() && run.cfg.fp8.stats) out["fp8_worst"] = worst_offenders(worst_fp8);
   if (run.scaling() && run.comm) out["fp8_max_scale_spread_across_ranks"] = max_scale_spread;

@@ -52,6 +52,11 @@ void log_plan(const Run& run) {
                : cfg.precision == Precision::kBf16 && run.device.is_cpu() ? " (CPU autocast to bf16)"
                : cfg.precision == Precision::kFp16 && run.device.is_cpu() ? " (CPU autocast to fp16)" : "");
   spdlog::info("data: {}", run.data.describe());
+  if (run.data.epoch() && run.data.tokens_per_epoch() > 0) {
+    spdlog::info("data: {} training tokens, {} per epoch; {} steps x {} tokens = {:.3g} epochs", run.data.train_tokens(),
+                 run.data.tokens_per_epoch(), t.steps, run.tokens_per_step,
+                 static_cast<double>(t.steps * run.tokens_per_step) / static_cast<double>(run.data.tokens_per_epoch()));
+  }
   if (auto floor = run.data.entropy_floor_nats()) {
     spdlog::info("data: entropy floor {:.4f} nats/token (the best achievable loss); ln(vocab) = {:.4f}", *floor,
                  std::log(static_cast<double>(cfg.model.vocab_size)));
@@ -99,6 +104,11 @@ nlohmann::json dry_run_plan(const Run& run) {
   nlohmann::json plan = {{"status", "dry-run"}, {"parameters", run.session->model().parameter_count()},
                          {"device", run.device.str()}, {"precision", config::to_string(run.cfg.precision)}};
   if (!run.session->rewrite_report().empty()) plan["fp8_rewrite"] = run.session->rewrite_report();
+  if (run.data.epoch()) {
+    plan["data"] = {{"train_files", run.data.train_files()}, {"train_tokens", run.data.train_tokens()},
+                    {"tokens_per_epoch", run.data.tokens_per_epoch()},
+                    {"order", config::to_string(run.cfg.data.order)}};
+  }
   if (const fp8::Scaling* scaling = run.scaling()) {
     plan["fp8_recipe"] = {{"recipe", fp8::to_string(scaling->kind())},
                           {"keys_in_effect", fp8::recipe_fields_in_effect(scaling->kind())},

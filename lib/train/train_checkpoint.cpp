@@ -44,6 +44,7 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   ck.meta = progress.checkpoint_meta();
   ck.meta["step"] = step;
   ck.meta["data_position"] = run.data.train_position();
+  ck.meta["data_windows"] = run.data.windows_drawn();
   ck.meta["precision"] = config::to_string(run.cfg.precision);
   if (const auto* scaling = session.scaling()) ck.meta["fp8_recipe"] = fp8::to_string(scaling->kind());
   ck.meta["world_size"] = run.world_size;
@@ -95,7 +96,10 @@ void restore_checkpoint(Run& run, const Checkpoint& ck) {
   FP8T_INPUT_CHECK(rng != ck.tensors.end(), "checkpoint has no RNG state");
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(rng->second);
-  run.data.set_train_position(ck.meta.at("data_position").get<int64_t>());
+  const int64_t position = ck.meta.at("data_position").get<int64_t>();
+  run.data.set_train_position(position);
+  // Checkpoints before data_windows drew micro_batch_size rows per rank and call.
+  run.data.set_windows_drawn(ck.meta.value("data_windows", position * run.cfg.train.micro_batch_size * run.world_size));
 }
 
 }  // namespace

@@ -137,7 +137,8 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   window_tokens_ = 0;
   nlohmann::json row = {{"step", step + 1}, {"loss", out.loss}, {"lr", result.lr}, {"grad_norm", gnorm},
                         {"tokens_per_s", tok_s}, {"elapsed_s", progress_.elapsed_s()},
-                        {"skipped_steps", skipped_now}};
+                        {"skipped_steps", skipped_now}, {"tokens_seen", run_.data.tokens_seen()}};
+  if (const auto epoch = run_.data.epoch()) row["epoch"] = *epoch;
   if (skipped_now > 0) {
     spdlog::warn("step {}: {} step(s) with a non-finite loss or gradient norm skipped since the last log line "
                  "({} in a row from step {}, {} in total; the run stops as diverged after {} in a row)",
