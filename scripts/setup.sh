@@ -82,6 +82,13 @@ if [ "$PY" = "$ROOT/.venv/bin/python3" ] && ! "$PY" -c 'import safetensors, tran
   "$PY" -m pip install -q safetensors transformers || log "could not install safetensors/transformers; tests/cli/test_export.sh will try again"
 fi
 
+# scripts/prepare_data.py (raw text -> token shards) tokenizes with Hugging Face `tokenizers`,
+# reads .parquet with `pyarrow` and shows progress with `tqdm`; only the project's own .venv gets them.
+if [ "$PY" = "$ROOT/.venv/bin/python3" ] && ! "$PY" -c 'import tokenizers, pyarrow, tqdm' 2>/dev/null; then
+  log "installing the tokenizers, pyarrow and tqdm packages into .venv (for scripts/prepare_data.py)"
+  "$PY" -m pip install -q tokenizers pyarrow tqdm || log "could not install tokenizers/pyarrow/tqdm; scripts/prepare_data.py needs them"
+fi
+
 # ---- configure + build ------------------------------------------------------------------
 GEN=""; command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
