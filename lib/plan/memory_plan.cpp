@@ -282,7 +282,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   s += row("category", "bytes/param", "GiB");
   s += per_param_rows(cfg, e);
   s += byte_rows(cfg, e);
-  s += row("total", fmt::format("{:.3g}", e.state_bytes_per_param()), gib(e.total_bytes()));
+  s += row("total (bytes/param: of the rows that have one)", fmt::format("{:.3g}", e.state_bytes_per_param()),
+           gib(e.total_bytes()));
   if (plan.target.device_bytes <= 0) return s;
   s += verdict(plan);
   if (!plan.fits) s += lever_table(plan);
