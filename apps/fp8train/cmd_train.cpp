@@ -39,7 +39,7 @@ void add_plan_flags(CLI::App& app, TrainArgs& args) {
   app.add_option("--plan-world-size", args.plan_world_size,
                  "with --dry-run: plan memory per rank for N data-parallel ranks (default: torchrun's WORLD_SIZE, "
                  "else 1); the model is not built")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));  // lib/plan/memory_plan.cpp plans at most 2^20 ranks
   app.add_option("--plan-device-memory", args.plan_device_gib,
                  "with --dry-run: plan for devices of this many GiB each (default: this machine's device)")
       ->check(CLI::Validator(

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>  // fmt::format
 
-#include <algorithm>  // std::max
-#include <cmath>      // std::abs, std::isfinite
+#include <cmath>       // std::abs, std::isfinite
+#include <cstdint>     // int64_t
 #include <functional>  // std::function
 
 #include "lib/config/fields.h"  // config::to_string
@@ -13,8 +13,9 @@ namespace fp8t::train {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-// The most ranks the "more ranks" lever tries: the world doubled this many times.
-constexpr int kMaxRankDoublings = 12;
+// The most ranks a plan is for (more is not a cluster), and the most the "more ranks" lever tries.
+constexpr int64_t kMaxPlannedRanks = int64_t{1} << 20;
+constexpr int64_t kMaxLeverRanks = int64_t{1} << 24;
 
 // Speed costs, from the README's measurements (the 1.3B config on H200s) where there are some.
 constexpr const char* kZero1Cost = "a reduce-scatter + an all-gather instead of the all-reduce (0.974x DDP's tokens/s, 1.3B on 2 H200s)";
@@ -59,7 +60,7 @@ ExperimentConfig with(const ExperimentConfig& cfg, const std::function<void(Expe
   return c;
 }
 
-// dist.zero 1 and 3 (on 2 ranks when planning one), and ZeRO-3's own keys.
+// dist.zero 1 and 3 (on 2 ranks when planning one), ZeRO-1 without accumulation, ZeRO-3's own keys.
 void sharding_candidates(const ExperimentConfig& cfg, const PlanTarget& t, std::vector<Candidate>& out) {
   const int world = t.world_size > 1 ? t.world_size : 2;
   const std::string on = t.world_size > 1 ? "" : " on 2 ranks";
@@ -108,12 +109,13 @@ Candidate micro_batch_candidate(const ExperimentConfig& cfg, const PlanTarget& t
 
 // The fewest ranks (the world doubled) on which the config fits; twice the world when none does.
 Candidate ranks_candidate(const ExperimentConfig& cfg, const PlanTarget& t) {
-  int world = t.world_size * 2;
-  for (int i = 1; i <= kMaxRankDoublings && t.device_bytes > 0; ++i, world *= 2) {
-    if (fits(total_on(cfg, world), t)) break;
+  int64_t world = 2 * static_cast<int64_t>(t.world_size);
+  while (t.device_bytes > 0 && world * 2 <= kMaxLeverRanks && !fits(total_on(cfg, static_cast<int>(world)), t)) {
+    world *= 2;
   }
-  if (!fits(total_on(cfg, world), t)) world = t.world_size * 2;
-  return {fmt::format("{} ranks", world), fmt::format("{} GPUs instead of {}", world, t.world_size), cfg, world};
+  if (!fits(total_on(cfg, static_cast<int>(world)), t)) world = 2 * static_cast<int64_t>(t.world_size);
+  return {fmt::format("{} ranks", world), fmt::format("{} GPUs instead of {}", world, t.world_size), cfg,
+          static_cast<int>(world)};
 }
 
 std::vector<Candidate> candidates(const ExperimentConfig& cfg, const PlanTarget& t) {
@@ -158,7 +160,8 @@ Lever together(const ExperimentConfig& cfg, const PlanTarget& t, double base_byt
 }
 
 void check_target(const ExperimentConfig& cfg, const PlanTarget& t) {
-  FP8T_INPUT_CHECK(t.world_size >= 1, "the ranks planned for must be at least 1, got ", t.world_size);
+  FP8T_INPUT_CHECK(t.world_size >= 1 && t.world_size <= kMaxPlannedRanks, "the ranks planned for must be from 1 to ",
+                   kMaxPlannedRanks, ", got ", t.world_size);
   FP8T_INPUT_CHECK(std::isfinite(t.device_bytes) && t.device_bytes >= 0, "the device memory planned for must be a "
                    "positive number of bytes, got ", t.device_bytes);
   const int64_t group = cfg.dist.shard_group_size;

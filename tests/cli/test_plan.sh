@@ -79,7 +79,8 @@ bad() {
     || { cat "logs/$name.err"; fail "$name: exit ${RC[$name]}, expected 2 and '$want'"; }
 }
 bad no-dry-run "add --dry-run" --plan-world-size 16
-bad zero-ranks "plan-world-size" --dry-run --plan-world-size 0
+bad zero-ranks "plan-world-size: Value 0 not in range 1 to 1048576" --dry-run --plan-world-size 0
+bad million-ranks "plan-world-size: Value 2000000 not in range 1 to 1048576" --dry-run --plan-world-size 2000000
 bad nan-memory "expected a positive number of GiB" --dry-run --plan-device-memory nan
 bad negative-memory "expected a positive number of GiB" --dry-run --plan-device-memory=-80
 bad zero-2 "plan-zero" --dry-run --plan-zero 2
