@@ -32,6 +32,8 @@ TEST_CASE("memory plan: the verdict compares the estimate with the device's memo
   CHECK_THAT(text, FP8T_CONTAINS("memory per rank on 4 x test device: dist.zero 0 (DDP"));
   CHECK_THAT(text, FP8T_CONTAINS("verdict: fits"));
   CHECK(text.find("levers") == std::string::npos);  // levers only when it does not fit
+  CHECK_THAT(text, FP8T_CONTAINS("tight"));  // above 0.8 of the device: the measured gaps reach 26%
+  CHECK(format_memory_plan(plan_memory(c, PlanTarget{4, 2 * need, "d"})).find("tight") == std::string::npos);
   const MemoryPlan short_by_one = plan_memory(c, PlanTarget{4, need - 1, "test device"});
   CHECK_FALSE(short_by_one.fits);
   CHECK_THAT(format_memory_plan(short_by_one), FP8T_CONTAINS("verdict: does not fit"));
