@@ -190,7 +190,14 @@ def to_float8(model, recipe):
 
 
 def wait_for(path):
-    while path and not os.path.exists(path):
+    """Announces readiness (PATH.ready) and waits for PATH; the cached free GPU memory is returned first,
+    so that a waiting run holds only what it keeps (weights, optimizer state, CUDA-graph pools)."""
+    if not path:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    open(path + ".ready", "w").close()
+    while not os.path.exists(path):
         time.sleep(0.2)
 
 
