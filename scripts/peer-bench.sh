@@ -16,7 +16,8 @@
 # warm-ups' memory peaks do not add up. --phase finish waits for them (at most until --deadline,
 # seconds since the epoch: a peer not waiting by then is stopped and reported as not run), times
 # them one at a time in the listed order, then runs the other --peers one after another, then
-# fp8train. --peer-args: more reference_bench.py arguments for every peer. Outputs go to --out (peer-*.json/.log, bench-MODEL.json/.log, peers-MODEL.md).
+# fp8train. --peer-args: more reference_bench.py arguments for every peer. Outputs go to --out
+# (peer-*.json/.log, bench-MODEL.json/.log, peers-MODEL.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 APP=""
@@ -48,7 +49,7 @@ while [ $# -gt 0 ]; do
     --early) EARLY="$2"; shift 2 ;;
     --deadline) DEADLINE="$2"; shift 2 ;;
     --peer-args) PEER_ARGS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | grep '^#'; exit 0 ;;
     *) echo "peer-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
