@@ -37,6 +37,22 @@ std::string moments_name(at::ScalarType t) {
   return c10::toString(t);
 }
 
+// Copies the elements of `src` (a parameter's range: ranges[name], or all of it when absent)
+// that fall in `mine` into `dst` (mine's elements, flat); returns how many. `what` names the
+// tensor in errors.
+int64_t copy_overlap(const at::Tensor& dst, ParamRange mine, const at::Tensor& src,
+                     const std::map<std::string, ParamRange>& ranges, const std::string& name, const std::string& what) {
+  const auto it = ranges.find(name);
+  const ParamRange theirs = it != ranges.end() ? it->second : ParamRange{0, src.numel()};
+  FP8T_INPUT_CHECK(src.numel() == theirs.length, what, " has ", src.numel(), " elements but its range says ",
+                   theirs.length);
+  const int64_t lo = std::max(mine.begin, theirs.begin);
+  const int64_t hi = std::min(mine.begin + mine.length, theirs.begin + theirs.length);
+  if (hi <= lo) return 0;
+  dst.narrow(0, lo - mine.begin, hi - lo).copy_(src.reshape(-1).narrow(0, lo - theirs.begin, hi - lo));
+  return hi - lo;
+}
+
 }  // namespace
 
 std::string shard_file_name(int rank, int world, int64_t step) {
@@ -96,17 +112,7 @@ void OptimizerStateLoader::add(const std::map<std::string, at::Tensor>& tensors,
     if ((suffix == ".exp_avg" || suffix == ".exp_avg_sq") && src.scalar_type() != target->second.scalar_type()) {
       converted_moments_ = moments_name(src.scalar_type());
     }
-    const ParamRange mine = mine_.at(name);
-    const auto it = ranges.find(name);
-    const ParamRange theirs = it != ranges.end() ? it->second : ParamRange{0, src.numel()};
-    FP8T_INPUT_CHECK(src.numel() == theirs.length, what, ": '", key, "' has ", src.numel(),
-                     " elements but its range says ", theirs.length);
-    const int64_t lo = std::max(mine.begin, theirs.begin);
-    const int64_t hi = std::min(mine.begin + mine.length, theirs.begin + theirs.length);
-    if (hi <= lo) continue;
-    target->second.view(-1).narrow(0, lo - mine.begin, hi - lo)
-        .copy_(src.reshape(-1).narrow(0, lo - theirs.begin, hi - lo));
-    covered_[key] += hi - lo;
+    covered_[key] += copy_overlap(target->second.view(-1), mine_.at(name), src, ranges, name, what + ": '" + key + "'");
   }
 }
 
@@ -142,16 +148,7 @@ void ModelStateLoader::add(const std::map<std::string, at::Tensor>& tensors,
                      "(it was written for a different model config)");
     const auto it = targets_.find(name);
     if (it == targets_.end()) continue;  // a parameter this rank holds no part of
-    const ParamRange mine = it->second.range;
-    const auto r = ranges.find(name);
-    const ParamRange theirs = r != ranges.end() ? r->second : ParamRange{0, src.numel()};
-    FP8T_INPUT_CHECK(src.numel() == theirs.length, what, ": 'model.", name, "' has ", src.numel(),
-                     " elements but its range says ", theirs.length);
-    const int64_t lo = std::max(mine.begin, theirs.begin);
-    const int64_t hi = std::min(mine.begin + mine.length, theirs.begin + theirs.length);
-    if (hi <= lo) continue;
-    it->second.flat.narrow(0, lo - mine.begin, hi - lo).copy_(src.reshape(-1).narrow(0, lo - theirs.begin, hi - lo));
-    covered_[name] += hi - lo;
+    covered_[name] += copy_overlap(it->second.flat, it->second.range, src, ranges, name, what + ": '" + key + "'");
   }
 }
 

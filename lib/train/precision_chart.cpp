@@ -161,9 +161,11 @@ ChartRow weights_row(const Session& s, const std::vector<OwnedParam>& params) {
     const bool is_weight = p.name.size() >= 6 && p.name.compare(p.name.size() - 6, 6, "weight") == 0;
     std::string detail = "biases and norm gains";
     if (const auto* f = dynamic_cast<const fp8::Fp8Linear*>(p.owner); f && is_weight) {
-      detail = "FP8 Linear weights; the GEMMs read " +
-               std::string(fp8::format_name(f->scaling().slot_format(f->slot_weight()))) +
-               " copies, cast once per optimizer step";
+      const std::string codes = fp8::format_name(f->scaling().slot_format(f->slot_weight()));
+      detail = f->gathered_weight() != nullptr
+                   ? "FP8 Linear weights; ZeRO-3: the GEMMs read " + codes + " codes cast once per optimizer step "
+                     "on the rank that holds each part, then gathered"
+                   : "FP8 Linear weights; the GEMMs read " + codes + " copies, cast once per optimizer step";
     } else if (dynamic_cast<const model::Linear*>(p.owner) != nullptr && is_weight) {
       detail = "Linear weights; " + cast;
     } else if (dynamic_cast<const torch::nn::EmbeddingImpl*>(p.owner) != nullptr) {

@@ -7,7 +7,8 @@
 #   (c) resharding 4 -> 2 -> 1 ranks continues with the unbroken 4-rank run's losses (1e-6);
 #   (d) ZeRO-3 -> ZeRO-1 -> DDP on 2 ranks continues with the unbroken ZeRO-3 run's losses (1e-6);
 #   (e) `fp8train export` of a ZeRO-3 checkpoint (its weights are only in the shard files) gives
-#       the weights of the DDP run at the same step (float32 rounding: 1e-5 relative);
+#       the weights of the DDP run at the same step within 1e-5 (the gradients summed in another
+#       order; AdamW's m / sqrt(v) turns a last-bit difference of a tiny gradient into up to lr);
 #   (f) `fp8train bench` under a 2-rank launch with --zero 3.
 source "$(dirname "$0")/lib.sh"
 
@@ -67,13 +68,13 @@ def read(path):
     return out
 z, d = read(sys.argv[1]), read(sys.argv[2])
 assert sorted(z) == sorted(d) and z, (sorted(z), sorted(d))
-worst = max(abs(p - q) / max(abs(q), 1e-3) for k in d for p, q in zip(z[k], d[k]))
-print(f"{len(z)} tensors, largest relative difference {worst:.2e}")
+worst = max(abs(p - q) for k in d for p, q in zip(z[k], d[k]))
+print(f"{len(z)} tensors, largest difference {worst:.2e}")
 assert worst <= 1e-5, worst
 PY
 
 # (f) bench under a 2-rank launch.
 launch_by_hand 2 bench --config "$CONFIG" --precisions fp32 --bench-steps 2 --bench-warmup 1 --set model.n_layer=1 \
   --zero 3 --json bench.json || { cat rank*.log; fail "bench with --zero 3 failed"; }
-json_get bench.json 'd["results"][0]["world_size"]' | grep -qx 2 || { cat bench.json; fail "bench.json"; }
+[ "$(json_get bench.json '(d["world_size"], d["zero"], len(d["results"]))')" = "(2, 3, 1)" ] || { cat bench.json; fail "bench.json"; }
 echo "ok"
