@@ -19,6 +19,7 @@
 #include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
 #include "lib/model/gpt.h"            // model::Gpt::unique_named_parameters
 #include "lib/step/session.h"         // train::Session
+#include "lib/step/step_health.h"     // train::StepHealth
 #include "tests/catch.h"
 
 namespace fp8t::test {
@@ -52,6 +53,7 @@ struct RunTrace {
   at::Tensor weights;              // all parameters, flattened in parameter order, after the last step
   int segments = 0;                // ZeRO-1: parameters with a range on this rank
   int split_parts = 0;             // ZeRO-3: parts of this rank that start inside their parameter
+  int64_t skipped = 0;             // non-finite steps skipped
 };
 
 // Every parameter's values after training, in the order of Session::parameters(), on the CPU
@@ -100,6 +102,7 @@ inline RunTrace train_ranks_run(int rank, dist::Communicator& comm, const Experi
     if (session.scaling()) t.scales.push_back(session.scaling()->scale().cpu().clone());
   }
   t.weights = final_weights(session);
+  t.skipped = session.health().read().skipped;
   return t;
 }
 
