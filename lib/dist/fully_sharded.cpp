@@ -196,7 +196,11 @@ void FullyShardedModel::free_unit(int u) {
 void FullyShardedModel::before_forward(int region) {
   std::lock_guard<std::mutex> lock(mutex_);
   const bool record = at::GradMode::is_enabled();
-  if (region == model::Gpt::kEmbeddingUnit && record) flush_reductions();  // a new micro-batch
+  if (region == model::Gpt::kEmbeddingUnit) {
+    if (record) flush_reductions();  // a new micro-batch
+    // What an earlier forward without backward left gathered (a forward ends with the head).
+    for (int u = 0; u < num_units(); ++u) free_unit(u);
+  }
   ensure(region, record);
   for (int64_t i = 1; i <= options_.prefetch && region + i < num_units(); ++i) {
     for (int u : region_units(static_cast<int>(region + i))) issue(u, record);
