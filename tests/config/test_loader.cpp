@@ -81,7 +81,7 @@ dist:
   reshard_after_forward: false
   reduce_dtype: bf16
   prefetch: 2
-  shard_group_size: -1
+  shard_group_size: 4
 precision: fp8
 fp8:
   recipe: delayed
@@ -169,7 +169,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK_FALSE(c.dist.reshard_after_forward);
   CHECK(c.dist.reduce_dtype == fp8t::ReduceDtype::kBf16);
   CHECK(c.dist.prefetch == 2);
-  CHECK(c.dist.shard_group_size == -1);
+  CHECK(c.dist.shard_group_size == 4);
 
   CHECK(c.precision == fp8t::Precision::kFp8);
 
