@@ -14,6 +14,7 @@
 #include "lib/model/safetensors.h"   // write_safetensors
 #include "lib/run/checkpoint.h"      // load_checkpoint
 #include "lib/run/run_dir.h"         // train::write_text_atomic
+#include "lib/train/train_checkpoint.h"  // train::checkpoint_model_tensors
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
 namespace fs = std::filesystem;
@@ -30,15 +31,6 @@ struct ExportArgs {
   std::string dtype = "fp32";
   std::string dump_logits;
 };
-
-// The checkpoint's model parameters ("model.<name>"), by fp8train name.
-model::NamedTensors model_tensors(const train::Checkpoint& ck) {
-  model::NamedTensors params;
-  for (const auto& [k, v] : ck.tensors) {
-    if (k.rfind("model.", 0) == 0) params.emplace_back(k.substr(6), v);
-  }
-  return params;
-}
 
 // --dump-logits: fp8train's FP32 logits for fixed tokens (t * 7 + 3) % vocab, t < seq_len, with
 // the tokens, as a safetensors file, so tests can compare another framework's logits.
@@ -75,7 +67,8 @@ void run_export(const ExportArgs& a) {
                    " does not exist");
 
   const train::Checkpoint ck = train::load_checkpoint(dir.checkpoint_path());
-  const model::NamedTensors params = model_tensors(ck);
+  // By fp8train name; a ZeRO-3 run's from its shard files.
+  const model::NamedTensors params = train::checkpoint_model_tensors(ck, dir.checkpoint_path().parent_path());
   FP8T_INPUT_CHECK(!params.empty(), "the checkpoint ", dir.checkpoint_path().string(), " holds no model parameters");
   model::NamedTensors tensors = a.names == "hf" ? model::to_hf_names(cfg.model, params) : params;
   if (a.dtype == "bf16") {

@@ -236,8 +236,9 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.dist.prefetch; }, at_least(0)));
   t.push_back(int_field("dist.shard_group_size",
                         "dist.zero 3: shard the state within groups of this many consecutive ranks and replicate "
-                        "it across the groups (hybrid sharding, e.g. one group per node); 0 = all ranks",
-                        [](auto& c) -> auto& { return c.dist.shard_group_size; }, at_least(0)));
+                        "it across the groups (hybrid sharding); 0 = all ranks, -1 = one group per node "
+                        "(torchrun's LOCAL_WORLD_SIZE); it must divide the number of ranks",
+                        [](auto& c) -> auto& { return c.dist.shard_group_size; }, at_least(-1)));
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
   // fp8

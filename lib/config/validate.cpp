@@ -172,13 +172,16 @@ void check_train_rules(const ExperimentConfig& c, const ConfigSources& s) {
 }
 
 // 3c. Rules of the data-parallel keys.
-void check_dist_rules(const DistSection& d, const ConfigSources& s) {
+void check_dist_rules(const ExperimentConfig& c, const ConfigSources& s) {
+  const DistSection& d = c.dist;
   if (d.zero == 2) {
     fail(named(s, "dist.zero") + ": 2 is not offered; expected 0 (DDP), 1 (ZeRO-1: optimizer state sharded) or "
          "3 (ZeRO-3: weights, gradients and optimizer state sharded)");
   }
-  if (d.zero == 3) {
-    fail(named(s, "dist.zero") + ": 3 (ZeRO-3) is not available in this build yet; expected 0 or 1");
+  if (d.zero == 3 && c.precision == Precision::kFp8 && c.fp8.kind == fp8::RecipeKind::kDelayed && !c.fp8.reduce_amax) {
+    // Under ZeRO-3 each rank casts its own rows of a weight: they must share one scale.
+    fail(named(s, "fp8.reduce_amax") + " = false with " + named(s, "dist.zero") + " = 3: each rank casts its part of "
+         "every weight with the delayed scale, which must then be the same on every rank; expected true");
   }
 }
 
@@ -209,7 +212,7 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
   check_recipe_fields(c, s);
   check_model_rules(c.model, s);
   check_train_rules(c, s);
-  check_dist_rules(c.dist, s);
+  check_dist_rules(c, s);
   check_data_rules(c, s);
 }
 

@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>     // c10d::TCPStore
 #include <torch/csrc/distributed/c10d/Work.hpp>         // c10d::Work
 
+#include <algorithm>  // std::find
 #include <cstdlib>    // std::getenv
 #include <exception>  // std::exception
 #include <functional>  // std::function
@@ -22,9 +23,10 @@
 namespace fp8t::dist {
 
 struct Communicator::Impl {
-  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Store> store;  // the job's store (subgroups take their own prefix of it)
   c10::intrusive_ptr<c10d::Backend> backend;
   c10::Device device{c10::kCPU};
+  int local_rank = 0;
 };
 
 struct Pending::Impl {
@@ -38,6 +40,27 @@ namespace {
 [[noreturn]] void collective_failed(const std::string& what, const std::exception& e) {
   FP8T_THROW(ExitCode::kTrainingFailed, "data-parallel ", what, " failed (another rank died, stopped or timed out): ",
              e.what());
+}
+
+// The process group of `size` ranks over `store`: NCCL on a CUDA device, Gloo on the CPU.
+c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                               const c10::Device& device, int local_rank,
+                                               std::chrono::milliseconds timeout) {
+  if (device.is_cuda()) {
+#if defined(FP8T_WITH_CUDA)
+    return detail::make_nccl_backend(store, rank, size, local_rank, timeout);
+#endif
+  } else {
+#if defined(FP8T_HAVE_GLOO)
+    auto gloo_opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    gloo_opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                                   : c10d::ProcessGroupGloo::createDefaultDevice());
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_opts);
+#endif
+  }
+  (void)store, (void)rank, (void)size, (void)local_rank, (void)timeout;
+  FP8T_THROW(ExitCode::kBadInput, "no process group backend for ", device.str(), " in this build");
 }
 
 c10d::ReduceOp to_c10d(ReduceOp op) {
@@ -103,23 +126,9 @@ std::shared_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
       comm->impl_->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, opts);
     }
     auto store = c10::make_intrusive<c10d::PrefixStore>("fp8train", comm->impl_->store);
-    if (device.is_cuda()) {
-#if defined(FP8T_WITH_CUDA)
-      comm->impl_->backend = detail::make_nccl_backend(store, launch.rank, launch.world_size, launch.local_rank,
-                                                       timeout_ms);
-      comm->backend_name_ = "nccl";
-#endif
-    } else {
-#if defined(FP8T_HAVE_GLOO)
-      auto gloo_opts = c10d::ProcessGroupGloo::Options::create(timeout_ms);
-      const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-      gloo_opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
-                                                     : c10d::ProcessGroupGloo::createDefaultDevice());
-      comm->impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, launch.rank, launch.world_size,
-                                                                         gloo_opts);
-      comm->backend_name_ = "gloo";
-#endif
-    }
+    comm->impl_->local_rank = launch.local_rank;
+    comm->impl_->backend = make_backend(store, launch.rank, launch.world_size, device, launch.local_rank, timeout_ms);
+    comm->backend_name_ = device.is_cuda() ? "nccl" : "gloo";
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -128,6 +137,31 @@ std::shared_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   }
   spdlog::debug("joined the process group: {} over {}", launch.describe(), comm->backend_name_);
   return comm;
+}
+
+std::shared_ptr<Communicator> Communicator::subgroup(const std::string& tag, const std::vector<int>& members) const {
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  FP8T_CHECK(me != members.end(), "Communicator::subgroup: rank ", rank_, " is not a member of '", tag, "'");
+  std::shared_ptr<Communicator> group(new Communicator());
+  group->impl_ = std::make_unique<Impl>();
+  group->impl_->device = impl_->device;
+  group->impl_->local_rank = impl_->local_rank;
+  group->impl_->store = impl_->store;
+  group->rank_ = static_cast<int>(me - members.begin());
+  group->world_size_ = static_cast<int>(members.size());
+  group->backend_name_ = backend_name_;
+  group->timeout_ = timeout_;
+  try {
+    auto store = c10::make_intrusive<c10d::PrefixStore>("fp8train/" + tag, impl_->store);
+    group->impl_->backend = make_backend(store, group->rank_, group->world_size_, impl_->device, impl_->local_rank,
+                                         std::chrono::milliseconds(timeout_));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    FP8T_THROW(ExitCode::kTrainingFailed, "could not form the data-parallel group '", tag, "' (timeout ",
+               timeout_.count(), " s): ", e.what());
+  }
+  return group;
 }
 
 Pending Communicator::all_reduce_async(std::vector<at::Tensor> tensors, ReduceOp op) {

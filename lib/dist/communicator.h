@@ -50,6 +50,12 @@ class Communicator {
   int world_size() const { return world_size_; }
   const std::string& backend_name() const { return backend_name_; }
 
+  // A group of some of this job's ranks: `members` (ranks of this communicator, in the order
+  // that becomes the group's ranks) must contain this rank, and every member must call this with
+  // the same `tag` (unique per group: it names the group in the store) and members, in the same
+  // order relative to its other subgroup() calls. Hybrid sharding's groups (lib/dist/fully_sharded.h).
+  std::shared_ptr<Communicator> subgroup(const std::string& tag, const std::vector<int>& members) const;
+
   // In place over all ranks; `tensors` must be dense and contiguous on the communicator's device.
   Pending all_reduce_async(std::vector<at::Tensor> tensors, ReduceOp op);
   void all_reduce(const at::Tensor& tensor, ReduceOp op);

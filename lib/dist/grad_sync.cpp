@@ -1,46 +1,20 @@
 #include "lib/dist/grad_sync.h"
 
-#include <torch/csrc/autograd/function_hook.h>           // FunctionPreHook
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>  // LambdaPostHook
-#include <torch/csrc/autograd/variable.h>                // impl::grad_accumulator
-
-#include <algorithm>  // std::max, std::min, std::find_if, std::any_of, std::fill
+#include <algorithm>  // std::max, std::min, std::any_of, std::fill
 #include <deque>      // std::deque
 #include <functional>  // std::function
-#include <utility>  // std::pair, std::declval
+#include <utility>    // std::pair
 
 #include <ATen/ATen.h>  // at::zeros, at::empty, at::NoGradGuard
 
-#include "lib/util/error.h"  // FP8T_CHECK
+#include "lib/dist/accumulator_hooks.h"  // AccumulatorHooks
+#include "lib/util/error.h"              // FP8T_CHECK
 
 namespace fp8t::dist {
 
-namespace {
-
-// Runs `fn` before the node does (ZeRO-1: before a gradient accumulator adds into .grad).
-struct LambdaPreHook : torch::autograd::FunctionPreHook {
-  explicit LambdaPreHook(std::function<void()> f) : fn(std::move(f)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
-    fn();
-    return grads;
-  }
-  std::function<void()> fn;
-};
-
-}  // namespace
-
-struct GradientSync::Hooks {
-  // The accumulator handle type changed between LibTorch releases (shared_ptr in 2.11,
-  // intrusive_ptr later); take whatever grad_accumulator() returns.
-  using NodePtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
-  std::vector<std::pair<NodePtr, uintptr_t>> installed;
-  // Node has no del_pre_hook: the destructor finds ours by address in pre_hooks().
-  std::vector<std::pair<NodePtr, const torch::autograd::FunctionPreHook*>> pre_installed;
-};
-
 GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::Tensor> params, int64_t bucket_bytes,
                            bool shard)
-    : comm_(std::move(comm)), params_(std::move(params)), shard_(shard), hooks_(std::make_unique<Hooks>()) {
+    : comm_(std::move(comm)), params_(std::move(params)), shard_(shard), hooks_(std::make_unique<AccumulatorHooks>()) {
   FP8T_CHECK(!params_.empty(), "GradientSync needs parameters");
   FP8T_CHECK(bucket_bytes > 0, "bucket size must be positive, got ", bucket_bytes);
   bucket_of_.assign(params_.size(), -1);
@@ -94,30 +68,13 @@ GradientSync::GradientSync(std::shared_ptr<Communicator> comm, std::vector<at::T
 
 void GradientSync::install_hooks() {
   for (size_t k = 0; k < params_.size(); ++k) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
-    FP8T_CHECK(acc, "GradientSync: parameter ", k, " has no gradient accumulator");
-    if (shard_) {
-      auto pre = std::make_unique<LambdaPreHook>([this, k] { on_gradient_arriving(k); });
-      hooks_->pre_installed.emplace_back(acc, pre.get());
-      acc->add_pre_hook(std::move(pre));
-    }
-    const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          on_gradient_ready(k);
-          return outputs;
-        }));
-    hooks_->installed.emplace_back(std::move(acc), key);
+    std::function<void()> before;
+    if (shard_) before = [this, k] { on_gradient_arriving(k); };
+    hooks_->add(params_[k], std::move(before), [this, k] { on_gradient_ready(k); });
   }
 }
 
-GradientSync::~GradientSync() {
-  for (auto& [acc, key] : hooks_->installed) acc->del_post_hook(key);
-  for (auto& [acc, hook] : hooks_->pre_installed) {
-    auto& pre = acc->pre_hooks();
-    auto it = std::find_if(pre.begin(), pre.end(), [hook = hook](const auto& h) { return h.get() == hook; });
-    if (it != pre.end()) pre.erase(it);
-  }
-}
+GradientSync::~GradientSync() = default;
 
 void GradientSync::allocate(Bucket& b) {
   at::NoGradGuard no_grad;

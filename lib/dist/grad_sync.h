@@ -45,6 +45,8 @@
 
 namespace fp8t::dist {
 
+class AccumulatorHooks;
+
 class GradientSync {
  public:
   // `params`: the unique leaf parameters (tied weights listed once), all on one device, all
@@ -136,8 +138,7 @@ class GradientSync {
   bool armed_ = false;
   int launched_in_backward_ = 0;
   int live_ = 0, peak_live_ = 0;  // full buckets allocated now / at most since arm()
-  struct Hooks;                    // the gradient accumulators and their hook keys
-  std::unique_ptr<Hooks> hooks_;
+  std::unique_ptr<AccumulatorHooks> hooks_;
   std::mutex mutex_;
 };
 

@@ -54,6 +54,10 @@ LaunchInfo parse_launch_env(const std::map<std::string, std::string>& env) {
   FP8T_INPUT_CHECK(info.rank < info.world_size, "environment variable RANK=", info.rank,
                    " is not below WORLD_SIZE=", info.world_size);
   info.local_rank = parse_int(env, "LOCAL_RANK", info.rank);
+  info.local_world_size = parse_int(env, "LOCAL_WORLD_SIZE", info.world_size);
+  FP8T_INPUT_CHECK(info.local_world_size >= 1 && info.local_world_size <= info.world_size,
+                   "environment variable LOCAL_WORLD_SIZE=", info.local_world_size, " must be in [1, WORLD_SIZE=",
+                   info.world_size, "]");
   const auto addr = env.find("MASTER_ADDR");
   if (addr != env.end() && !addr->second.empty()) info.master_addr = addr->second;
   bool have_port = false;
@@ -70,7 +74,7 @@ LaunchInfo parse_launch_env(const std::map<std::string, std::string>& env) {
 
 LaunchInfo launch_info_from_environment() {
   std::map<std::string, std::string> env;
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                            "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT"}) {
     if (const char* v = std::getenv(name)) env[name] = v;
   }

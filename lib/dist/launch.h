@@ -3,6 +3,7 @@
 //
 //   RANK, WORLD_SIZE    global rank and number of processes
 //   LOCAL_RANK          rank on this node: the CUDA device the process uses
+//   LOCAL_WORLD_SIZE    processes on this node (hybrid sharding's default group, dist.shard_group_size -1)
 //   MASTER_ADDR/PORT    the TCP store that the processes meet at
 //   TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT
 //                       torchrun's own agent already serves the store on MASTER_PORT; every
@@ -21,6 +22,7 @@ struct LaunchInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE; WORLD_SIZE when unset (one node)
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool agent_store = false;  // torchrun's agent hosts the store (all workers are clients)

@@ -208,16 +208,39 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
   if (!cfg.init_from.empty()) load_weights(cfg, unique_named_parameters(), cfg.init_from);
 }
 
-at::Tensor Gpt::forward(const at::Tensor& idx) { return lm_head->forward(hidden(idx)); }
+at::Tensor Gpt::forward(const at::Tensor& idx) { return leave_unit(head_unit(), lm_head->forward(hidden(idx))); }
 
 at::Tensor Gpt::hidden(const at::Tensor& idx) {
   const int64_t T = idx.size(1);
+  enter_unit(kEmbeddingUnit);
   at::Tensor x = wte->forward(idx);
   if (wpe) x = x + wpe->forward(torch::arange(T, idx.options()));
+  x = leave_unit(kEmbeddingUnit, x);
   Residual stream{drop_->forward(x), at::Tensor()};
-  for (auto& b : blocks) stream = b->forward(stream);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int unit = static_cast<int>(i) + 1;
+    enter_unit(unit);
+    stream = leave_unit(unit, blocks[i]->forward(stream));
+  }
+  // The head's unit runs from ln_f to the loss (head_loss) or the logits (forward).
+  enter_unit(head_unit());
   // Without recompute the last block's MLP add is fused into ln_f.
   return stream.pending.defined() ? add_then_norm(*ln_f, stream.x, stream.pending).y : ln_f->forward(stream.x);
+}
+
+void Gpt::enter_unit(int unit) {
+  if (hooks_) hooks_->before_forward(unit);
+}
+
+at::Tensor Gpt::leave_unit(int unit, const at::Tensor& out) {
+  return hooks_ ? hooks_->after_forward(unit, {out}).at(0) : out;
+}
+
+Residual Gpt::leave_unit(int unit, const Residual& out) {
+  if (!hooks_) return out;
+  if (!out.pending.defined()) return {hooks_->after_forward(unit, {out.x}).at(0), at::Tensor()};
+  const std::vector<at::Tensor> r = hooks_->after_forward(unit, {out.x, out.pending});
+  return {r.at(0), r.at(1)};
 }
 
 at::Tensor Gpt::head_loss(const at::Tensor& h, const at::Tensor& targets) {
@@ -227,9 +250,9 @@ at::Tensor Gpt::head_loss(const at::Tensor& h, const at::Tensor& targets) {
   const auto* head = dynamic_cast<const Linear*>(lm_head.get());
   if (head != nullptr && !head->bias.defined() &&
       compat::autocast_dtype_or(h.device().type(), h.scalar_type()) == at::kBFloat16) {
-    return ops::linear_cross_entropy(h, head->weight, targets);
+    return leave_unit(head_unit(), ops::linear_cross_entropy(h, head->weight, targets));
   }
-  return loss(lm_head->forward(h), targets);
+  return leave_unit(head_unit(), loss(lm_head->forward(h), targets));
 }
 
 void Gpt::set_recompute(Recompute mode) {

@@ -28,6 +28,7 @@
 #include "lib/config/experiment.h"  // ModelSection, Recompute
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
 #include "lib/model/rope.h"         // Rotary
+#include "lib/model/unit_hooks.h"   // UnitHooks
 
 namespace fp8t {
 namespace model {
@@ -120,6 +121,13 @@ class Gpt : public SlotModule {
   // (QK^T and AV, forward 2*2*T*d per layer without causal savings, times 3 with backward).
   double flops_per_token() const;
 
+  // The units a holder of UnitHooks sees (lib/model/unit_hooks.h): 0 the embeddings, 1..n_layer
+  // the blocks, head_unit() the final norm and the head. Null hooks (the default): no calls.
+  static constexpr int kEmbeddingUnit = 0;
+  int head_unit() const { return static_cast<int>(cfg_.n_layer) + 1; }
+  int num_units() const { return head_unit() + 1; }
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
+
   const ModelSection& config() const { return cfg_; }
   torch::nn::Embedding wte{nullptr};
   torch::nn::Embedding wpe{nullptr};  // learned positions only
@@ -129,9 +137,14 @@ class Gpt : public SlotModule {
   std::shared_ptr<UnaryModule> lm_head;
 
  private:
+  void enter_unit(int unit);
+  at::Tensor leave_unit(int unit, const at::Tensor& out);
+  Residual leave_unit(int unit, const Residual& out);
+
   ModelSection cfg_;
   torch::nn::Dropout drop_{nullptr};
   Recompute recompute_ = Recompute::kNone;
+  std::shared_ptr<UnitHooks> hooks_;
 };
 
 }  // namespace model

@@ -40,7 +40,8 @@ at::Tensor AdamW::Slot::grad() const {
 }
 
 AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard,
-             const std::map<std::string, at::Tensor>& shard_grads)
+             const std::map<std::string, at::Tensor>& shard_grads,
+             const std::map<std::string, at::Tensor>& shard_masters)
     : options_(options), sharded_(true) {
   check_options();
   std::set<const void*> seen_tensors;
@@ -59,8 +60,15 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& sh
     s.name = name;
     s.param = param;
     s.range = r;
-    // A view of the owned elements: the kernel updates the parameter itself.
-    s.master = param.detach().view(-1).narrow(0, r.begin, r.length);
+    // A view of the owned elements (the kernel updates the parameter itself), or the given master.
+    if (const auto m = shard_masters.find(name); m != shard_masters.end()) {
+      FP8T_CHECK(m->second.dim() == 1 && m->second.numel() == r.length && m->second.scalar_type() == kStateDtype &&
+                     m->second.device() == param.device(),
+                 "AdamW: the shard master of '", name, "' must be a flat float32 tensor of its range's length");
+      s.master = m->second;
+    } else {
+      s.master = param.detach().view(-1).narrow(0, r.begin, r.length);
+    }
     init_state(s, {r.length}, param.options().requires_grad(false));
     s.decay = param.dim() >= 2;  // of the whole parameter, whatever the range's shape
     if (const auto g = shard_grads.find(name); g != shard_grads.end()) {

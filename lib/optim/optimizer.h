@@ -24,6 +24,7 @@
 // Sharded (ZeRO-1, lib/dist/grad_sync.h): given the element range of each flattened parameter
 // that this rank owns, the optimizer keeps moments for that range only and updates just that
 // part of the (float32, contiguous) parameter in place, reading the same range of its gradient.
+// ZeRO-3 (lib/dist/fully_sharded.h) hands it the range's master as a tensor of its own.
 // Weight decay is decided per parameter (dim() >= 2 of the whole parameter), never from the
 // shape of a range, so every rank applies the rule a single process would.
 #pragma once
@@ -74,8 +75,12 @@ class AdamW {
   // (range length elements) whenever step() runs: under ZeRO-1 the full .grad exists only
   // during the backward, and GradientSync points these tensors at each step's gradient shard.
   // A parameter without one is read from .grad.
+  // `shard_masters` (optional, by name): a flat float32 tensor of the range's length that is the
+  // range's FP32 master and is updated instead of the parameter (ZeRO-3: the rank's master shard;
+  // the parameter itself holds no data then, and only its shape is read).
   AdamW(NamedParameters params, AdamWOptions options, const ShardRanges& shard,
-        const std::map<std::string, at::Tensor>& shard_grads = {});
+        const std::map<std::string, at::Tensor>& shard_grads = {},
+        const std::map<std::string, at::Tensor>& shard_masters = {});
 
   // One update with learning rate `lr`. Parameters whose grad is undefined are skipped (their
   // step count does not advance); one with a shard gradient (above) is always updated. One kernel

@@ -37,6 +37,22 @@ std::string moments_name(at::ScalarType t) {
   return c10::toString(t);
 }
 
+// Copies the elements of `src` (a parameter's range: ranges[name], or all of it when absent)
+// that fall in `mine` into `dst` (mine's elements, flat); returns how many. `what` names the
+// tensor in errors.
+int64_t copy_overlap(const at::Tensor& dst, ParamRange mine, const at::Tensor& src,
+                     const std::map<std::string, ParamRange>& ranges, const std::string& name, const std::string& what) {
+  const auto it = ranges.find(name);
+  const ParamRange theirs = it != ranges.end() ? it->second : ParamRange{0, src.numel()};
+  FP8T_INPUT_CHECK(src.numel() == theirs.length, what, " has ", src.numel(), " elements but its range says ",
+                   theirs.length);
+  const int64_t lo = std::max(mine.begin, theirs.begin);
+  const int64_t hi = std::min(mine.begin + mine.length, theirs.begin + theirs.length);
+  if (hi <= lo) return 0;
+  dst.narrow(0, lo - mine.begin, hi - lo).copy_(src.reshape(-1).narrow(0, lo - theirs.begin, hi - lo));
+  return hi - lo;
+}
+
 }  // namespace
 
 std::string shard_file_name(int rank, int world, int64_t step) {
@@ -96,17 +112,7 @@ void OptimizerStateLoader::add(const std::map<std::string, at::Tensor>& tensors,
     if ((suffix == ".exp_avg" || suffix == ".exp_avg_sq") && src.scalar_type() != target->second.scalar_type()) {
       converted_moments_ = moments_name(src.scalar_type());
     }
-    const ParamRange mine = mine_.at(name);
-    const auto it = ranges.find(name);
-    const ParamRange theirs = it != ranges.end() ? it->second : ParamRange{0, src.numel()};
-    FP8T_INPUT_CHECK(src.numel() == theirs.length, what, ": '", key, "' has ", src.numel(),
-                     " elements but its range says ", theirs.length);
-    const int64_t lo = std::max(mine.begin, theirs.begin);
-    const int64_t hi = std::min(mine.begin + mine.length, theirs.begin + theirs.length);
-    if (hi <= lo) continue;
-    target->second.view(-1).narrow(0, lo - mine.begin, hi - lo)
-        .copy_(src.reshape(-1).narrow(0, lo - theirs.begin, hi - lo));
-    covered_[key] += hi - lo;
+    covered_[key] += copy_overlap(target->second.view(-1), mine_.at(name), src, ranges, name, what + ": '" + key + "'");
   }
 }
 
@@ -124,8 +130,44 @@ void OptimizerStateLoader::finish() {
   opt_.load_state_dict(assembled_);
 }
 
+ModelStateLoader::ModelStateLoader(std::vector<Target> targets, std::set<std::string> param_names)
+    : param_names_(std::move(param_names)) {
+  for (Target& t : targets) {
+    covered_[t.name] = 0;
+    targets_.emplace(t.name, std::move(t));
+  }
+}
+
+void ModelStateLoader::add(const std::map<std::string, at::Tensor>& tensors,
+                           const std::map<std::string, ParamRange>& ranges, const std::string& what) {
+  at::NoGradGuard no_grad;
+  for (const auto& [key, src] : tensors) {
+    if (key.rfind("model.", 0) != 0) continue;
+    const std::string name = key.substr(6);
+    FP8T_INPUT_CHECK(param_names_.count(name) == 1, what, " has a parameter '", name, "' this model does not have "
+                     "(it was written for a different model config)");
+    const auto it = targets_.find(name);
+    if (it == targets_.end()) continue;  // a parameter this rank holds no part of
+    covered_[name] += copy_overlap(it->second.flat, it->second.range, src, ranges, name, what + ": '" + key + "'");
+  }
+}
+
+void ModelStateLoader::finish() const {
+  for (const auto& [name, t] : targets_) {
+    FP8T_INPUT_CHECK(covered_.at(name) == t.range.length, "the checkpoint covers ", covered_.at(name), " of the ",
+                     t.range.length, " elements of parameter '", name, "' this rank needs (a checkpoint written "
+                     "for a different model config, or shard files missing?)");
+  }
+}
+
 void load_optimizer_shards(const fs::path& folder, const nlohmann::json& manifest, OptimizerStateLoader& loader) {
-  const std::string bad = "the ZeRO-1 manifest of " + (folder / "checkpoint.pt").string();
+  for_each_shard(folder, manifest,
+                 [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
+                     const std::string& file) { loader.add(tensors, ranges, file); });
+}
+
+void for_each_shard(const fs::path& folder, const nlohmann::json& manifest, const ShardVisitor& fn) {
+  const std::string bad = "the ZeRO manifest of " + (folder / "checkpoint.pt").string();
   FP8T_INPUT_CHECK(manifest.is_object() && manifest.contains("shards") && manifest["shards"].is_array() &&
                        manifest.contains("world_size"), bad, " is incomplete");
   const int world = manifest["world_size"].get<int>();
@@ -142,7 +184,7 @@ void load_optimizer_shards(const fs::path& folder, const nlohmann::json& manifes
     FP8T_INPUT_CHECK(shard.meta.value("format", "") == kShardFormat && shard.meta.value("rank", -1) == r &&
                          shard.meta.value("world_size", -1) == world, path.string(), " is not shard ", r, " of ",
                      world);
-    loader.add(shard.tensors, ranges_from_json(shard.meta.at("ranges"), path.string()), path.string());
+    fn(shard.tensors, ranges_from_json(shard.meta.at("ranges"), path.string()), path.string());
   }
 }
 

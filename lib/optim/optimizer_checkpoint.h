@@ -12,13 +12,20 @@
 //
 // Loading assembles each rank's current ranges from the overlapping parts of every source
 // (one shard file in memory at a time), and checks that every element was covered.
+//
+// ZeRO-3 (dist.zero 3) has no rank that holds the whole model: each rank's shard file also holds
+// its parts of the FP32 master weights, "model.<name>" over the same ranges, and the manifest
+// says so ("model": the parameters' shapes); ModelStateLoader assembles them like the
+// optimizer state, onto whole parameters or onto another layout's parts.
 #pragma once
 
 #include <cstdint>     // int64_t, uint32_t
 #include <filesystem>  // std::filesystem::path
+#include <functional>  // std::function
 #include <map>         // std::map
 #include <set>         // std::set
 #include <string>      // std::string
+#include <vector>      // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <nlohmann/json.hpp>   // nlohmann::json
@@ -63,8 +70,38 @@ class OptimizerStateLoader {
   std::string converted_moments_;                // the saved moments' dtype when it is not the live one
 };
 
-// ZeRO-1 checkpoint: the shard files listed by checkpoint.pt's meta["zero"] in `folder`, read one
-// at a time (CRC32C and the manifest's checksum verified) into `loader`.
+// Fills model parameters, or this rank's parts of them, from sources that each cover element
+// ranges of the flattened parameters ("model.<name>" tensors; others are ignored).
+class ModelStateLoader {
+ public:
+  struct Target {
+    std::string name;
+    ParamRange range;  // of the flattened parameter
+    at::Tensor flat;   // range.length elements, written in place
+  };
+  // `param_names`: every parameter of the model (a source's part of a parameter this rank needs
+  // none of is skipped; a name outside the model is an error).
+  ModelStateLoader(std::vector<Target> targets, std::set<std::string> param_names);
+  // `ranges`: what each parameter's tensor covers (a parameter missing from it is taken as whole).
+  // A parameter this model does not have, or a tensor of the wrong size, is kBadInput naming `what`.
+  void add(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
+           const std::string& what);
+  // Throws kBadInput when an element of a target was not covered.
+  void finish() const;
+
+ private:
+  std::map<std::string, Target> targets_;
+  std::set<std::string> param_names_;
+  std::map<std::string, int64_t> covered_;
+};
+
+// The shard files listed by checkpoint.pt's meta["zero"] in `folder`, read one at a time
+// (CRC32C and the manifest's checksum verified): fn(tensors, ranges, file) for each.
+using ShardVisitor = std::function<void(const std::map<std::string, at::Tensor>& tensors,
+                                        const std::map<std::string, ParamRange>& ranges, const std::string& file)>;
+void for_each_shard(const std::filesystem::path& folder, const nlohmann::json& manifest, const ShardVisitor& fn);
+
+// ZeRO-1 and ZeRO-3 checkpoints: every shard file's optimizer state into `loader`.
 void load_optimizer_shards(const std::filesystem::path& folder, const nlohmann::json& manifest,
                            OptimizerStateLoader& loader);
 

@@ -1,10 +1,12 @@
 #include "lib/step/session.h"
 
+#include <ATen/autocast_mode.h>  // at::autocast::set_autocast_cache_enabled
 #include <torch/torch.h>         // torch::manual_seed, torch::NoGradGuard
 #include <c10/util/Exception.h>  // c10::OutOfMemoryError
 #include <spdlog/spdlog.h>       // spdlog::info, spdlog::warn
 
 #include "lib/dist/communicator.h"            // dist::Communicator
+#include "lib/dist/fully_sharded.h"           // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"               // dist::GradientSync
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/fp8/rewrite.h"                  // fp8::rewrite_to_fp8
@@ -57,6 +59,44 @@ int launched_world_size() {
   }
 }
 
+// Processes per node (LOCAL_WORLD_SIZE) of a job of `world` ranks: hybrid sharding's groups.
+int local_world_size(int world) {
+  const dist::LaunchInfo launch = dist::launch_info_from_environment();
+  return launch.launched ? launch.local_world_size : world;
+}
+
+// ZeRO-3: the optimizer on the segments of the sharded model (the rank's parts, their masters
+// and gradients).
+std::unique_ptr<AdamW> sharded_optimizer(const model::Gpt& gpt, const dist::FullyShardedModel& sharded,
+                                         const AdamWOptions& options) {
+  ShardRanges ranges;
+  std::map<std::string, at::Tensor> grads, masters;
+  for (const auto& seg : sharded.segments()) {
+    ranges[seg.name] = ParamRange{seg.begin, seg.length};
+    grads[seg.name] = seg.grad;
+    masters[seg.name] = seg.master;
+  }
+  return std::make_unique<AdamW>(gpt.unique_named_parameters(), options, ranges, grads, masters);
+}
+
+// ZeRO-3: autocast's weight-cast cache would keep a 16-bit copy of every weight from its unit's
+// forward to the end of the step (the gathered weights are freed after the forward): off.
+class AutocastCacheOff {
+ public:
+  explicit AutocastCacheOff(bool on) : active_(on), previous_(at::autocast::is_autocast_cache_enabled()) {
+    if (active_) at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~AutocastCacheOff() {
+    if (active_) at::autocast::set_autocast_cache_enabled(previous_);
+  }
+  AutocastCacheOff(const AutocastCacheOff&) = delete;
+  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
+
+ private:
+  bool active_;
+  bool previous_;
+};
+
 }  // namespace
 
 Session::Session(const ExperimentConfig& cfg, const c10::Device& device)
@@ -87,7 +127,9 @@ void Session::build() {
   for (const auto& np : gpt_->unique_named_parameters()) params_.push_back(np.second);
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  if (gpt_) gpt_->set_unit_hooks(nullptr);  // the sharded model goes before the model it hooks
+}
 
 AdamW& Session::optimizer() {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");
@@ -112,6 +154,8 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
     const int world = comm_ ? comm_->world_size() : 1;
     opt_.reset();
     grad_sync_.reset();
+    if (sharded_) gpt_->set_unit_hooks(nullptr);
+    sharded_.reset();
     throw_out_of_memory(cfg_, world, "allocating the gradients and the optimizer state", e.what_without_backtrace());
   }
 }
@@ -124,14 +168,20 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
       comm_->broadcast(params_, 0);  // identical starting weights whatever each rank's RNG did
     }
     const auto bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * 1024.0 * 1024.0);
-    grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1),
-                                                      /*shard=*/cfg_.dist.zero == 1);
+    if (cfg_.dist.zero == 3) {
+      shard_model();
+    } else {
+      grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1),
+                                                        /*shard=*/cfg_.dist.zero == 1);
+    }
     if (scaling_ && cfg_.fp8.reduce_amax) {  // fp8.reduce_amax false: every rank keeps its own scales
       dist::Communicator* c = comm_.get();
       scaling_->set_amax_reducer([c](at::Tensor& row0) { c->all_reduce(row0, dist::ReduceOp::kMax); });
     }
   }
-  if (grad_sync_ && grad_sync_->sharded()) {  // ZeRO-1: moments for this rank's segments only
+  if (sharded_) {  // ZeRO-3: the rank's segments, their masters in the master shards
+    opt_ = sharded_optimizer(*gpt_, *sharded_, AdamWOptions::from(cfg_.train));
+  } else if (grad_sync_ && grad_sync_->sharded()) {  // ZeRO-1: moments for this rank's segments only
     std::map<std::string, at::Tensor> shard_grads;
     const ShardRanges ranges = shard_ranges(*gpt_, *grad_sync_, shard_grads);
     opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train), ranges,
@@ -141,6 +191,18 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
   }
   health_ = std::make_unique<StepHealth>(device_, std::max<int64_t>(cfg_.train.max_skipped_steps, 1));
   set_up_cuda_graph();
+}
+
+void Session::shard_model() {
+  dist::FullyShardedModel::Options o;
+  o.reshard_after_forward = cfg_.dist.reshard_after_forward;
+  o.compute_dtype = autocast_dtype_;
+  o.reduce_dtype = cfg_.dist.reduce_dtype == ReduceDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  o.prefetch = cfg_.dist.prefetch;
+  const int world = comm_->world_size();
+  o.shard_group_size = dist::resolve_shard_group_size(cfg_.dist.shard_group_size, world, local_world_size(world));
+  sharded_ = std::make_shared<dist::FullyShardedModel>(comm_, *gpt_, scaling_.get(), o);
+  gpt_->set_unit_hooks(sharded_);
 }
 
 at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
@@ -208,6 +270,7 @@ at::Tensor Session::forward_backward(const MicroBatch& micro_batch, const Mark& 
   at::Tensor step_loss = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   health_->begin_step();  // producers below (and e.g. a loss scaler) may set found_inf
   compat::AutocastGuard autocast(device_.type(), autocast_dtype_);
+  const AutocastCacheOff no_weight_cache(sharded_ != nullptr);
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     const data::Batch b = micro_batch(micro);
     if (grad_sync_ && micro + 1 == micro_batches) grad_sync_->arm();  // reduce during the last backward
@@ -235,11 +298,15 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
     if (mark) mark(name);
   };
   if (grad_sync_) grad_sync_->finish();  // gradients now averaged over the ranks
+  if (sharded_) sharded_->finish();
   phase("grad_sync");
-  // ZeRO-1: each rank holds the averaged gradients of its shard only; one all-reduce of the
-  // squared norms gives the global norm, identical on every rank.
+  // ZeRO-1 and ZeRO-3: each rank holds the averaged gradients of its shard only; one all-reduce of
+  // the squared norms (over the shard group: the groups hold the same shards) gives the global
+  // norm, identical on every rank.
   const bool zero = grad_sync_ && grad_sync_->sharded();
-  at::Tensor grad_norm = zero ? sharded_grad_norm(grad_sync_->gradient_shards(), *comm_) : global_grad_norm(params_);
+  at::Tensor grad_norm = sharded_ ? sharded_grad_norm(sharded_->gradient_shards(), sharded_->shard_communicator())
+                         : zero   ? sharded_grad_norm(grad_sync_->gradient_shards(), *comm_)
+                                  : global_grad_norm(params_);
   if (loss_scaler_) {  // fp16: the norm of the unscaled gradients; inf/NaN gradients skip the step
     grad_norm = loss_scaler_->unscale_norm(grad_norm);
     health_->flag(loss_scaler_->found_inf());
@@ -264,10 +331,13 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
     opt_->step(lr.value, divisor, health_->found_inf());
   }
   if (zero) grad_sync_->gather_parameters();  // every rank's updated segments to every rank
+  if (sharded_) sharded_->parameters_updated();  // ZeRO-3: the next gathers cast the new masters
   if (loss_scaler_) loss_scaler_->update();  // backoff or growth of S, GradScaler's rules
   const StepOutputs out{grad_norm, health_->unless_skipped(step_loss)};
   if (grad_sync_) {
     grad_sync_->zero_grad();  // DDP: the grads stay views into the buckets; ZeRO-1: released already
+  } else if (sharded_) {
+    sharded_->zero_grad();  // ZeRO-3: the gradient shards go
   } else {
     opt_->zero_grad();
   }
@@ -312,6 +382,7 @@ at::Tensor Session::eval_loss_sum(const std::function<data::Batch(int64_t)>& bat
     const data::Batch b = batch(i);
     total += gpt_->forward_loss(b.inputs.to(device_), b.targets.to(device_));  // bf16/fp8: chunked, loss only
   }
+  if (sharded_) sharded_->release_all();
   gpt_->train();
   return total;
 }

@@ -18,6 +18,7 @@
 namespace fp8t {
 namespace dist {
 class Communicator;
+class FullyShardedModel;
 class GradientSync;
 }  // namespace dist
 namespace fp8 {
@@ -47,8 +48,8 @@ class Session {
 
   // Allocates the optimizer state. With a communicator (a data-parallel job): copies rank 0's
   // parameters to every rank, makes gradients bucket views that are averaged during the
-  // backward, and reduces the FP8 amaxes with MAX before each scale update (unless
-  // fp8.reduce_amax is false).
+  // backward (dist.zero 3: shards the model instead, lib/dist/fully_sharded.h), and reduces the
+  // FP8 amaxes with MAX before each scale update (unless fp8.reduce_amax is false).
   void prepare_training(std::shared_ptr<dist::Communicator> comm);
 
   // One optimizer step: train.grad_accum_steps micro-batches drawn from `next_batch` (forward
@@ -84,7 +85,10 @@ class Session {
   AdamW& optimizer();
   const AdamW& optimizer() const;
   dist::Communicator* communicator() const { return comm_.get(); }
-  dist::GradientSync* gradient_sync() const { return grad_sync_.get(); }
+  dist::GradientSync* gradient_sync() const { return grad_sync_.get(); }  // DDP and ZeRO-1; else null
+  // ZeRO-3 (dist.zero 3 in a data-parallel job): the sharded model; else null. The parameters then
+  // hold no bytes between steps (lib/dist/fully_sharded.h).
+  dist::FullyShardedModel* fully_sharded() const { return sharded_.get(); }
   // The non-finite step flag and skip counters (valid after prepare_training).
   StepHealth& health();
   const std::string& rewrite_report() const { return rewrite_report_; }
@@ -115,6 +119,7 @@ class Session {
   // out-of-memory error there (first step only) into an actionable one (lib/plan/resources.h).
   void build();
   void allocate_training_state(std::shared_ptr<dist::Communicator> comm);
+  void shard_model();  // ZeRO-3: the FullyShardedModel and the optimizer on its segments
   at::Tensor train_step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
                         const Mark& mark, int64_t step_number);
   // The phases of a step. eager_step: all of it in order; graph_step: the device work replayed
@@ -146,6 +151,7 @@ class Session {
   std::unique_ptr<AdamW> opt_;
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::GradientSync> grad_sync_;
+  std::shared_ptr<dist::FullyShardedModel> sharded_;  // also the model's unit hooks
   std::unique_ptr<StepHealth> health_;
   int64_t steps_done_ = 0;
   std::unique_ptr<StepGraph> graph_;  // null: eager steps (graph_off_reason_ says why)

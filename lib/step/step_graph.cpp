@@ -14,6 +14,11 @@ namespace fp8t::train {
 std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int job_ranks) {
   if (!cfg.train.cuda_graphs) return "train.cuda_graphs is false";
   if (!device.is_cuda()) return "the device is the CPU, and train.cuda_graphs applies to CUDA devices";
+  if (job_ranks > 0 && cfg.dist.zero == 3) {
+    return "dist.zero 3 (ZeRO-3): each unit's all-gathers and reduce-scatters are issued from the model's unit hooks "
+           "and autograd nodes as the step runs (and the weights' storage comes and goes), which a replayed graph "
+           "would not do";
+  }
   if (job_ranks > 0) {
     return fmt::format("a data-parallel job ({} rank{}): the gradient collectives are launched from autograd "
                        "hooks as the buckets fill, which a replayed graph would not do",

@@ -13,6 +13,7 @@
 
 #include "lib/config/fields.h"          // config::to_string
 #include "lib/dist/communicator.h"      // dist::Communicator
+#include "lib/dist/fully_sharded.h"     // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"         // dist::GradientSync
 #include "lib/fp8/recipes/scaling.h"    // fp8::Scaling
 #include "lib/fp8/layers/fp8_linear.h"  // fp8::Fp8Linear
@@ -160,9 +161,11 @@ ChartRow weights_row(const Session& s, const std::vector<OwnedParam>& params) {
     const bool is_weight = p.name.size() >= 6 && p.name.compare(p.name.size() - 6, 6, "weight") == 0;
     std::string detail = "biases and norm gains";
     if (const auto* f = dynamic_cast<const fp8::Fp8Linear*>(p.owner); f && is_weight) {
-      detail = "FP8 Linear weights; the GEMMs read " +
-               std::string(fp8::format_name(f->scaling().slot_format(f->slot_weight()))) +
-               " copies, cast once per optimizer step";
+      const std::string codes = fp8::format_name(f->scaling().slot_format(f->slot_weight()));
+      detail = f->gathered_weight() != nullptr
+                   ? "FP8 Linear weights; ZeRO-3: the GEMMs read " + codes + " codes cast once per optimizer step "
+                     "on the rank that holds each part, then gathered"
+                   : "FP8 Linear weights; the GEMMs read " + codes + " copies, cast once per optimizer step";
     } else if (dynamic_cast<const model::Linear*>(p.owner) != nullptr && is_weight) {
       detail = "Linear weights; " + cast;
     } else if (dynamic_cast<const torch::nn::EmbeddingImpl*>(p.owner) != nullptr) {
@@ -189,6 +192,9 @@ ChartRow master_row(const Session& s, const std::vector<OwnedParam>& params) {
     if (copy) {
       const at::ScalarType t = it != state.end() ? it->second.scalar_type() : AdamW::kStateDtype;
       row.add(dtype_name(t), "AdamW's master copies of the " + dtype_name(p.tensor.scalar_type()) + " weights", p.name);
+    } else if (s.fully_sharded() != nullptr) {
+      row.add("FP32", "ZeRO-3: each rank holds and updates its 1/" + std::to_string(s.fully_sharded()->shard_group_size()) +
+                          " of the FP32 weights (the master shards); the parameters hold no data between steps", p.name);
     } else {
       row.add("none", "AdamW updates the " + dtype_name(p.tensor.scalar_type()) +
                           " weights in place: they are the master weights", p.name);
@@ -199,7 +205,9 @@ ChartRow master_row(const Session& s, const std::vector<OwnedParam>& params) {
 
 ChartRow gradients_row(const Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("weight_gradients", "weight gradients");
-  std::string detail = !s.gradient_sync()           ? "accumulated over the micro-batches"
+  std::string detail = s.fully_sharded() ? "ZeRO-3: a unit's gradients exist whole during its backward only; each "
+                                           "micro-batch's are reduce-scattered and summed into this rank's FP32 shard"
+                       : !s.gradient_sync()           ? "accumulated over the micro-batches"
                        : !s.gradient_sync()->sharded() ? "accumulated in the all-reduce buckets"
                                                        : "ZeRO-1: accumulated in buckets that exist during the backward "
                                                          "only; each rank keeps its reduce-scattered shard";
@@ -234,6 +242,49 @@ ChartRow optimizer_row(const Session& s, const std::vector<OwnedParam>& params) 
   return row.take();
 }
 
+std::string mib(double bytes) { return fmt::format("{:.3g} MiB", bytes / (1024.0 * 1024.0)); }
+
+// ZeRO-3: what travels per micro-batch (lib/dist/fully_sharded.h, lib/dist/README.md).
+void add_zero3_communication(const Session& s, const dist::Communicator& comm, RowBuilder& row) {
+  const dist::FullyShardedModel& z = *s.fully_sharded();
+  const DistSection& d = s.config().dist;
+  int64_t fp8_elements = 0;
+  std::string codes = "E4M3";
+  for (const auto& item : s.model().named_modules("", /*include_self=*/false)) {
+    const auto* f = dynamic_cast<const fp8::Fp8Linear*>(item.value().get());
+    if (f == nullptr || f->gathered_weight() == nullptr) continue;
+    fp8_elements += f->weight.numel();
+    codes = fp8::format_name(f->scaling().slot_format(f->slot_weight()));
+  }
+  const int64_t other_elements = s.model().parameter_count() - fp8_elements;
+  const std::string ranks = " over the " + std::to_string(z.shard_group_size()) + " ranks of a shard group (" +
+                            comm.backend_name() + "), dist.prefetch " + std::to_string(d.prefetch) + " unit(s) ahead";
+  const std::string when = d.reshard_after_forward ? " per pass, before each unit's forward and again for its backward"
+                                                   : " per pass, before each unit's forward (kept to its backward)";
+  if (fp8_elements > 0) {
+    const bool block = s.scaling()->weight_parts().row_multiple > 0;
+    row.add("FP8", "ZeRO-3: all-gather of the FP8 Linears' weights as 1-byte " + codes + " codes + " +
+                       (block ? "128x128 block" : "per-tensor") + " scales, cast where each part lives with the " +
+                       "recipe's weight scale: " + mib(static_cast<double>(fp8_elements)) + when + ranks);
+  }
+  const at::ScalarType compute = s.autocast_dtype();
+  row.add(dtype_name(compute), "ZeRO-3: all-gather of the other weights in the compute dtype: " +
+                                   mib(static_cast<double>(other_elements) * c10::elementSize(compute)) + when + ranks);
+  const at::ScalarType reduce = d.reduce_dtype == ReduceDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  const bool hybrid = z.shard_group_size() < comm.world_size();
+  row.add(dtype_name(reduce),
+          "ZeRO-3: gradient reduce-scatter of each unit as its backward ends (dist.reduce_dtype), " +
+              mib(static_cast<double>(s.model().parameter_count()) * c10::elementSize(reduce)) +
+              " per micro-batch, summed into FP32 shards" +
+              (hybrid ? "; the FP32 shards all-reduced across the " + std::to_string(comm.world_size() / z.shard_group_size()) +
+                            " shard groups once per step"
+                      : std::string()));
+  if (fp8_elements > 0 && s.scaling()->weight_parts().whole_amax) {
+    row.add("FP32", "ZeRO-3: one MAX all-reduce of every FP8 weight's amax per step (its scale needs the whole "
+                    "tensor's amax; each rank holds parts)");
+  }
+}
+
 ChartRow communication_row(const Session& s, int planned_world_size) {
   RowBuilder row("communication", "communication");
   const std::string grads = dtype_name(s.parameters().empty() ? at::kFloat
@@ -241,7 +292,15 @@ ChartRow communication_row(const Session& s, int planned_world_size) {
                                            ? s.parameters().front().grad().scalar_type()
                                            : s.parameters().front().scalar_type());
   const dist::Communicator* comm = s.communicator();
-  if (comm != nullptr && s.gradient_sync() != nullptr) {
+  if (comm != nullptr && s.fully_sharded() != nullptr) {
+    add_zero3_communication(s, *comm, row);
+    if (reduces_amax(s)) {
+      row.add(dtype_name(s.scaling()->amax_history().scalar_type()),
+              "FP8 amax MAX all-reduce of " + std::to_string(s.scaling()->num_slots()) +
+                  " slots in one collective before each scale update");
+    }
+    row.add("FP32", "parameter broadcast from rank 0, once at the start (before the model is sharded)");
+  } else if (comm != nullptr && s.gradient_sync() != nullptr) {
     const bool zero = s.gradient_sync()->sharded();
     row.add(grads, std::string(zero ? "ZeRO-1: gradient reduce-scatter (average of this rank's shard)"
                                     : "gradient all-reduce (average)") +
@@ -260,6 +319,11 @@ ChartRow communication_row(const Session& s, int planned_world_size) {
     }
     row.add(dtype_name(s.parameters().empty() ? at::kFloat : s.parameters().front().scalar_type()),
             "parameter broadcast from rank 0, once at the start");
+  } else if (planned_world_size > 1 && s.config().dist.zero == 3) {
+    row.add(grads, "ZeRO-3 over " + std::to_string(planned_world_size) + " ranks: weights all-gathered per unit (FP8 " +
+                       "Linears' as FP8 codes, the rest in " + dtype_name(s.autocast_dtype()) + "), gradients " +
+                       "reduce-scattered in " + (s.config().dist.reduce_dtype == ReduceDtype::kBf16 ? "BF16" : "FP32") +
+                       " (NCCL between GPUs, Gloo between CPUs)");
   } else if (planned_world_size > 1) {
     row.add(grads, "gradient all-reduce (average) over " + std::to_string(planned_world_size) +
                        " ranks (NCCL between GPUs, Gloo between CPUs)" +

@@ -9,6 +9,7 @@
 
 #include "lib/config/fields.h"              // config::to_string
 #include "lib/dist/communicator.h"          // dist::Communicator
+#include "lib/dist/fully_sharded.h"         // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"             // dist::GradientSync
 #include "lib/fp8/recipes/recipe_fields.h"  // recipe_fields_in_effect, recipe_fields_without_effect
 #include "lib/fp8/recipes/scaling.h"        // fp8::Scaling
@@ -135,14 +136,23 @@ void join_job(Run& run) {
     run.comm = dist::Communicator::connect(launch, run.device, std::chrono::seconds(run.cfg.dist.timeout_s));
   }
   run.session->prepare_training(run.comm);
-  if (run.comm) {
+  if (const dist::FullyShardedModel* sharded = run.session->fully_sharded()) {
+    spdlog::info("data-parallel: {} ranks over {}, ZeRO-3 ({} units; weights, gradients and AdamW moments sharded "
+                 "over {} ranks{}); global batch {} tokens",
+                 run.comm->world_size(), run.comm->backend_name(), sharded->num_units(), sharded->shard_group_size(),
+                 sharded->shard_group_size() < run.comm->world_size()
+                     ? fmt::format(", replicated across {} groups", run.comm->world_size() / sharded->shard_group_size())
+                     : std::string(),
+                 run.tokens_per_step);
+  } else if (run.comm) {
     spdlog::info("data-parallel: {} ranks over {}, {} gradient buckets of up to {} MiB{}; global batch {} tokens",
                  run.comm->world_size(), run.comm->backend_name(), run.session->gradient_sync()->num_buckets(),
                  run.cfg.dist.bucket_mb,
                  run.cfg.dist.zero == 1 ? ", ZeRO-1 (reduce-scatter, AdamW moments sharded, weights all-gathered)" : "",
                  run.tokens_per_step);
-  } else if (run.cfg.dist.zero == 1) {
-    spdlog::info("dist.zero 1 has no effect in a single process (launch with torchrun to shard across ranks)");
+  } else if (run.cfg.dist.zero != 0) {
+    spdlog::info("dist.zero {} has no effect in a single process (launch with torchrun to shard across ranks)",
+                 run.cfg.dist.zero);
   }
   // From the live optimizer, gradient sync and communicator (kept at the start of train.log).
   if (run.main_rank) spdlog::info("{}", precision_chart(*run.session, run.world_size).to_string());

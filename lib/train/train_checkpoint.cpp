@@ -16,8 +16,9 @@
 #include "lib/run/metrics.h"                  // truncate_metrics_after
 #include "lib/step/loss_scaler.h"             // LossScaler
 #include "lib/dist/communicator.h"            // dist::Communicator
+#include "lib/dist/fully_sharded.h"           // dist::FullyShardedModel
 #include "lib/optim/optimizer.h"              // AdamW
-#include "lib/optim/optimizer_checkpoint.h"   // OptimizerStateLoader, shard files
+#include "lib/optim/optimizer_checkpoint.h"   // OptimizerStateLoader, ModelStateLoader, shard files
 #include "lib/step/step_health.h"             // StepHealth
 #include "lib/util/error.h"                   // FP8T_INPUT_CHECK
 
@@ -25,10 +26,40 @@ namespace fp8t::train {
 
 namespace {
 
+// The parts of the model's parameters this rank holds, as flat tensors: whole parameters, or
+// ZeRO-3's segments (their FP32 masters in the rank's master shards).
+std::vector<ModelStateLoader::Target> owned_parameter_parts(const Session& s) {
+  std::vector<ModelStateLoader::Target> out;
+  if (const dist::FullyShardedModel* sharded = s.fully_sharded()) {
+    for (const auto& seg : sharded->segments()) out.push_back({seg.name, ParamRange{seg.begin, seg.length}, seg.master});
+  } else {
+    for (const auto& [name, p] : s.model().unique_named_parameters()) {
+      out.push_back({name, ParamRange{0, p.numel()}, p.detach().view(-1)});
+    }
+  }
+  return out;
+}
+
+std::set<std::string> parameter_names(const Session& s) {
+  std::set<std::string> names;
+  for (const auto& [name, p] : s.model().unique_named_parameters()) names.insert(name);
+  return names;
+}
+
+// ZeRO-3's manifest entry "model": the shape of every parameter (the shard files hold its parts).
+nlohmann::json parameter_shapes(const Session& s) {
+  nlohmann::json shapes = nlohmann::json::object();
+  for (const auto& [name, p] : s.model().unique_named_parameters()) shapes[name] = p.sizes().vec();
+  return shapes;
+}
+
 Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progress) {
   Checkpoint ck;
   const Session& session = *run.session;
-  for (const auto& [name, p] : session.model().unique_named_parameters()) ck.tensors["model." + name] = p.detach();
+  // ZeRO-3: no rank holds the whole model; the ranks' shard files hold its parts (save_shards).
+  if (session.fully_sharded() == nullptr) {
+    for (const auto& [name, p] : session.model().unique_named_parameters()) ck.tensors["model." + name] = p.detach();
+  }
   // ZeRO-1: the optimizer state is in the ranks' shard files (save_shards), this file is their manifest.
   if (!session.optimizer().sharded()) {
     for (const auto& [k, v] : session.optimizer().state_dict()) ck.tensors["optim." + k] = v;
@@ -51,18 +82,44 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   return ck;
 }
 
-// The optimizer state from checkpoint.pt (optim.* tensors, whole parameters) or from the ZeRO-1
-// shard files it lists, resharded onto this job's layout (any world size, DDP or ZeRO-1).
-void restore_optimizer(Run& run, const Checkpoint& ck, const std::filesystem::path& path) {
-  std::set<std::string> names;
-  for (const auto& [name, p] : run.session->model().unique_named_parameters()) names.insert(name);
-  OptimizerStateLoader loader(run.session->optimizer(), std::move(names));
-  if (ck.meta.contains("zero")) {
-    load_optimizer_shards(path.parent_path(), ck.meta["zero"], loader);
-  } else {
-    loader.add(ck.tensors, {}, path.string());
+// Whole parameters in checkpoint.pt ("model.<name>") must have the model's shapes; a ZeRO-3
+// manifest lists the shapes of the parameters whose parts its shard files hold.
+void check_parameter_shapes(const Run& run, const Checkpoint& ck, bool in_shards) {
+  const nlohmann::json* shapes = in_shards ? &ck.meta["zero"]["model"] : nullptr;
+  for (const auto& [name, p] : run.session->model().unique_named_parameters()) {
+    const auto it = ck.tensors.find("model." + name);
+    const bool found = in_shards ? shapes->contains(name) : it != ck.tensors.end();
+    FP8T_INPUT_CHECK(found, "checkpoint has no parameter '", name, "': it was written for a different model config");
+    const std::vector<int64_t> saved = in_shards ? (*shapes)[name].get<std::vector<int64_t>>() : it->second.sizes().vec();
+    FP8T_INPUT_CHECK(at::IntArrayRef(saved) == p.sizes(), "checkpoint parameter '", name, "' has shape ",
+                     at::IntArrayRef(saved), " but the model has ", p.sizes());
   }
-  loader.finish();
+}
+
+// The weights and the optimizer state from checkpoint.pt (model.* and optim.* tensors, whole
+// parameters) or from the shard files it lists (ZeRO-1: the optimizer state; ZeRO-3: both),
+// resharded onto this job's layout (any world size, zero level and shard group size).
+void restore_weights_and_optimizer(Run& run, const Checkpoint& ck, const std::filesystem::path& path) {
+  const bool shards = ck.meta.contains("zero");
+  const bool model_in_shards = shards && ck.meta["zero"].contains("model");
+  check_parameter_shapes(run, ck, model_in_shards);
+  const std::set<std::string> names = parameter_names(*run.session);
+  ModelStateLoader model(owned_parameter_parts(*run.session), names);
+  OptimizerStateLoader optim(run.session->optimizer(), names);
+  if (!model_in_shards) model.add(ck.tensors, {}, path.string());
+  if (shards) {
+    for_each_shard(path.parent_path(), ck.meta["zero"],
+                   [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
+                       const std::string& file) {
+                     if (model_in_shards) model.add(tensors, ranges, file);
+                     optim.add(tensors, ranges, file);
+                   });
+  } else {
+    optim.add(ck.tensors, {}, path.string());
+  }
+  model.finish();
+  optim.finish();
+  if (dist::FullyShardedModel* sharded = run.session->fully_sharded()) sharded->parameters_updated();
 }
 
 // The FP8 state in the checkpoint belongs to one recipe (fp8_recipe; older checkpoints: delayed).
@@ -76,16 +133,9 @@ void check_fp8_recipe(const Run& run, const Checkpoint& ck, const std::filesyste
                    ", or start a new run (--run-name) to train under ", now);
 }
 
+// The FP8, loss-scaler, RNG and data state (the weights and the optimizer: above).
 void restore_checkpoint(Run& run, const Checkpoint& ck) {
   torch::NoGradGuard no_grad;
-  for (auto& [name, p] : run.session->model().unique_named_parameters()) {
-    const auto it = ck.tensors.find("model." + name);
-    FP8T_INPUT_CHECK(it != ck.tensors.end(), "checkpoint has no parameter '", name,
-                     "': it was written for a different model config");
-    FP8T_INPUT_CHECK(it->second.sizes() == p.sizes(), "checkpoint parameter '", name, "' has shape ",
-                     it->second.sizes(), " but the model has ", p.sizes());
-    p.copy_(it->second);
-  }
   std::map<std::string, at::Tensor> fp8_state;
   for (const auto& [k, v] : ck.tensors) {
     if (k.rfind("fp8.", 0) == 0) fp8_state[k] = v;
@@ -104,22 +154,50 @@ void restore_checkpoint(Run& run, const Checkpoint& ck) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const Checkpoint& ck,
+                                                                        const std::filesystem::path& folder) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (!ck.meta.contains("zero") || !ck.meta["zero"].contains("model")) {
+    for (const auto& [k, v] : ck.tensors) {
+      if (k.rfind("model.", 0) == 0) out.emplace_back(k.substr(6), v);
+    }
+    return out;
+  }
+  // ZeRO-3: every parameter whole, from the parts in the shard files.
+  std::vector<ModelStateLoader::Target> targets;
+  std::set<std::string> names;
+  for (const auto& [name, shape] : ck.meta["zero"]["model"].items()) {
+    const at::Tensor t = at::zeros(shape.get<std::vector<int64_t>>(), at::kFloat);
+    out.emplace_back(name, t);
+    targets.push_back({name, ParamRange{0, t.numel()}, t.view(-1)});
+    names.insert(name);
+  }
+  ModelStateLoader loader(std::move(targets), std::move(names));
+  for_each_shard(folder, ck.meta["zero"],
+                 [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
+                     const std::string& file) { loader.add(tensors, ranges, file); });
+  loader.finish();
+  return out;
+}
+
 Checkpointer::Checkpointer(Run& run, const RunDir& dir) : run_(run), dir_(dir), path_(dir.checkpoint_path()) {}
 
 void Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
   const Checkpoint ck = load_checkpoint(path_);
   const int saved_world = ck.meta.value("world_size", 1);
-  const bool saved_zero = ck.meta.contains("zero");
-  if (saved_world != run_.world_size || saved_zero != run_.session->optimizer().sharded()) {
-    // The optimizer state is resharded; the data position counts global batches, so the rows
-    // continue where they stopped when the global batch (ranks x micro_batch_size) is kept.
-    spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world,
-                 saved_zero ? " (ZeRO-1)" : "", run_.world_size, run_.session->optimizer().sharded() ? " (ZeRO-1)" : "");
+  const std::string saved = !ck.meta.contains("zero")              ? ""
+                            : ck.meta["zero"].value("level", 1) == 3 ? " (ZeRO-3)"
+                                                                     : " (ZeRO-1)";
+  const std::string now = run_.session->fully_sharded() ? " (ZeRO-3)" : run_.session->optimizer().sharded() ? " (ZeRO-1)" : "";
+  if (saved_world != run_.world_size || saved != now) {
+    // The state is resharded; the data position counts global batches, so the rows continue
+    // where they stopped when the global batch (ranks x micro_batch_size) is kept.
+    spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world, saved, run_.world_size, now);
   }
   check_fp8_recipe(run_, ck, path_);
+  restore_weights_and_optimizer(run_, ck, path_);
   restore_checkpoint(run_, ck);
-  restore_optimizer(run_, ck, path_);
   committed_step_ = ck.meta.at("step").get<int64_t>();
   const int64_t start_step = ck.meta.at("step").get<int64_t>();
   progress.restore(ck.meta, start_step);
@@ -153,23 +231,30 @@ bool Checkpointer::due(int64_t step) const {
 
 nlohmann::json Checkpointer::save_shards(int64_t step) {
   dist::Communicator& comm = *run_.comm;
-  const int rank = comm.rank(), world = comm.world_size();
-  const std::string file = shard_file_name(rank, world, step);
+  const int all = comm.world_size(), me = comm.rank();
+  // ZeRO-3: the ranks of the first shard group write (under hybrid sharding the other groups
+  // hold copies of the same shards); they are ranks 0..world-1.
+  const dist::FullyShardedModel* sharded = run_.session->fully_sharded();
+  const int world = sharded ? sharded->shard_group_size() : all;
+  const bool writes = me < world;
   // Each rank's outcome and CRC32C go to every rank in one SUM all-reduce: [failed..., crc...].
-  at::Tensor report = at::zeros({2 * world}, at::TensorOptions().dtype(at::kLong).device(run_.device));
+  at::Tensor report = at::zeros({2 * all}, at::TensorOptions().dtype(at::kLong).device(run_.device));
   std::string error;
   try {
-    const uint32_t crc = save_checkpoint(path_.parent_path() / file,
-                                         make_optimizer_shard(run_.session->optimizer(), rank, world, step),
-                                         /*keep_previous=*/false);
-    report[world + rank] = static_cast<int64_t>(crc);
+    if (writes) {
+      Checkpoint shard = make_optimizer_shard(run_.session->optimizer(), me, world, step);
+      for (const auto& part : owned_parameter_parts(*run_.session)) shard.tensors["model." + part.name] = part.flat;
+      const uint32_t crc = save_checkpoint(path_.parent_path() / shard_file_name(me, world, step), shard,
+                                           /*keep_previous=*/false);
+      report[all + me] = static_cast<int64_t>(crc);
+    }
   } catch (const Error& e) {
     error = e.what();
-    report[rank] = 1;
+    report[me] = 1;
   }
   comm.all_reduce(report, dist::ReduceOp::kSum);
   const at::Tensor host = report.cpu();
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < all; ++r) {
     if (host[r].item<int64_t>() == 0) continue;
     FP8T_THROW(ExitCode::kTrainingFailed, !error.empty() ? error : fmt::format("rank {} could not write its "
                "optimizer shard", r), " (the previous checkpoint ", path_.string(), " and its shards are intact; "
@@ -177,9 +262,14 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
   }
   nlohmann::json shards = nlohmann::json::array();
   for (int r = 0; r < world; ++r) {
-    shards.push_back({{"file", shard_file_name(r, world, step)}, {"crc32c", host[world + r].item<int64_t>()}});
+    shards.push_back({{"file", shard_file_name(r, world, step)}, {"crc32c", host[all + r].item<int64_t>()}});
   }
-  return {{"world_size", world}, {"step", step}, {"shards", shards}};
+  nlohmann::json manifest = {{"world_size", world}, {"step", step}, {"shards", shards}};
+  if (sharded) {
+    manifest["level"] = 3;
+    manifest["model"] = parameter_shapes(*run_.session);  // the weights are in the shard files
+  }
+  return manifest;
 }
 
 std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
@@ -188,10 +278,18 @@ std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
                        run_.cfg.train.max_skipped_steps);
   }
   // Skipped steps never change the weights, so this only fires for weights that a finite but
-  // huge update pushed out of range. One reduction over the parameters, one read.
+  // huge update pushed out of range. One reduction over the parameters (ZeRO-3: this rank's
+  // parts, and one collective so that every rank decides the same), one read.
   std::vector<at::Tensor> finite;
-  for (const at::Tensor& p : run_.session->parameters()) finite.push_back(at::isfinite(p.detach()).all());
-  if (!finite.empty() && !at::stack(finite).all().item<bool>()) return "a weight is not finite";
+  for (const auto& part : owned_parameter_parts(*run_.session)) finite.push_back(at::isfinite(part.flat).all());
+  at::Tensor ok = finite.empty() ? at::ones({1}, at::TensorOptions().device(run_.device))
+                                 : at::stack(finite).all().to(at::kFloat).reshape({1});
+  if (run_.session->fully_sharded() != nullptr) {
+    at::Tensor bad = 1.0 - ok;
+    run_.comm->all_reduce(bad, dist::ReduceOp::kMax);
+    ok = 1.0 - bad;
+  }
+  if (ok.item<float>() < 0.5f) return "a weight is not finite";
   return "";
 }
 

@@ -2,16 +2,22 @@
 // scaling state, CPU RNG, data position, progress totals), when it is written, and resuming
 // from it. Only rank 0 writes checkpoint.pt; every rank reads on resume. ZeRO-1: every rank
 // also writes its optimizer shard first, and checkpoint.pt is their manifest
-// (lib/optim/optimizer_checkpoint.h). Resuming on another number of ranks, or between DDP and
-// ZeRO-1, reshards the optimizer state.
+// (lib/optim/optimizer_checkpoint.h); ZeRO-3: the shards hold the rank's parts of the weights
+// too, and checkpoint.pt holds no weights. Resuming on another number of ranks, zero level or
+// shard group size reshards the state.
 #pragma once
 
 #include <cstdint>     // int64_t
 #include <filesystem>  // std::filesystem::path
 #include <string>      // std::string
+#include <utility>     // std::pair
+#include <vector>      // std::vector
+
+#include <ATen/core/Tensor.h>  // at::Tensor
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
+#include "lib/run/checkpoint.h"    // Checkpoint
 #include "lib/train/progress.h"    // Progress
 #include "lib/run/run_dir.h"       // RunDir
 #include "lib/train/run_setup.h"   // Run
@@ -19,6 +25,11 @@
 #include "lib/util/timer.h"        // Stopwatch
 
 namespace fp8t::train {
+
+// The FP32 master weights of a checkpoint by name ("model.<name>" of checkpoint.pt, or under
+// ZeRO-3 assembled from the shard files in `folder` that its manifest lists), on the CPU.
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const Checkpoint& ck,
+                                                                        const std::filesystem::path& folder);
 
 class Checkpointer {
  public:

@@ -19,3 +19,34 @@ fp8train_short() {
   "$FP8TRAIN" --config "$CONFIG" --out-dir "$WORK/runs" --run-name "$name" --quiet \
     --steps 60 --set train.warmup_steps=5 --set train.eval_interval=0 --set train.eval_batches=2 "$@"
 }
+# A TCP port on the loopback interface that was free a moment ago.
+free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
+# launch_by_hand NPROC ARGS...: one background process per rank with torchrun's variables
+# (rank r logs to rank<r>.log); returns the last non-zero exit code.
+launch_by_hand() {
+  local n=$1; shift
+  local port; port=$(free_port)
+  local pids=() rc=0
+  for ((r = 0; r < n; r++)); do
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+      "$FP8TRAIN" "$@" > "rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  return $rc
+}
+# relclose A B TOL: every line of A within TOL (relative) of the same line of B.
+relclose() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+def rows(path, key):
+    return [r[key] for r in map(json.loads, open(path)) if key in r]
+a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+for key in ("loss", "val_loss"):
+    x, y = rows(a, key), rows(b, key)
+    assert len(x) == len(y) and x, f"{key}: {len(x)} vs {len(y)} rows"
+    worst = max(abs(p - q) / abs(q) for p, q in zip(x, y))
+    print(f"{key}: {len(x)} rows, largest relative difference {worst:.2e} (tolerance {tol:g})")
+    assert worst <= tol, f"{key} differs by {worst} > {tol}"
+PY
+}

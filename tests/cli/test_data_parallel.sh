@@ -20,20 +20,6 @@
 # Launched by torchrun when the project's Python has it, and by hand (RANK, WORLD_SIZE, ...).
 source "$(dirname "$0")/lib.sh"
 
-free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
-# launch_by_hand NPROC ARGS...: one background process per rank with torchrun's variables.
-launch_by_hand() {
-  local n=$1; shift
-  local port; port=$(free_port)
-  local pids=() rc=0
-  for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-      "$FP8TRAIN" "$@" > "rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-  return $rc
-}
 TORCHRUN=""
 for t in "$FP8T_SOURCE_DIR/.venv/bin/torchrun" "$(command -v torchrun || true)"; do
   if [ -n "$t" ] && [ -x "$t" ]; then TORCHRUN=$t; break; fi
@@ -41,21 +27,6 @@ done
 
 common=(--config "$CONFIG" --out-dir "$WORK/runs" --quiet --steps 8 --set train.warmup_steps=2
         --set train.log_interval=1 --set train.eval_interval=4 --set train.eval_batches=2)
-# relclose A B TOL: every line of A within TOL (relative) of the same line of B.
-relclose() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import json, sys
-def rows(path, key):
-    return [r[key] for r in map(json.loads, open(path)) if key in r]
-a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
-for key in ("loss", "val_loss"):
-    x, y = rows(a, key), rows(b, key)
-    assert len(x) == len(y) and x, f"{key}: {len(x)} vs {len(y)} rows"
-    worst = max(abs(p - q) / abs(q) for p, q in zip(x, y))
-    print(f"{key}: {len(x)} rows, largest relative difference {worst:.2e} (tolerance {tol:g})")
-    assert worst <= tol, f"{key} differs by {worst} > {tol}"
-PY
-}
 
 # fp32: by hand, 2 ranks x 4 rows against 1 process x 8 rows.
 OMP_NUM_THREADS=1 "$FP8TRAIN" "${common[@]}" --run-name one-fp32 --set train.micro_batch_size=8

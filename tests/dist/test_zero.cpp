@@ -3,84 +3,35 @@
 // one process (two threads). Each rank trains the same tiny model on its own rows.
 #include "lib/step/session.h"
 
-#include <torch/torch.h>  // torch::NoGradGuard
-
 #include <memory>  // std::shared_ptr
 #include <mutex>   // std::mutex
 #include <vector>  // std::vector
 
-#include "lib/dist/communicator.h"            // Communicator
-#include "lib/dist/grad_sync.h"               // GradientSync
-#include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
-#include "lib/model/gpt.h"                    // model::Gpt
-#include "lib/optim/optimizer.h"              // AdamW
+#include "lib/dist/communicator.h"      // Communicator
+#include "lib/dist/grad_sync.h"         // GradientSync
+#include "lib/model/gpt.h"              // model::Gpt
 #include "tests/catch.h"
-#include "tests/dist/dist_test_util.h"        // run_ranks
+#include "tests/dist/dist_test_util.h"  // run_ranks
+#include "tests/dist/session_runs.h"    // tiny_run_config, train_ranks_run, max_relative
 
 using namespace fp8t;
+using test::max_relative;
+using Trace = test::RunTrace;
 
 namespace {
 
 constexpr int kWorld = 2;
 constexpr int kSteps = 4;
 
-ExperimentConfig tiny(Precision precision, int64_t zero) {
-  ExperimentConfig c;
-  c.precision = precision;
-  c.model.n_layer = 1;
-  c.model.d_model = 32;
-  c.model.n_head = 2;
-  c.model.seq_len = 16;
-  c.train.micro_batch_size = 2;
-  c.train.grad_accum_steps = 2;
-  c.dist.zero = zero;
-  c.dist.bucket_mb = 8.0 / 1024.0;  // 8 KiB: several buckets, and parameters split across shards
-  return c;
-}
+ExperimentConfig tiny(Precision precision, int64_t zero) { return test::tiny_run_config(precision, zero); }
 
-data::Batch batch_of(int rank, int step, int micro) {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(1000 * step + 10 * micro + rank + 1);
-  const at::Tensor t = at::randint(64, {2, 17}, gen, at::kLong);
-  return {t.narrow(1, 0, 16).contiguous(), t.narrow(1, 1, 16).contiguous()};
-}
-
-struct Trace {
-  std::vector<double> losses;    // this rank's loss per step
-  std::vector<at::Tensor> scales;  // fp8: the scales after every step
-  at::Tensor weights;            // all parameters, flattened, after the last step
-  int segments = 0;              // ZeRO-1: parameters with a range on this rank
-};
+data::Batch batch_of(int rank, int step, int micro) { return test::rank_batch(rank, step, micro); }
 
 Trace train_run(int rank, dist::Communicator& comm, const ExperimentConfig& cfg, double grad_clip,
                 const at::Device& device = at::Device(at::kCPU)) {
   ExperimentConfig c = cfg;
   c.train.grad_clip = grad_clip;
-  // The ranks are threads, and a Session seeds and draws from the global generator: one at a
-  // time, so that rank 0's weights (broadcast to the others) are the same in every run.
-  static std::mutex construction;
-  std::unique_lock<std::mutex> lock(construction);
-  train::Session session(c, device);
-  lock.unlock();
-  {
-    // The same starting weights in every run, whatever the global generator did.
-    torch::NoGradGuard no_grad;
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(77);
-    for (const at::Tensor& p : session.parameters()) p.copy_(at::randn(p.sizes(), gen) * 0.05);
-  }
-  session.prepare_training(std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {}));
-  Trace t;
-  if (session.gradient_sync()->sharded()) t.segments = static_cast<int>(session.gradient_sync()->shard_segments().size());
-  for (int step = 0; step < kSteps; ++step) {
-    int micro = 0;
-    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));  // where the losses are
-    session.step([&] { return batch_of(rank, step, micro++); }, 3e-3, loss_sum, {}, step + 1);
-    t.losses.push_back(loss_sum.item<double>() / 2);
-    if (session.scaling()) t.scales.push_back(session.scaling()->scale().cpu().clone());
-  }
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& p : session.parameters()) flat.push_back(p.detach().reshape(-1).cpu());
-  t.weights = at::cat(flat);
-  return t;
+  return test::train_ranks_run(rank, comm, c, kSteps, device);
 }
 
 // DDP then ZeRO-1 on every rank, with the same batches.
@@ -91,13 +42,6 @@ void run_both(Precision precision, double grad_clip, std::vector<Trace>& ddp, st
     ddp[rank] = train_run(rank, comm, tiny(precision, 0), grad_clip);
     zero[rank] = train_run(rank, comm, tiny(precision, 1), grad_clip);
   });
-}
-
-double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
-  return worst;
 }
 
 }  // namespace

@@ -37,8 +37,10 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     // transposes_weight: dgrad transposes the rowwise codes, so the cache needs them even when
     // fprop runs in high precision.
     const bool dgrad_fp8 = training && !ovr.dgrad;
-    const bool w_transpose = dgrad_fp8 && layer->transposes_weight();
-    const Fp8Tensor& w_fp8 = layer->weight_fp8(training, !ovr.fprop || w_transpose, dgrad_fp8 && !w_transpose);
+    const bool gathered = layer->gathered_weight() != nullptr;
+    const bool w_transpose = dgrad_fp8 && (layer->transposes_weight() || gathered);
+    const Fp8Tensor w_fp8 =
+        gathered ? gathered_weight(*layer) : layer->weight_fp8(training, !ovr.fprop || w_transpose, dgrad_fp8 && !w_transpose);
 
     at::Tensor y;
     if (ovr.fprop) {
@@ -50,7 +52,11 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     if (training) {
       save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, recast_x);
       save_input_operand(ctx, *layer, x_fp8, x_columnwise_later, recast_x);
-      save_weight_operand(ctx, *layer, w_fp8, w_transpose);
+      if (gathered) {
+        ctx->saved_data["w_gathered"] = true;  // read from the layer's GatheredWeight in the backward
+      } else {
+        save_weight_operand(ctx, *layer, w_fp8, w_transpose);
+      }
     }
     return y;
   }
@@ -72,7 +78,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       if (ovr.dgrad) {
         dx = at::mm(g.dy.to(hp), saved[1].to(hp));
       } else {
-        dx = backend.gemm(g.dy_fp8.rowwise, saved_weight_columnwise(ctx), at::Tensor(), hp, GemmKind::kDgrad,
+        dx = backend.gemm(g.dy_fp8.rowwise, saved_weight_columnwise(ctx, *state), at::Tensor(), hp, GemmKind::kDgrad,
                           scaling.fast_accumulation(GemmKind::kDgrad));
       }
     }
@@ -179,9 +185,21 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     return state.scaling->quantize(state.slot_input, src, opt).columnwise;
   }
 
+  // The gathered weight's codes (GatheredWeight), which must be there while the layer computes.
+  static Fp8Tensor gathered_weight(const Fp8Linear& layer) {
+    const GatheredWeight& g = *layer.gathered_weight();
+    FP8T_CHECK(g.rowwise.defined(), "fp8 linear ", layer.layer_name(), ": its sharded weight is not gathered");
+    return Fp8Tensor{g.rowwise, Fp8Operand{}};
+  }
+
   // dgrad's W^T: the kept columnwise copy, or the transpose of the rowwise codes (the same bits),
-  // alive until the GEMM has read it.
-  static Fp8Operand saved_weight_columnwise(torch::autograd::AutogradContext* ctx) {
+  // alive until the GEMM has read it; a gathered weight's codes as the holder gathered them again.
+  static Fp8Operand saved_weight_columnwise(torch::autograd::AutogradContext* ctx, const Fp8LinearGradState& state) {
+    if (ctx->saved_data.count("w_gathered") != 0) {
+      FP8T_CHECK(state.gathered && state.gathered->rowwise.defined(),
+                 "fp8 linear: its sharded weight is not gathered for the backward");
+      return transposed(state.gathered->rowwise);
+    }
     const Fp8Operand w = saved_operand(ctx, "w");
     return ctx->saved_data.count("w_transpose") != 0 ? transposed(w) : w;
   }
@@ -238,6 +256,13 @@ Fp8Linear::Fp8Linear(const model::Linear& src, const std::string& name, std::sha
   grad_->slot_input = slot_input_;
   grad_->slot_grad = slot_grad_;
   grad_->has_bias = bias.defined();
+}
+
+void Fp8Linear::set_gathered_weight(std::shared_ptr<GatheredWeight> gathered) {
+  const auto& ovr = scaling_->recipe().override_linear_precision;
+  FP8T_CHECK(!gathered || (!ovr.fprop && !ovr.dgrad), "fp8 linear ", name_, ": a gathered FP8 weight needs fprop "
+             "and dgrad in FP8 (fp8.override_linear_precision)");
+  grad_->gathered = std::move(gathered);
 }
 
 void Fp8Linear::set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8, std::optional<CastSource> columnwise_later) {

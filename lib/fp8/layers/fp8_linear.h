@@ -27,6 +27,15 @@
 namespace fp8t {
 namespace fp8 {
 
+// A weight gathered in FP8 from the ranks that hold its parts (fully sharded data parallelism,
+// lib/dist/fully_sharded.h): the holder fills `rowwise` before the layer's forward and again
+// before its backward, and resets it in between and after. While a layer has one, it never casts
+// `weight` (which then holds no data): its forward reads these codes and its dgrad transposes them
+// just in time (transposed() in backend.h), as set_transposes_weight does.
+struct GatheredWeight {
+  Fp8Operand rowwise;
+};
+
 // The part of an Fp8Linear that its backward reads: the scaling state, the grad_output slot, and
 // the output gradient handed over (already cast) by the following fused activation. Every
 // autograd node of the layer's forward passes (and of that activation) holds a reference, so a
@@ -37,6 +46,7 @@ struct Fp8LinearGradState : torch::CustomClassHolder {
   int slot_input = -1;  // for an input whose columnwise copy the backward casts (set_pending_input)
   int slot_grad = -1;
   bool has_bias = false;
+  std::shared_ptr<GatheredWeight> gathered;  // set_gathered_weight: dgrad's weight at backward time
   // Set by the following activation's backward: the output gradient cast for slot_grad (and
   // its dbias when has_bias), for the backward call that receives `carrier`.
   struct PendingGrad {
@@ -100,6 +110,12 @@ class Fp8Linear : public model::UnaryModule {
   // transpose after the GEMM: one layer's transposed weight alive at a time instead of every layer's.
   void set_transposes_weight(bool on) { transpose_weight_ = on; }
   bool transposes_weight() const { return transpose_weight_; }
+
+  // Sharded weights (GatheredWeight above): null (the default) casts `weight` as usual. Only for
+  // layers whose fprop and dgrad run in FP8 (recipe.override_linear_precision), which read no
+  // high-precision weight.
+  void set_gathered_weight(std::shared_ptr<GatheredWeight> gathered);
+  const std::shared_ptr<GatheredWeight>& gathered_weight() const { return grad_->gathered; }
 
   const std::string& layer_name() const { return name_; }
   Scaling& scaling() const { return *scaling_; }

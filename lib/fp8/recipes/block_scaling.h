@@ -37,6 +37,9 @@ class BlockScaling final : public Scaling {
 
   Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) override;
 
+  // Sharded weights: whole 128-row bands, each with its own 128x128 block scales.
+  WeightParts weight_parts() const override { return WeightParts{128, false}; }
+
   bool fast_accumulation(GemmKind /*kind*/) const override { return false; }
   std::string unsupported_linear(int64_t in_features, int64_t out_features) const override;
 

@@ -58,6 +58,15 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
 // NoRecordScope), copied before the slot's next cast overwrites it.
 at::Tensor CurrentScaling::recast_scale(int slot) const { return cast_state(slot, true).scale.clone(); }
 
+// What quantize() of the whole weight records, from the amax the parts' amaxes reduced to.
+at::Tensor CurrentScaling::sharded_weight_scale(int slot, const at::Tensor& whole_amax, bool record) {
+  const CastState st = cast_state(slot, record);
+  st.amax.copy_(whole_amax.reshape({}));
+  backend_for(st.amax.device()).current_scale(st.amax, st.scale, st.scale_inv, format_max(slot_format(slot)),
+                                              two_pow_margin_);
+  return st.scale.clone();  // the slot's next recorded cast overwrites it
+}
+
 void CurrentScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
   if (last_of_step) ++steps_ended_;
 }

@@ -48,6 +48,11 @@ std::optional<SlotRef> Scaling::fused_cast_slot(int /*slot*/, bool /*record*/) c
 
 at::Tensor Scaling::recast_scale(int /*slot*/) const { return at::Tensor(); }
 
+at::Tensor Scaling::sharded_weight_scale(int /*slot*/, const at::Tensor& /*whole_amax*/, bool /*record*/) {
+  FP8T_CHECK(false, "fp8 recipe ", to_string(kind()), ": its weight casts need no whole-tensor amax");
+  return at::Tensor();
+}
+
 bool Scaling::fast_accumulation(GemmKind kind) const {
   const FastAccumulation& f = recipe_.fast_accumulation;
   switch (kind) {

@@ -135,6 +135,25 @@ class Scaling {
   // it in high precision and reports the reason (block: the block-scaled GEMM's constraints).
   virtual std::string unsupported_linear(int64_t in_features, int64_t out_features) const;
 
+  // ---- sharded weights (ZeRO-3, lib/dist/README.md) ------------------------------------------
+  // A weight whose rows are spread over the ranks is cast part by part where the parts live and
+  // gathered as codes and scales; the result must be the cast of the whole weight, bit for bit.
+  struct WeightParts {
+    // 0: a part may be any element range of the flattened weight (one per-tensor scale); else
+    // parts are whole bands of this many rows (block: 128, whose 128x128 blocks find their own
+    // scales in the rows they hold).
+    int64_t row_multiple = 0;
+    // The scale needs max|W| over the whole weight before any part is cast (current scaling):
+    // the holder reduces the parts' amaxes and calls sharded_weight_scale.
+    bool whole_amax = false;
+  };
+  virtual WeightParts weight_parts() const { return {}; }
+  // For WeightParts::whole_amax recipes: the scale the parts of weight slot `slot` are cast with
+  // (CastOptions::scale, record false) when max|W| over all parts is `whole_amax` (0-d float32),
+  // recorded as a cast of the whole weight records it when `record`. Every rank calls it, also
+  // for weights it holds no part of, so that every rank's slot state is what a whole cast leaves.
+  virtual at::Tensor sharded_weight_scale(int slot, const at::Tensor& whole_amax, bool record);
+
   // ---- step boundaries ----------------------------------------------------------------------
   // After the backward of every micro-batch. skip (optional 0-d device tensor, non-zero = the
   // step is skipped for non-finite values): delayed drops the step's amaxes.
