@@ -269,11 +269,13 @@ TEST_CASE("booleans accept true/false, yes/no and 1/0 in any case", "[config]") 
                                  std::pair<std::string, bool>{"No", false}, std::pair<std::string, bool>{"0", false});
   INFO(spelling.first);
   // A key whose default is the opposite value, so that a reader that ignored the value fails.
-  const bool from_file = spelling.second ? from_yaml("run:\n  quiet: " + spelling.first + "\n").config.run.quiet
-                                         : from_yaml("model:\n  bias: " + spelling.first + "\n").config.model.bias;
-  const bool from_set =
-      spelling.second ? fp8t::config::load("", {Override{"run.quiet", spelling.first, "--set"}}).config.run.quiet
-                      : fp8t::config::load("", {Override{"model.bias", spelling.first, "--set"}}).config.model.bias;
+  // (Named strings, not temporaries inside ?:, which GCC 12 reports as maybe uninitialized.)
+  const std::string key = spelling.second ? "run.quiet" : "model.bias";
+  const std::string yaml = spelling.second ? "run:\n  quiet: " + spelling.first + "\n"
+                                           : "model:\n  bias: " + spelling.first + "\n";
+  const auto pick = [&](const ExperimentConfig& c) { return spelling.second ? c.run.quiet : c.model.bias; };
+  const bool from_file = pick(from_yaml(yaml).config);
+  const bool from_set = pick(fp8t::config::load("", {Override{key, spelling.first, "--set"}}).config);
   REQUIRE(ExperimentConfig{}.run.quiet == false);
   REQUIRE(ExperimentConfig{}.model.bias == true);
   CHECK(from_file == spelling.second);
