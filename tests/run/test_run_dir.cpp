@@ -195,7 +195,7 @@ TEST_CASE("write_file_atomic: temporary names fit in 255 bytes, and stale ones a
   const fs::path target = tmp / (name + "x");
   REQUIRE(target.filename().string().size() == 252);
   const std::string prefix = fp8t::train::temporary_prefix(target);
-  REQUIRE(prefix.size() + 36 <= 255);  // with the pid and counter at their longest
+  REQUIRE(prefix.size() + 31 <= 255);  // with the pid (10 digits), "." and the counter (20) at their longest
   REQUIRE(prefix.rfind(".www", 0) == 0);
   REQUIRE(prefix != fp8t::train::temporary_prefix(tmp / (name + "y")));  // the hash tells them apart
   fp8t::train::write_text_atomic(target, "data");
