@@ -7,22 +7,31 @@ The model (--model picks the shape of one of configs/*.yaml; the flags below ove
 - llama: RoPE, grouped-query attention through scaled_dot_product_attention's enable_gqa, RMSNorm,
   SwiGLU, no biases, tied or untied head.
 Training: FP32 weights under BF16 autocast, fused AdamW, global-norm clip 1.0, one micro-batch per
-step on random tokens. --mode picks eager, torch.compile, or torchao's float8 training (tensorwise
-dynamic scaling, every Linear but the head converted) with torch.compile. The figures are references
-beside fp8train's own bf16 and fp8 rows; fp8train does not depend on this script.
+step on random tokens. --mode picks eager, torch.compile, or torchao's float8 training (every Linear
+but the head converted; --float8-recipe: tensorwise = dynamic scaling of each tensor by its own amax,
+the peer of fp8train's `current` recipe; rowwise = one scale per row, the nearest to `block`) with
+torch.compile. --compile-mode is torch.compile's mode: default and max-autotune-no-cudagraphs launch
+kernels one by one, reduce-overhead and max-autotune replay the compiled forward and backward as CUDA
+graphs (fp8train replays its whole step as one); the output names the mode and whether CUDA graphs
+were on. The figures are references beside fp8train's own bf16 and fp8 rows; fp8train does not depend
+on this script.
 
 Reports the median step time, tokens/s, model TFLOP/s (fp8train's formula: 6 x non-embedding
 parameters + 12 x n_layer x seq_len x d_model per token; a tied head counts as the head GEMM) and
 the peak CUDA memory, as text and (with --json) JSON. Exit 2 when --mode float8 lacks torchao.
+--wait-for FILE compiles and warms up first, then waits until FILE exists before the timed steps (a
+caller can compile while the GPU is busy elsewhere and time when it is free).
 
   python3 scripts/reference_bench.py --model gpt-1.3b --mode compile
   python3 scripts/reference_bench.py --model gpt-1.3b --mode float8 --json ref-1.3b-float8.json
   python3 scripts/reference_bench.py --model llama3-1b --mode compile
+  python3 scripts/reference_bench.py --model llama3-1b --mode float8 --compile-mode reduce-overhead
   .venv/bin/python scripts/reference_bench.py --model gpt2-124m --n-layer 2 --d-model 128 --n-head 4 \
       --vocab 512 --seq-len 64 --micro-batch 2 --mode eager --device cpu
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -127,6 +136,9 @@ def gpt(a):
                          positions=nn.Embedding(a.seq_len, a.d_model))
 
 
+# torch.compile's modes, and whether each replays the compiled graphs as CUDA graphs.
+COMPILE_MODES = {"default": False, "reduce-overhead": True, "max-autotune": True, "max-autotune-no-cudagraphs": False}
+
 # The shapes of configs/*.yaml (bench: one micro-batch of micro_batch_size sequences per step).
 PRESETS = {
     "gpt2-124m": dict(arch="gpt", n_layer=12, d_model=768, n_head=12, n_kv_head=12, d_ff=3072, vocab=50304,
@@ -143,6 +155,11 @@ def parse_args():
     p.add_argument("--model", choices=sorted(PRESETS), default="llama3-1b", help="the shape (configs/NAME.yaml)")
     p.add_argument("--mode", choices=["eager", "compile", "float8"], default="compile",
                    help="BF16 autocast eager, + torch.compile, or torchao float8 training + torch.compile")
+    p.add_argument("--compile-mode", choices=sorted(COMPILE_MODES), default="default",
+                   help="torch.compile's mode (reduce-overhead and max-autotune replay CUDA graphs)")
+    p.add_argument("--float8-recipe", choices=["tensorwise", "rowwise", "rowwise_with_gw_hp"], default="tensorwise",
+                   help="torchao's float8 recipe (--mode float8): tensorwise is fp8train's `current` peer")
+    p.add_argument("--wait-for", default="", help="compile and warm up, then wait for this file before timing")
     for name in ("n-layer", "d-model", "n-head", "n-kv-head", "d-ff", "vocab", "seq-len", "micro-batch"):
         p.add_argument("--" + name, type=int, default=None, help="override the preset")
     p.add_argument("--rope-theta", type=float, default=None)
@@ -160,15 +177,40 @@ def parse_args():
     return a
 
 
-def to_float8(model):
+def to_float8(model, recipe):
     try:
-        from torchao.float8 import convert_to_float8_training
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError:
         print("reference_bench.py: --mode float8 needs torchao (pip install torchao)", file=sys.stderr)
         sys.exit(2)
     # The head stays in BF16, as in fp8train's configs (fp8.skip_layers: [lm_head]).
-    convert_to_float8_training(model, module_filter_fn=lambda m, fqn: fqn != "lm_head"
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
+                               module_filter_fn=lambda m, fqn: fqn != "lm_head"
                                and m.in_features % 16 == 0 and m.out_features % 16 == 0)
+
+
+def wait_for(path):
+    """Announces readiness (PATH.ready) and waits for PATH; the cached free GPU memory is returned first,
+    so that a waiting run holds only what it keeps (weights, optimizer state, CUDA-graph pools)."""
+    if not path:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    open(path + ".ready", "w").close()
+    while not os.path.exists(path):
+        time.sleep(0.2)
+
+
+def train_step(step_fn, model, opt, x, y, dev, graphs):
+    if graphs:
+        torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last replay's outputs may go
+    with torch.autocast(dev.type, dtype=torch.bfloat16):
+        loss = step_fn(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
 
 
 def main():
@@ -177,46 +219,59 @@ def main():
     torch.manual_seed(0)
     model = (gpt(a) if a.arch == "gpt" else llama(a)).to(dev)
     if a.mode == "float8":
-        to_float8(model)
+        to_float8(model, a.float8_recipe)
     n_params = sum(t.numel() for t in model.parameters())
     embeddings = (0 if a.tied else model.wte.weight.numel()) + (model.wpe.weight.numel() if a.arch == "gpt" else 0)
     dense = n_params - embeddings
     flops_per_token = 6 * dense + 12 * a.n_layer * a.seq_len * a.d_model
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=dev.type == "cuda")
-    step_fn = model if a.mode == "eager" else torch.compile(model)
+    compiled = a.mode != "eager"
+    graphs = compiled and COMPILE_MODES[a.compile_mode] and dev.type == "cuda"
+    step_fn = torch.compile(model, mode=None if a.compile_mode == "default" else a.compile_mode) if compiled else model
     tokens = torch.randint(0, a.vocab, (a.micro_batch, a.seq_len + 1), device=dev)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    # Peak memory from the first step on: CUDA-graph replays allocate nothing, their pool is
+    # counted while the graphs are recorded (the warm-up).
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t_compile = time.perf_counter()
+    for _ in range(a.warmup):
+        loss = train_step(step_fn, model, opt, x, y, dev, graphs)
+    sync()
+    compile_s = time.perf_counter() - t_compile
+    wait_for(a.wait_for)
     times = []
-    for i in range(a.warmup + a.steps):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+    for _ in range(a.steps):
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
-            loss = step_fn(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        if i >= a.warmup:
-            times.append(time.perf_counter() - t0)
+        loss = train_step(step_fn, model, opt, x, y, dev, graphs)
+        sync()
+        times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
     tok = a.micro_batch * a.seq_len
+    framework = f"pytorch {torch.__version__} bf16 autocast"
+    if a.mode == "float8":
+        framework += f" + torchao float8 ({a.float8_recipe})"
+    if compiled:
+        framework += f" + torch.compile ({a.compile_mode}, CUDA graphs {'on' if graphs else 'off'})"
     res = {
-        "framework": f"pytorch {torch.__version__} bf16 autocast" + {"eager": "", "compile": " + torch.compile",
-                                                                     "float8": " + torchao float8 + torch.compile"}[a.mode],
-        "model": a.model, "mode": a.mode,
+        "framework": framework, "model": a.model, "mode": a.mode,
+        "compile_mode": a.compile_mode if compiled else None, "cuda_graphs": graphs,
+        "float8_recipe": a.float8_recipe if a.mode == "float8" else None,
+        "micro_batch": a.micro_batch, "seq_len": a.seq_len,
         "params": n_params, "flops_per_token": flops_per_token, "tokens_per_step": tok,
         "step_ms": 1e3 * step_s, "tokens_per_s": tok / step_s,
         "model_tflops": flops_per_token * tok / step_s / 1e12,
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None,
-        "final_loss": loss.item(), "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
+        "warmup_s": compile_s, "final_loss": loss.item(),
+        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
     }
     print(f"{res['framework']} on {res['device']}: {n_params / 1e9:.3f}B params, {a.micro_batch} x {a.seq_len} "
           f"tokens/step: {res['step_ms']:.1f} ms/step, {res['tokens_per_s']:.0f} tokens/s, "
-          f"{res['model_tflops']:.1f} TFLOP/s, peak {res['peak_memory_gib'] or 0:.1f} GiB, loss {res['final_loss']:.3f}")
+          f"{res['model_tflops']:.1f} TFLOP/s, peak {res['peak_memory_gib'] or 0:.2f} GiB, loss {res['final_loss']:.3f} "
+          f"(warm-up {compile_s:.0f} s)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

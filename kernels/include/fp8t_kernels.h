@@ -214,6 +214,52 @@ cudaError_t fp8t_add_norm_backward(const void* dy, int dy_dtype, const float* r,
                                    const float* rstd, int rms, float* dx, void* dh, int h_dtype,
                                    float* dgamma, float* dbeta, void* workspace, cudaStream_t stream);
 
+// ---- rotary position embedding (kernels/rope.cu) --------------------------------------------
+// RoPE in the half-split convention of lib/model/rope.h: a head of head_dim D is [x1 | x2] and pair
+// i (x1[i], x2[i]) at position t is rotated by the angle whose cosine and sine are cos[t * stride +
+// i] and sin[t * stride + i] (float32 tables of D / 2 columns, i < D / 2):
+//   FP8T_ROPE_ROTATE       y1 = x1 c - x2 s,  y2 = x2 c + x1 s      (the forward)
+//   FP8T_ROPE_ROTATE_BACK  y1 = x1 c + x2 s,  y2 = x2 c - x1 s      (its backward: the transpose)
+//   FP8T_ROPE_COPY         y = x                                      (a part carried along: v)
+// Each product and sum is one IEEE FP32 operation (no contraction), and y is rounded once to the
+// dtype: the bits of LibTorch's FP32 composition (x * cos + rotate_half(x) * sin, and its autograd)
+// rounded to bf16. Up to FP8T_ROPE_MAX_PARTS parts per launch, each `heads` heads of [batch, seq]
+// tokens: element (b, t, h, d) of a part is at src + b * src_stride[0] + t * src_stride[1] +
+// h * src_stride[2] + d (strides in elements; d contiguous), likewise for dst. Preconditions: dtype
+// fp32 or bf16 (src and dst of one dtype), D a multiple of 16, every src / dst / table pointer
+// 16-byte aligned and every stride a multiple of 16 bytes (tables: 4 floats), seq <= table_rows,
+// dst not overlapping any src.
+#define FP8T_ROPE_COPY 0
+#define FP8T_ROPE_ROTATE 1
+#define FP8T_ROPE_ROTATE_BACK 2
+#define FP8T_ROPE_MAX_PARTS 4
+
+typedef struct fp8t_rope_part {
+  const void* src;
+  int64_t src_stride[3];  // batch, position, head
+  void* dst;
+  int64_t dst_stride[3];
+  int heads;
+  int op;  // FP8T_ROPE_*
+} fp8t_rope_part;
+
+cudaError_t fp8t_rope(const fp8t_rope_part* parts, int n_parts, int dtype, int64_t batch, int64_t seq,
+                      int head_dim, const float* cos, const float* sin, int64_t table_stride,
+                      int64_t table_rows, cudaStream_t stream);
+
+// ---- SwiGLU in high precision (kernels/swiglu.cu) ------------------------------------------
+// The plain model's SwiGLU on h [rows, 2 * cols] = [gate | up] (row-major, contiguous, fp32 or
+// bf16), with the values of lib/fp8/math/swiglu_math.h rounded to the dtype where at::silu(gate) *
+// up and its autograd round (those of the CPU computation):
+//   forward:  y [rows, cols] = silu(gate) * up;
+//   backward: dh [rows, 2 * cols] = [dgate | dup] from dy [rows, cols] (h's dtype).
+// 16-byte accesses when cols is a multiple of 8 and every pointer is 16-byte aligned, scalar ones
+// otherwise. Outputs must not overlap the inputs.
+cudaError_t fp8t_swiglu_forward(const void* h, int dtype, int64_t rows, int64_t cols, void* y,
+                                cudaStream_t stream);
+cudaError_t fp8t_swiglu_backward(const void* dy, const void* h, int dtype, int64_t rows, int64_t cols,
+                                 void* dh, cudaStream_t stream);
+
 // ---- FP8 health statistics (kernels/saturation.cu) -------------------------------------------
 // out[0] = fraction of x with |x * scale| >= fp8_max (saturates), out[1] = fraction with x != 0
 // whose code is +-0 (flushes to zero), over n elements of x (fp32 or bf16). counters: device

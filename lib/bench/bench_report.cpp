@@ -103,6 +103,44 @@ std::string describe_model(const ExperimentConfig& cfg, int64_t parameters) {
   return s.str();
 }
 
+// The estimate per rank (lib/plan/resources.h) by category, next to the measured peak.
+std::string memory_section(const ExperimentConfig& cfg, const std::vector<BenchResult>& results) {
+  constexpr double kGiB = 1073741824.0;
+  std::ostringstream s;
+  s << "\nmemory per rank, estimated (bytes/parameter; lib/plan/resources.h, a lower bound), against the measured "
+       "peak:\n";
+  s << std::left << std::setw(10) << "precision" << std::right << std::setw(9) << "weights" << std::setw(7) << "grads"
+    << std::setw(11) << "optimizer" << std::setw(11) << "wt copies" << std::setw(8) << "total" << std::setw(11)
+    << "state GiB" << std::setw(15) << "transient GiB" << std::setw(17) << "activations GiB" << std::setw(14)
+    << "estimate GiB" << std::setw(10) << "peak GiB" << std::setw(16) << "peak/estimate" << "\n";
+  for (const auto& r : results) {
+    const MemoryEstimate& m = r.memory;
+    const double estimate = m.total_bytes();
+    s << std::left << std::setw(10) << r.label() << std::right << std::fixed << std::setprecision(2) << std::setw(9)
+      << m.weight_bytes_per_param << std::setw(7) << m.grad_bytes_per_param << std::setw(11)
+      << m.optimizer_bytes_per_param << std::setw(11) << m.fp8_bytes_per_param << std::setw(8)
+      << m.state_bytes_per_param() << std::setw(11) << m.state_bytes / kGiB << std::setw(15)
+      << (m.gathered_weight_bytes + m.head_gradient_bytes) / kGiB << std::setw(17) << m.activation_bytes / kGiB
+      << std::setw(14) << estimate / kGiB << std::setw(10) << r.peak_memory_bytes / kGiB << std::setw(16)
+      << (estimate > 0 ? static_cast<double>(r.peak_memory_bytes) / estimate : 0.0) << "\n";
+  }
+  s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16); transient: "
+       "the chunked head's FP32 weight gradient (bf16, fp8), ZeRO-3's gathered units\n";
+  const MemoryEstimate* first = results.empty() ? nullptr : &results.front().memory;
+  if (first != nullptr && cfg.dist.zero == 1) {
+    s << "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over " << first->shard_ranks
+      << " ranks (ZeRO-1); state GiB includes the full gradient buckets in use at once: " << std::setprecision(2)
+      << first->gradient_bucket_bytes / kGiB << " GiB\n";
+  }
+  if (first != nullptr && cfg.dist.zero == 3) {
+    s << "dist.zero 3: weights, gradients and AdamW moments sharded over " << first->shard_ranks
+      << " ranks (ZeRO-3); state GiB includes the full gradients of 2 units (" << std::setprecision(2)
+      << first->gradient_bucket_bytes / kGiB << " GiB); transient the gathered weights of " << first->gathered_units
+      << " units (" << first->gathered_weight_bytes / kGiB << " GiB)\n";
+  }
+  return s.str();
+}
+
 }  // namespace
 
 std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& options,
@@ -129,24 +167,7 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     s << std::setw(12) << std::setprecision(4) << r.final_loss << std::setw(9) << r.skipped_steps << "\n";
   }
   s << cuda_graphs_line(results);
-  s << "\nmemory per rank, estimated (bytes/parameter; lib/plan/resources.h), against the measured peak:\n";
-  s << std::left << std::setw(10) << "precision" << std::right << std::setw(9) << "weights" << std::setw(7) << "grads"
-    << std::setw(11) << "optimizer" << std::setw(11) << "wt copies" << std::setw(8) << "total" << std::setw(13)
-    << "state GiB" << std::setw(17) << "activations GiB" << std::setw(11) << "peak GiB" << "\n";
-  for (const auto& r : results) {
-    const MemoryEstimate& m = r.memory;
-    s << std::left << std::setw(10) << r.label() << std::right << std::setprecision(2) << std::setw(9)
-      << m.weight_bytes_per_param << std::setw(7) << m.grad_bytes_per_param << std::setw(11)
-      << m.optimizer_bytes_per_param << std::setw(11) << m.fp8_bytes_per_param << std::setw(8)
-      << m.state_bytes_per_param() << std::setw(13) << m.state_bytes / 1073741824.0 << std::setw(17)
-      << m.activation_bytes / 1073741824.0 << std::setw(11) << r.peak_memory_bytes / 1073741824.0 << "\n";
-  }
-  s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16)\n";
-  if (cfg.dist.zero == 1) {
-    s << "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over the ranks (ZeRO-1); state GiB "
-      << "includes the full gradient buckets in use at once: " << std::setprecision(2)
-      << (results.empty() ? 0.0 : results.front().memory.gradient_bucket_bytes / 1073741824.0) << " GiB\n";
-  }
+  s << memory_section(cfg, results);
   for (const auto& r : results) {
     if (r.phase_ms.empty()) continue;
     s << "\n" << r.label() << " phases (median ms, synchronized after each):";
@@ -197,7 +218,11 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                       {"parameters", r.memory.parameters},
                       {"gradient_bucket_bytes", r.memory.gradient_bucket_bytes},
                       {"state_bytes", r.memory.state_bytes},
-                      {"activation_bytes", r.memory.activation_bytes}}}});
+                      {"shard_ranks", r.memory.shard_ranks},
+                      {"gathered_weight_bytes", r.memory.gathered_weight_bytes},
+                      {"head_gradient_bytes", r.memory.head_gradient_bytes},
+                      {"activation_bytes", r.memory.activation_bytes},
+                      {"total_bytes", r.memory.total_bytes()}}}});
     if (!r.recipe.empty()) rows.back()["recipe"] = r.recipe;
     if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
     if (!r.cuda_graph_off_reason.empty()) rows.back()["cuda_graph_off_reason"] = r.cuda_graph_off_reason;

@@ -53,6 +53,11 @@ CausalSelfAttention::CausalSelfAttention(const ModelSection& cfg, std::shared_pt
 at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   at::Tensor q, k, v;
+  if (c_attn && rotary_) {
+    // RoPE on the fused projection's output: one kernel on the GPU (Rotary::apply_qkv).
+    const Rotary::Heads h = rotary_->apply_qkv(c_attn->forward(x), n_head_, n_kv_head_);
+    return attend(h.q, h.k, h.v, B, T, C);
+  }
   if (c_attn) {
     // One GEMM, rows [q | k | v]; split's backward is one cat into that layout.
     const std::vector<at::Tensor> qkv =
@@ -69,6 +74,11 @@ at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
     q = rotary_->apply(q);
     k = rotary_->apply(k);
   }
+  return attend(q, k, v, B, T, C);
+}
+
+at::Tensor CausalSelfAttention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t B,
+                                       int64_t T, int64_t C) {
   // enable_gqa: query head h reads K/V head h / (n_head / n_kv_head), without materialising copies.
   const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
                                                         /*is_causal=*/true, /*scale=*/std::nullopt,

@@ -43,6 +43,8 @@ class CausalSelfAttention : public SlotModule {
   std::shared_ptr<UnaryModule> q_proj, k_proj, v_proj;
   std::shared_ptr<UnaryModule> c_proj;  // d -> d
  private:
+  // Causal attention of q [B, H, T, D], k and v [B, KV, T, D], then c_proj: [B, T, C].
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t B, int64_t T, int64_t C);
   int64_t n_head_;
   int64_t n_kv_head_;
   int64_t head_dim_;

@@ -3,6 +3,7 @@
 #include "lib/ops/rms_norm.h"       // ops::rms_norm
 #include "lib/ops/add_norm.h"       // ops::add_norm, ops::add_norm_fused
 #include "lib/ops/linear.h"         // ops::linear
+#include "lib/ops/swiglu.h"         // ops::swiglu
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::autocast_dtype_or
 
@@ -47,6 +48,7 @@ AddNormOutput Norm::forward_add(const at::Tensor& x, const at::Tensor& h) {
 
 at::Tensor Activation::forward(const at::Tensor& x) {
   if (kind == Kind::kGeluTanh) return at::gelu(x, "tanh");
+  if (ops::swiglu_fused(x)) return ops::swiglu(x);  // one kernel each way on the GPU
   const auto parts = x.chunk(2, -1);
   return at::silu(parts[0]) * parts[1];
 }

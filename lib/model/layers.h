@@ -68,7 +68,8 @@ class Norm : public ResidualNorm {
 };
 
 // The MLP's activation: GELU (tanh approximation) of x, or SwiGLU silu(gate) * up of the two
-// halves of x's last dim. No parameters.
+// halves of x's last dim. No parameters. On CUDA the SwiGLU is one kernel each way (ops::swiglu:
+// the CPU's bits, and only x kept for the backward); elsewhere at::silu(gate) * up.
 class Activation : public UnaryModule {
  public:
   enum class Kind { kGeluTanh, kSwiGLU };

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>  // torch::nn::Module, at::Tensor
 
+#include <cstdint>  // int64_t
+
 namespace fp8t {
 namespace model {
 
@@ -19,6 +21,14 @@ class Rotary : public torch::nn::Module {
   Rotary(int64_t seq_len, int64_t head_dim, double theta);
   // x: [B, H, T, D] (T <= seq_len) -> x rotated, computed in FP32 and rounded once to x's dtype.
   at::Tensor apply(const at::Tensor& x) const;
+  struct Heads {
+    at::Tensor q, k, v;  // [B, H, T, D], [B, KV, T, D], [B, KV, T, D]
+  };
+  // The attention's q, k (rotated) and v from a fused projection's output qkv [B, T, (H + 2 KV) * D]
+  // (columns [q | k | v]). On the GPU one kernel each way (ops::rope_qkv: the bits of apply(),
+  // and q, k and v in their own tensors, so qkv is not kept); elsewhere, and for shapes that
+  // kernel does not take, split + apply().
+  Heads apply_qkv(const at::Tensor& qkv, int64_t n_head, int64_t n_kv_head) const;
   at::Tensor cos;
   at::Tensor sin;
 };

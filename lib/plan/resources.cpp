@@ -15,6 +15,7 @@
 #endif
 
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy_chunk_rows
+#include "lib/plan/memory_plan.h"           // plan_memory, format_levers
 #include "lib/util/error.h"                // FP8T_THROW
 
 namespace fp8t::train {
@@ -25,6 +26,8 @@ namespace {
 constexpr double kLiveGradientBuckets = 3.0;
 
 std::string gib(double bytes) { return fmt::format("{:.3g} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+}  // namespace
 
 const char* recompute_name(Recompute r) {
   switch (r) {
@@ -37,6 +40,8 @@ const char* recompute_name(Recompute r) {
   }
   return "none";
 }
+
+namespace {
 
 // Per token and block, the elements kept for the backward: 3 * d (the inputs of the attention
 // and MLP norms and projections) + 2 * ff (the MLP's hidden activation before and after the
@@ -58,22 +63,67 @@ double kept_per_block(const ExperimentConfig& cfg, double d, double ff) {
 
 }  // namespace
 
-MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size) {
-  const ModelSection& m = cfg.model;
+namespace {
+
+// The model's matrices (lower bound: norms, biases and learned positions left out), in the
+// units ZeRO-3 gathers one at a time: the token embedding, each block, the head.
+struct ModelSizes {
+  double embedding = 0;  // vocab x d; the head has as many (the same tensor when tied)
+  double block = 0;      // one block's attention and MLP matrices
+  double layers = 0;
+  double parameters = 0;  // every parameter once (a tied head not twice)
+};
+
+ModelSizes model_sizes(const ModelSection& m) {
   const double d = static_cast<double>(m.d_model), ff = static_cast<double>(m.ff_dim());
-  const double vocab = static_cast<double>(m.vocab_size), layers = static_cast<double>(m.n_layer);
   const double mlp_matrices = m.activation == Activation::kSwiGLU ? 3.0 : 2.0;
-  MemoryEstimate e;
-  e.world_size = std::max(world_size, 1);
   // Attention: q and the output projection d x d each, k and v d x (n_kv_head * head_dim) each.
   const double kv = static_cast<double>(m.kv_heads() * (m.d_model / m.n_head));
-  const double block_matrices = layers * (2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff);
-  e.parameters = vocab * d * (m.tie_embeddings ? 1.0 : 2.0) + block_matrices;
-  const double moment_bytes = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;  // two moments
-  e.optimizer_bytes_per_param = moment_bytes;
+  ModelSizes s;
+  s.embedding = static_cast<double>(m.vocab_size) * d;
+  s.block = 2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff;
+  s.layers = static_cast<double>(m.n_layer);
+  s.parameters = s.embedding * (m.tie_embeddings ? 1.0 : 2.0) + s.layers * s.block;
+  return s;
+}
+
+// The most bytes `k` consecutive units of [embedding, block x layers, head] hold together (unit
+// bytes `ends` for the embedding and the head, `block` for a block); `all` when k spans the model.
+double widest_run(double ends, double block, double layers, double k, double all) {
+  if (k >= layers + 2.0) return all;
+  double widest = ends + std::min(k - 1.0, layers) * block;  // the embedding or the head, and blocks
+  if (k <= layers) widest = std::max(widest, k * block);
+  return widest;
+}
+
+// ZeRO-3 (the header's table): everything sharded over W ranks, plus the gathered units and the
+// full gradient buffers of two units.
+void estimate_zero3(const ExperimentConfig& cfg, const ModelSizes& s, double moment_bytes, MemoryEstimate& e) {
+  const double w = e.shard_ranks;
+  e.weight_bytes_per_param = 4.0 / w;
+  e.grad_bytes_per_param = 4.0 / w;
+  e.optimizer_bytes_per_param = moment_bytes / w;
+  e.fp8_bytes_per_param = 0.0;
+  const double compute = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
+  // FP8 block Linears: the gathered E4M3 weight and its transpose; the head stays high precision.
+  const double block_bytes = cfg.precision == Precision::kFp8 ? 2.0 : compute;
+  const double head = cfg.model.tie_embeddings ? 0.0 : s.embedding;  // a tied head is the embedding's tensor
+  const double all_gathered = compute * (s.embedding + head) + block_bytes * s.layers * s.block;
+  const double units = s.layers + (cfg.model.tie_embeddings ? 1.0 : 2.0);
+  const double in_flight = cfg.dist.reshard_after_forward
+                               ? std::min(1.0 + static_cast<double>(cfg.dist.prefetch), units)
+                               : units;
+  e.gathered_units = static_cast<int64_t>(in_flight);
+  e.gathered_weight_bytes = widest_run(compute * s.embedding, block_bytes * s.block, s.layers, in_flight, all_gathered);
+  const double grad_bytes = cfg.dist.reduce_dtype == ReduceDtype::kBf16 ? 6.0 : 4.0;
+  e.gradient_bucket_bytes = grad_bytes * widest_run(s.embedding, s.block, s.layers, 2.0, s.parameters);
+}
+
+// DDP and ZeRO-1: the gradient shards and buckets, the moments, the persistent weight copies.
+void estimate_replicated(const ExperimentConfig& cfg, const ModelSizes& s, double moment_bytes, MemoryEstimate& e) {
+  e.optimizer_bytes_per_param = moment_bytes / e.shard_ranks;
   if (cfg.dist.zero == 1) {  // ZeRO-1: shards of the gradients and moments, plus the full buckets in use
-    e.optimizer_bytes_per_param = moment_bytes / e.world_size;
-    e.grad_bytes_per_param = 4.0 / e.world_size;
+    e.grad_bytes_per_param = 4.0 / e.shard_ranks;
     // With accumulation the full buckets (4 bytes/parameter) live through the micro-batches
     // before the last; the shards replace them as they are released.
     const double all_buckets = 4.0 * e.parameters;
@@ -85,12 +135,19 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   // its transpose of each of their weights. bf16/fp16: autocast's 2-byte copy of every Linear
   // weight (head included), kept for the backward.
   // recompute casts: the transposes are made in the backward, one block at a time.
+  const double block_matrices = s.layers * s.block;
   const double fp8_copies = cfg.train.recompute == Recompute::kCasts ? 1.0 : 2.0;
   if (cfg.precision == Precision::kFp8) e.fp8_bytes_per_param = fp8_copies * block_matrices / e.parameters;
   if (cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp16) {
-    e.fp8_bytes_per_param = 2.0 * (block_matrices + vocab * d) / e.parameters;
+    e.fp8_bytes_per_param = 2.0 * (block_matrices + s.embedding) / e.parameters;
   }
-  e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
+  // The chunked head (bf16, fp8) makes its FP32 weight gradient in the forward.
+  if (cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp8) e.head_gradient_bytes = 4.0 * s.embedding;
+}
+
+double activation_bytes(const ExperimentConfig& cfg) {
+  const ModelSection& m = cfg.model;
+  const double d = static_cast<double>(m.d_model), ff = static_cast<double>(m.ff_dim());
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.seq_len);
   const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
   const bool part_recomputed = cfg.train.recompute != Recompute::kNone && cfg.train.recompute != Recompute::kActivation &&
@@ -102,54 +159,63 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   const int64_t rows = cfg.train.micro_batch_size * m.seq_len;
   const double logit_rows =
       chunked_head ? static_cast<double>(ops::linear_cross_entropy_chunk_rows(rows, m.vocab_size, 2)) : tokens;
-  e.activation_bytes = (tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block) + logit_rows * vocab) * element;
+  const double layers = static_cast<double>(m.n_layer);
+  return (tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block) + logit_rows * static_cast<double>(m.vocab_size)) *
+         element;
+}
+
+}  // namespace
+
+int shard_ranks(const ExperimentConfig& cfg, int world_size) {
+  const int world = std::max(world_size, 1);
+  if (cfg.dist.zero == 0) return 1;
+  const int64_t group = cfg.dist.shard_group_size;
+  return cfg.dist.zero == 3 && group > 0 && group < world ? static_cast<int>(group) : world;
+}
+
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size) {
+  const ModelSizes s = model_sizes(cfg.model);
+  MemoryEstimate e;
+  e.world_size = std::max(world_size, 1);
+  e.shard_ranks = shard_ranks(cfg, world_size);
+  e.parameters = s.parameters;
+  const double moment_bytes = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;  // two moments
+  if (cfg.dist.zero == 3) {
+    estimate_zero3(cfg, s, moment_bytes, e);
+  } else {
+    estimate_replicated(cfg, s, moment_bytes, e);
+  }
+  e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
+  e.activation_bytes = activation_bytes(cfg);
   return e;
 }
 
 std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
+  const int64_t zero = cfg.dist.zero;
+  const double moments = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;
+  std::string weights = fmt::format("weights {:.3g}", weight_bytes_per_param);
+  if (zero == 3) weights += fmt::format(" (4 / {} ranks)", shard_ranks);
+  std::string grads = fmt::format("gradients {:.3g}", grad_bytes_per_param);
+  if (zero != 0) {
+    grads += fmt::format(" (4 / {} ranks; + {} of full {} in use)", shard_ranks, gib(gradient_bucket_bytes),
+                         zero == 3 ? "unit gradients" : "buckets");
+  }
   std::string opt = fmt::format("AdamW moments {:.3g}", optimizer_bytes_per_param);
-  if (cfg.dist.zero == 1) opt += fmt::format(" (8 / {} ranks, dist.zero 1)", world_size);
-  const std::string grads =
-      cfg.dist.zero == 1 ? fmt::format("gradients {:.3g} (4 / {} ranks; + {} of full buckets in use)",
-                                       grad_bytes_per_param, world_size, gib(gradient_bucket_bytes))
-                         : fmt::format("gradients {:g}", grad_bytes_per_param);
+  if (zero != 0) opt += fmt::format(" ({:g} / {} ranks, dist.zero {})", moments, shard_ranks, zero);
   const char* copies = cfg.precision == Precision::kFp8 ? "FP8 weight copies" : "autocast weight copies";
   const std::string fp8 = fp8_bytes_per_param > 0 ? fmt::format(" + {} {:.2g}", copies, fp8_bytes_per_param) : "";
-  return fmt::format("weights {:g} + {} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}); "
+  std::string transient;
+  if (gathered_weight_bytes > 0) {
+    transient += fmt::format("; gathered weights of {} units {}", gathered_units, gib(gathered_weight_bytes));
+  }
+  if (head_gradient_bytes > 0) transient += fmt::format("; the chunked head's FP32 weight gradient {}", gib(head_gradient_bytes));
+  return fmt::format("{} + {} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}){}; "
                      "activations of one micro-batch {} (train.micro_batch_size={} x model.seq_len={}, "
                      "train.recompute {}); total {} per rank",
-                     weight_bytes_per_param, grads, opt, fp8, state_bytes_per_param(), parameters,
-                     gib(state_bytes), gib(activation_bytes), cfg.train.micro_batch_size, cfg.model.seq_len,
+                     weights, grads, opt, fp8, state_bytes_per_param(), parameters, gib(state_bytes), transient,
+                     gib(activation_bytes), cfg.train.micro_batch_size, cfg.model.seq_len,
                      recompute_name(cfg.train.recompute), gib(total_bytes()));
 }
-
-namespace {
-
-// What can be changed, with what each lever saves for this config.
-std::string levers(const ExperimentConfig& cfg, const MemoryEstimate& e) {
-  std::string out = "Levers: ";
-  if (cfg.dist.zero == 0) {
-    out += fmt::format("dist.zero 1 (--zero 1) under torchrun shards the AdamW moments and the gradients: "
-                       "(8 + 4) / W bytes/parameter on W ranks, {} less per rank on 2 (with "
-                       "train.grad_accum_steps 1); ", gib(6.0 * e.parameters));
-  } else {
-    out += "more data-parallel ranks (dist.zero 1 divides the AdamW moments and the gradients by their number); ";
-  }
-  if (cfg.train.moments_dtype == MomentsDtype::kFp32) {
-    out += fmt::format("train.moments_dtype bf16 (--moments-dtype bf16) stores the AdamW moments in 4 bytes/parameter "
-                       "instead of 8 ({} less); ",
-                       gib(4.0 * e.parameters / (cfg.dist.zero == 1 ? e.world_size : 1)));
-  }
-  if (cfg.train.recompute != Recompute::kBlock) {
-    out += "train.recompute block (--recompute block) keeps one d_model vector per layer and token instead of "
-           "the layers' inputs; ";
-  }
-  out += fmt::format("a lower train.micro_batch_size (now {}; train.grad_accum_steps keeps the global batch)",
-                     cfg.train.micro_batch_size);
-  return out;
-}
-
-}  // namespace
 
 void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name,
                        int world_size) {
@@ -171,7 +237,8 @@ void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const
              batch_dominates ? activations : state, "; ", batch_dominates ? state : activations,
              batch_dominates ? ". Lower train.micro_batch_size (train.grad_accum_steps keeps the batch) or the model size"
                              : ". Make the model smaller",
-             " (the estimate is a lower bound: ", e.breakdown(cfg), "). ", levers(cfg, e));
+             " (the estimate is a lower bound: ", e.breakdown(cfg), "). ",
+             format_levers(plan_memory(cfg, PlanTarget{world_size, capacity_bytes, device_name})));
 }
 
 void throw_out_of_memory(const ExperimentConfig& cfg, int world_size, const std::string& when,
@@ -180,7 +247,7 @@ void throw_out_of_memory(const ExperimentConfig& cfg, int world_size, const std:
   // The allocator's first line says how much was asked and what is in use; no stack trace.
   const std::string first_line = allocator_message.substr(0, allocator_message.find('\n'));
   FP8T_THROW(ExitCode::kBadInput, "out of memory while ", when, ": ", first_line, ". Estimated (a lower bound): ",
-             e.breakdown(cfg), ". ", levers(cfg, e), ".");
+             e.breakdown(cfg), ". ", format_levers(plan_memory(cfg, PlanTarget{world_size, 0.0, ""})), ".");
 }
 
 void maybe_inject_out_of_memory(const char* point) {

@@ -15,6 +15,20 @@
 //   copies       precision fp8: 2 per weight of an FP8 Linear (E4M3 copy and its transpose; 1
 //                with train.recompute casts, which makes the transpose in the backward);
 //                bf16/fp16: 2 per Linear weight (autocast's copy, kept for the backward)
+// dist.zero 3 (ZeRO-3) shards over W = dist.shard_group_size ranks (0: all of them): weights
+// 4 / W, gradients 4 / W (the FP32 shard, accumulated over the micro-batches), optimizer 8 / W
+// (4 / W), no persistent copies; and counted as bytes, for units (the embeddings, each block,
+// the head, in forward order):
+//   gathered weights   the unit computing and dist.prefetch more, the widest such run of units:
+//                      1 byte per FP8 Linear weight under precision fp8 plus its transpose made
+//                      after the gather (2 in all), the compute dtype for the rest (2 bytes; 4
+//                      under fp32); dist.reshard_after_forward false: every unit (from its
+//                      forward to its backward)
+//   gradient buffers   the full-size FP32 gradients of two units (the one being reduced, the one
+//                      being produced; dist.reduce_dtype bf16 adds a 2-byte copy of each)
+// plus, under bf16 and fp8 with dist.zero 0 or 1, the chunked head's FP32 weight gradient
+// (vocab_size x d_model, made in the forward and kept to the backward:
+// lib/ops/linear_cross_entropy.h; under ZeRO-3 it is one of the two units' gradient buffers),
 // plus the activations of one micro-batch: per token, the inputs every layer keeps for its
 // backward (3 * d_model + 2 * ff_dim per block; train.recompute keeps less, see below) and the
 // logits (vocab_size; bf16 and fp8 hold one chunk of logit rows at a time, the rule of
@@ -26,7 +40,8 @@
 #include <ATen/core/Tensor.h>  // (at::Device through c10)
 #include <c10/core/Device.h>   // c10::Device
 
-#include <string>  // std::string
+#include <cstdint>  // int64_t
+#include <string>   // std::string
 
 #include "lib/config/experiment.h"  // ExperimentConfig
 
@@ -35,15 +50,20 @@ namespace fp8t::train {
 struct MemoryEstimate {
   double parameters = 0;        // count (lower bound: embeddings, attention and MLP matrices)
   int world_size = 1;           // data-parallel ranks the per-rank figures are for
+  int shard_ranks = 1;          // ranks the sharded state is divided by (1 under DDP)
   // Bytes per parameter, per rank (the header's table).
   double weight_bytes_per_param = 4;
   double grad_bytes_per_param = 4;
   double optimizer_bytes_per_param = 8;
   double fp8_bytes_per_param = 0;  // weight copies (FP8, or autocast's), averaged over all parameters
-  double gradient_bucket_bytes = 0;  // ZeRO-1: the full gradient buckets alive at once (above)
+  // The full gradient buffers alive at once: ZeRO-1's buckets, ZeRO-3's two units (above).
+  double gradient_bucket_bytes = 0;
   double state_bytes = 0;       // parameters x the four above + gradient_bucket_bytes
+  double gathered_weight_bytes = 0;  // ZeRO-3: the units' weights gathered at once
+  int64_t gathered_units = 0;        // ZeRO-3: how many units those are
+  double head_gradient_bytes = 0;    // the chunked head's FP32 weight gradient, forward to backward
   double activation_bytes = 0;  // one micro-batch
-  double total_bytes() const { return state_bytes + activation_bytes; }
+  double total_bytes() const { return state_bytes + gathered_weight_bytes + head_gradient_bytes + activation_bytes; }
   double state_bytes_per_param() const {
     return weight_bytes_per_param + grad_bytes_per_param + optimizer_bytes_per_param + fp8_bytes_per_param;
   }
@@ -54,8 +74,15 @@ struct MemoryEstimate {
 
 // Computed in double precision, so that absurd sizes (1e12 sequences) do not overflow.
 // `world_size`: data-parallel ranks (divides the gradients and the optimizer state under
-// dist.zero 1).
+// dist.zero 1, and everything under dist.zero 3 unless dist.shard_group_size is smaller).
 MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size = 1);
+
+// "none", "activation", "casts", "attention", "mlp", "block" (the train.recompute values).
+const char* recompute_name(Recompute r);
+
+// The ranks the sharded state is divided by: 1 under dist.zero 0, the world under dist.zero 1,
+// dist.shard_group_size (when set and smaller than the world) or the world under dist.zero 3.
+int shard_ranks(const ExperimentConfig& cfg, int world_size);
 
 // Throws fp8t::Error (kBadInput) when the estimate exceeds `capacity_bytes` (the memory of
 // `device_name`), naming the keys that set the larger part, both numbers and the levers.

@@ -16,6 +16,7 @@
 #include "lib/model/gpt.h"                  // model::Gpt
 #include "lib/train/job_fingerprint.h"      // job_fingerprint, input_files
 #include "lib/train/precision_chart.h"      // precision_chart
+#include "lib/plan/memory_plan.h"           // plan_memory, format_memory_plan
 #include "lib/plan/resources.h"             // check_memory_fits
 #include "lib/run/tensorboard.h"            // check_tensorboard_available
 #include "lib/util/error.h"                 // FP8T_INPUT_CHECK
@@ -110,6 +111,12 @@ nlohmann::json dry_run_plan(const Run& run) {
   const PrecisionChart chart = precision_chart(*run.session, run.world_size);
   spdlog::info("{}", chart.to_string());
   plan["precision_chart"] = chart.to_json();
+  // The memory per rank on this device and these ranks (setup_run checked that it fits).
+  const MemoryPlan memory = plan_memory(run.cfg, {run.world_size, device_memory_capacity(run.device), run.device.str()});
+  std::string table = format_memory_plan(memory);
+  if (!table.empty() && table.back() == '\n') table.pop_back();
+  spdlog::info("{}", table);
+  plan["memory_estimate_bytes_per_rank"] = memory.estimate.total_bytes();
   return plan;
 }
 

@@ -152,6 +152,7 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   BenchResult r = fp8_result();
   r.memory.parameters = 1e9;
   r.memory.world_size = 2;
+  r.memory.shard_ranks = 2;
   r.memory.optimizer_bytes_per_param = 4;  // 8 / 2 ranks
   r.memory.grad_bytes_per_param = 2;       // 4 / 2 ranks
   r.memory.fp8_bytes_per_param = 1.5;
@@ -159,10 +160,14 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   r.memory.state_bytes = 11.75 * 1073741824.0;
   r.memory.activation_bytes = 0.25 * 1073741824.0;
   const auto lines = lines_of(fp8t::train::format_bench_table(cfg, bench_options(), {r}));
-  CHECK(has_line(lines, "memory per rank, estimated (bytes/parameter; lib/plan/resources.h), against the measured peak:"));
-  CHECK(has_line(lines, "precision   weights  grads  optimizer  wt copies   total    state GiB  activations GiB   peak GiB"));
-  CHECK(has_line(lines, "fp8            4.00   2.00       4.00       1.50   11.50        11.75             0.25       1.50"));
-  CHECK(has_line(lines, "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over the ranks (ZeRO-1); "
+  CHECK(has_line(lines, "memory per rank, estimated (bytes/parameter; lib/plan/resources.h, a lower bound), against "
+                        "the measured peak:"));
+  CHECK(has_line(lines, "precision   weights  grads  optimizer  wt copies   total  state GiB  transient GiB  "
+                        "activations GiB  estimate GiB  peak GiB   peak/estimate"));
+  // 11.75 + 0.25 = 12 GiB estimated; the measured 1.5 GiB is 0.125 of it.
+  CHECK(has_line(lines, "fp8            4.00   2.00       4.00       1.50   11.50      11.75           0.00             "
+                        "0.25         12.00      1.50            0.12"));
+  CHECK(has_line(lines, "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over 2 ranks (ZeRO-1); "
                         "state GiB includes the full gradient buckets in use at once: 0.25 GiB"));
   const auto j = fp8t::train::bench_to_json(cfg, bench_options(), {r});
   CHECK(j.at("zero") == 1);
@@ -172,6 +177,17 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   CHECK(per_param.at("weight_copies") == 1.5);
   CHECK(per_param.at("total") == 11.5);
   CHECK(j.at("results")[0].at("memory_estimate").at("gradient_bucket_bytes") == 0.25 * 1073741824.0);
+  CHECK(j.at("results")[0].at("memory_estimate").at("total_bytes") == 12.0 * 1073741824.0);
+  // ZeRO-3: the two units' gradients and the gathered units.
+  cfg.dist.zero = 3;
+  r.memory.gathered_weight_bytes = 0.5 * 1073741824.0;
+  r.memory.gathered_units = 2;
+  const auto zero3 = lines_of(fp8t::train::format_bench_table(cfg, bench_options(), {r}));
+  CHECK(has_line(zero3, "dist.zero 3: weights, gradients and AdamW moments sharded over 2 ranks (ZeRO-3); state GiB "
+                        "includes the full gradients of 2 units (0.25 GiB); transient the gathered weights of 2 units "
+                        "(0.50 GiB)"));
+  CHECK(has_line(zero3, "fp8            4.00   2.00       4.00       1.50   11.50      11.75           0.50             "
+                        "0.25         12.50      1.50            0.12"));
 }
 
 TEST_CASE("bench table and JSON: whether each row replayed a CUDA graph", "[bench]") {

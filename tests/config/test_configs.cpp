@@ -157,3 +157,16 @@ TEST_CASE("configs/char-anna.yaml is the byte-level book model", "[config]") {
   CHECK(c.train.eval_interval == 250);
   CHECK(c.train.eval_batches == 200);
 }
+
+TEST_CASE("configs/llama3-70b.yaml is the Llama 3 70B shape at 8192 tokens", "[config]") {
+  const ExperimentConfig c = load_config("llama3-70b.yaml", kDummyData).config;
+  const fp8t::ModelSection& m = c.model;
+  CHECK(std::vector<int64_t>{m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff, m.vocab_size, m.seq_len} ==
+        std::vector<int64_t>{80, 8192, 64, 8, 28672, 128256, 8192});
+  CHECK(c.train.micro_batch_size * m.seq_len * c.train.grad_accum_steps == 524288);
+  // Everything else (RoPE 500000, RMSNorm, SwiGLU, no bias, untied, the recipe) is the 8B file's.
+  const ExperimentConfig llama8b = load_config("llama3-8b.yaml", kDummyData).config;
+  CHECK(fp8t::config::differing_keys(llama8b, c) ==
+        std::vector<std::string>{"run.name", "model.seq_len", "model.n_layer", "model.n_head", "model.d_model",
+                                 "model.d_ff", "train.grad_accum_steps", "train.recompute"});
+}

@@ -78,6 +78,10 @@ dist:
   timeout_s: 30
   bucket_mb: 4.5
   zero: 1
+  reshard_after_forward: false
+  reduce_dtype: bf16
+  prefetch: 2
+  shard_group_size: 4
 precision: fp8
 fp8:
   recipe: delayed
@@ -162,6 +166,10 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.dist.timeout_s == 30);
   CHECK(c.dist.bucket_mb == 4.5);
   CHECK(c.dist.zero == 1);
+  CHECK_FALSE(c.dist.reshard_after_forward);
+  CHECK(c.dist.reduce_dtype == fp8t::ReduceDtype::kBf16);
+  CHECK(c.dist.prefetch == 2);
+  CHECK(c.dist.shard_group_size == 4);
 
   CHECK(c.precision == fp8t::Precision::kFp8);
 
@@ -191,8 +199,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:63");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:75");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:67");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:79");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
