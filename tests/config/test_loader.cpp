@@ -67,6 +67,7 @@ train:
   log_interval: 5
   checkpoint_interval: 200
   checkpoint_every_min: 7.5
+  keep_checkpoints: 4
   max_skipped_steps: 3
   recompute: none  # the only value allowed with the model's dropout 0.25
   cuda_graphs: false
@@ -191,6 +192,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.fp8.stats);
   CHECK(c.run.tensorboard);
   CHECK(c.train.checkpoint_every_min == 7.5);
+  CHECK(c.train.keep_checkpoints == 4);
   CHECK(c.train.max_skipped_steps == 3);
   CHECK(c.fp8.amax_update == fp8t::fp8::AmaxUpdate::kMicrobatch);
   CHECK_FALSE(c.fp8.reduce_amax);
@@ -199,8 +201,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:67");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:79");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:68");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:80");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
