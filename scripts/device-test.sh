@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build and test fp8train on a machine with a CUDA GPU, in one go: build, the GPU tests
-# (fp8t_tests "[cuda]"), compute-sanitizer memcheck + racecheck on the kernel tests, and the GEMM
+# (fp8t_tests "[cuda]", then the CPU tests only a CUDA build has: "[cuda_fp8_h],[gemm]~[cuda]"), compute-sanitizer memcheck + racecheck on the kernel tests, and the GEMM
 # benchmark (fp8train bench-gemm). Logs and JSON go to ${OUT:-/tmp/out}; a summary table is
 # printed last.
 #
@@ -116,6 +116,13 @@ if want tests; then
     result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-cuda.log" | tail -1)
     grep -E "gemm worst|norm (ln|rms)" "$OUT/tests-cuda.log"
     if [ $rc -eq 0 ]; then note tests ok "$result ($(secs $t0) s)"; else note tests FAIL "rc=$rc: $result"; grep -B2 -A12 -E "FAILED|REQUIRE" "$OUT/tests-cuda.log" | head -60; fi
+    # The CPU tests that only a CUDA build has (they run in CI's ctest too when the toolkit is
+    # there): the codec against cuda_fp8.h and the cuBLASLt problem rules of lib/gemm.
+    log "fp8t_tests [cuda_fp8_h],[gemm]~[cuda]"
+    "$TESTS" "[cuda_fp8_h],[gemm]~[cuda]" >"$OUT/tests-cuda-build.log" 2>&1
+    rc=$?
+    result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-cuda-build.log" | tail -1)
+    if [ $rc -eq 0 ]; then note cpu-in-cuda ok "$result"; else note cpu-in-cuda FAIL "rc=$rc: $result"; fi
   else
     note tests FAIL "no $TESTS"
   fi

@@ -13,7 +13,7 @@
 #include "lib/model/hf_layout.h"     // to_hf_names, hf_config_json
 #include "lib/model/safetensors.h"   // write_safetensors
 #include "lib/run/checkpoint.h"      // load_checkpoint
-#include "lib/run/run_dir.h"         // train::write_text_atomic
+#include "lib/run/run_dir.h"         // train::RunDir, write_file_atomic, write_text_atomic, remove_stale_temporaries
 #include "lib/train/train_checkpoint.h"  // train::checkpoint_model_tensors
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
@@ -30,7 +30,42 @@ struct ExportArgs {
   std::string names = "fp8train";
   std::string dtype = "fp32";
   std::string dump_logits;
+  bool overwrite = false;
 };
+
+// Checks a file export will write (before anything is read or written): a file name (not a
+// folder) in an existing folder, within NAME_MAX, none of the run folder's own files (not even
+// with --overwrite), and no existing file unless --overwrite. Removes the temporary files that a
+// killed export of the same path left.
+void check_output(const std::string& flag, const fs::path& out, const train::RunDir& run, bool overwrite) {
+  std::error_code ec;
+  const std::string shown = out.string();
+  FP8T_INPUT_CHECK(!fs::is_directory(out, ec) && out.has_filename(), flag, " ", shown,
+                   " is a folder; name the file to write in it (e.g. ", (out / "model.safetensors").string(), ")");
+  FP8T_INPUT_CHECK(fs::is_directory(out.parent_path(), ec), flag, " ", shown, ": the folder ",
+                   out.parent_path().string(), " does not exist");
+  FP8T_INPUT_CHECK(out.filename().string().size() <= 255, flag, " ", shown, ": the file name is ",
+                   out.filename().string().size(), " bytes long; a file name has at most 255");
+  const bool in_run = fs::equivalent(out.parent_path(), run.path(), ec);
+  FP8T_INPUT_CHECK(!(in_run && train::RunDir::is_managed_name(out.filename().string())), flag, " ", shown,
+                   " is a file of the run folder itself; export writes its copy elsewhere (even with --overwrite)");
+  for (const fs::directory_entry& entry : fs::directory_iterator(run.path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    FP8T_INPUT_CHECK(!(train::RunDir::is_managed_name(name) && fs::equivalent(out, entry.path(), ec)), flag, " ",
+                     shown, " is the run folder's ", name, " under another name; export writes its copy elsewhere");
+  }
+  FP8T_INPUT_CHECK(overwrite || !fs::exists(fs::symlink_status(out, ec)), flag, " ", shown,
+                   " exists; add --overwrite to replace it, or choose another name");
+  for (const std::string& name : train::remove_stale_temporaries(out)) {
+    spdlog::info("removed {}, left by an export that was stopped", (out.parent_path() / name).string());
+  }
+}
+
+// Writes a safetensors file atomically (a temporary file renamed over `path`).
+void write_safetensors_atomic(const fs::path& path, const model::NamedTensors& tensors,
+                              const std::map<std::string, std::string>& meta = {}) {
+  train::write_file_atomic(path, [&](const fs::path& tmp) { model::write_safetensors(tmp, tensors, meta); });
+}
 
 // --dump-logits: fp8train's FP32 logits for fixed tokens (t * 7 + 3) % vocab, t < seq_len, with
 // the tokens, as a safetensors file, so tests can compare another framework's logits.
@@ -48,7 +83,7 @@ void dump_logits(const ModelSection& cfg, const model::NamedTensors& weights, co
   }
   gpt.eval();
   const at::Tensor tokens = (torch::arange(cfg.seq_len, at::kLong) * 7 + 3).remainder(cfg.vocab_size).view({1, -1});
-  model::write_safetensors(path, {{"tokens", tokens}, {"logits", gpt.forward(tokens)}});
+  write_safetensors_atomic(path, {{"tokens", tokens}, {"logits", gpt.forward(tokens)}});
   spdlog::info("wrote {} (logits of {} tokens)", path.string(), cfg.seq_len);
 }
 
@@ -62,9 +97,12 @@ void run_export(const ExportArgs& a) {
   FP8T_INPUT_CHECK(fs::is_regular_file(dir.config_path()), "--run ", a.run_dir, " is not a run folder (no config.yaml)");
   const ExperimentConfig cfg = config::load(dir.config_path().string()).config;
   if (a.names == "hf") model::hf_family(cfg.model);  // a model without HF counterpart fails before the checkpoint is read
+  FP8T_INPUT_CHECK(!a.out.empty(), "--out must name the safetensors file to write");
   const fs::path out = fs::absolute(a.out);
-  FP8T_INPUT_CHECK(fs::is_directory(out.parent_path()), "--out ", a.out, ": the folder ", out.parent_path().string(),
-                   " does not exist");
+  check_output("--out", out, dir, a.overwrite);
+  if (a.names == "hf") check_output("--names hf (config.json beside --out):", out.parent_path() / "config.json", dir,
+                                    a.overwrite);
+  if (!a.dump_logits.empty()) check_output("--dump-logits", fs::absolute(a.dump_logits), dir, a.overwrite);
 
   const train::Checkpoint ck = train::load_checkpoint(dir.checkpoint_path());
   // By fp8train name; a ZeRO-3 run's from its shard files.
@@ -76,15 +114,16 @@ void run_export(const ExportArgs& a) {
   }
   const std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"fp8train_names", a.names}, {"fp8train_step", ck.meta.value("step", nlohmann::json(0)).dump()}};
-  model::write_safetensors(out, tensors, meta);
-  spdlog::info("wrote {} ({} tensors, {} names, {})", out.string(), tensors.size(), a.names, a.dtype);
+  write_safetensors_atomic(out, tensors, meta);
+  spdlog::info("exported step {} of {} to {} ({} tensors, {} names, {})", ck.meta.value("step", nlohmann::json(0)).dump(),
+               dir.path().string(), out.string(), tensors.size(), a.names, a.dtype);
   if (a.names == "hf") {
     const fs::path json = out.parent_path() / "config.json";
     const std::string dtype = a.dtype == "bf16" ? "bfloat16" : "float32";
     train::write_text_atomic(json, model::hf_config_json(cfg.model, dtype).dump(2) + "\n");
     spdlog::info("wrote {}", json.string());
   }
-  if (!a.dump_logits.empty()) dump_logits(cfg.model, params, a.dump_logits);
+  if (!a.dump_logits.empty()) dump_logits(cfg.model, params, fs::absolute(a.dump_logits));
 }
 
 // `fp8train export --help`.
@@ -92,7 +131,9 @@ constexpr const char* kExportHelp =
     "write a run's FP32 master weights (its checkpoint.pt) as a safetensors file.\n"
     "--names hf: Hugging Face's names and layouts (GPT-2 or LLaMA, from the run's config) and a config.json\n"
     "beside the file, so transformers' from_pretrained(folder) loads it. model.init_from reads either kind back.\n"
-    "Exit codes: 0 ok, 2 bad input (no run folder or checkpoint, a model with no HF counterpart).";
+    "An existing file is replaced only with --overwrite; the run folder's own files never are.\n"
+    "Exit codes: 0 ok, 2 bad input (no run folder or checkpoint, a model with no HF counterpart, an --out that is a\n"
+    "folder, exists without --overwrite or is one of the run folder's files).";
 
 }  // namespace
 
@@ -102,6 +143,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--out", args->out, "the safetensors file to write, e.g. export/model.safetensors")->required();
   cmd->add_option("--names", args->names, "fp8train (default) | hf");
   cmd->add_option("--dtype", args->dtype, "fp32 (default) | bf16");
+  cmd->add_flag("--overwrite", args->overwrite, "replace --out (and config.json, --dump-logits) if they exist");
   cmd->add_option("--dump-logits", args->dump_logits,
                   "also write the FP32 logits of fixed tokens ((7t + 3) % vocab, t < seq_len) and the tokens to this\n"
                   "safetensors file (to compare with another framework; tests/cli/test_export.sh)");

@@ -26,6 +26,7 @@ struct TrainArgs {
   bool print_config = false;
   bool dry_run = false;
   bool resume = false;
+  std::string resume_from;
   bool list_keys = false;
   int64_t stop_after = 0;
   // --plan-*: a dry run that plans memory for a cluster (0 / -1: not given).
@@ -85,6 +86,9 @@ void add_train_command(CLI::App& app) {
   app.add_flag("--dry-run", args->dry_run,
                "validate, load the data, build the model and the FP8 plan, print them and exit (writes nothing)");
   app.add_flag("--resume", args->resume, "continue the run folder's checkpoint (run.out_dir/run.name)");
+  app.add_option("--resume-from", args->resume_from,
+                 "continue from an older checkpoint instead: a step the run folder keeps (train.keep_checkpoints) or "
+                 "a checkpoint file; implies --resume");
   app.add_option("--stop-after", args->stop_after,
                  "train at most N steps now, save a checkpoint and exit 0 (continue with --resume)")
       ->check(CLI::NonNegativeNumber);
@@ -106,12 +110,15 @@ void add_train_command(CLI::App& app) {
       return;
     }
     // Contradictory requests: continuing a run folder and replacing it.
-    FP8T_INPUT_CHECK(!(args->resume && loaded.config.run.overwrite), "--resume and --overwrite (run.overwrite, ",
-                     loaded.sources.origin("run.overwrite"), ") contradict each other: --resume continues the run "
-                     "folder, --overwrite replaces it; give one of them");
+    const bool resume = args->resume || !args->resume_from.empty();
+    const char* resume_flag = args->resume_from.empty() ? "--resume" : "--resume-from";
+    FP8T_INPUT_CHECK(!(resume && loaded.config.run.overwrite), resume_flag, " and --overwrite (run.overwrite, ",
+                     loaded.sources.origin("run.overwrite"), ") contradict each other: ", resume_flag,
+                     " continues the run folder, --overwrite replaces it; give one of them");
     train::TrainOptions options;
     options.dry_run = args->dry_run;
-    options.resume = args->resume;
+    options.resume = resume;
+    options.resume_from = args->resume_from;
     options.stop_after = args->stop_after;
     options.launch = dist::launch_info_from_environment();  // torchrun's RANK, WORLD_SIZE, ...
     train::run_training(loaded, options);

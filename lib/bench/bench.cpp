@@ -19,7 +19,7 @@
 #include "lib/step/step_health.h"   // StepHealth (the skipped-step count)
 #include "lib/train/trainer.h"      // resolve_device
 #include "lib/util/error.h"         // FP8T_INPUT_CHECK
-#include "lib/util/memory.h"        // peak_memory_bytes
+#include "lib/util/memory.h"        // peak_memory_bytes, resident_memory_bytes
 #include "lib/util/timer.h"         // Stopwatch
 
 namespace fp8t::train {
@@ -129,6 +129,9 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
 
   release_cached_memory(device);
   reset_peak_memory(device);
+  // CPU: the row's peak counts what the row added to the resident set (LibTorch's code and what
+  // the process holds anyway are left out), as the GPU's allocator peak does.
+  const int64_t baseline = device.is_cpu() ? resident_memory_bytes() : 0;
   Session session(cfg, device);
   session.prepare_training(comm);
   r.fp8_rewrite = session.rewrite_report();
@@ -189,7 +192,7 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   r.max_step_ms = *std::max_element(ms.begin(), ms.end());
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / (r.median_step_ms * 1e-3);
   r.tflops = flops_per_token * r.tokens_per_s / 1e12;
-  r.peak_memory_bytes = peak_memory_bytes(device);
+  r.peak_memory_bytes = peak_memory_bytes(device) - baseline;
   return r;
 }
 

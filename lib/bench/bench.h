@@ -76,7 +76,7 @@ struct BenchResult {
   double max_step_ms = 0;
   double tokens_per_s = 0;
   double tflops = 0;                // model TFLOP/s (formula above)
-  int64_t peak_memory_bytes = 0;    // CUDA: peak allocated by the caching allocator; CPU: max RSS
+  int64_t peak_memory_bytes = 0;    // CUDA: peak allocated by the caching allocator; CPU: the peak resident set during the row less the resident set at its start
   double final_loss = 0;            // loss of the last step (a sanity check: finite, falling)
   // Steps skipped for inf/NaN gradients over the warm-up and timed steps (fp16: the dynamic loss
   // scale backing off; see lib/step/loss_scaler.h). A skipped step still counts as timed.

@@ -41,13 +41,28 @@ std::string cuda_graphs_line(const std::vector<BenchResult>& results) {
     same = same && r.cuda_graph == first.cuda_graph && r.cuda_graph_off_reason == first.cuda_graph_off_reason;
   }
   const std::string every = results.size() > 1 ? " in every row" : "";
-  auto state = [&](const BenchResult& r, const std::string& where) {
-    if (r.cuda_graph) return "replayed" + where;
-    return "eager" + where + (r.cuda_graph_off_reason.empty() ? "" : ": " + r.cuda_graph_off_reason);
+  // Appended piece by piece: GCC 12 reports a false -Wstringop-overflow for `"literal" + f()`.
+  auto append_state = [&](std::string& line, const BenchResult& r, const std::string& where) {
+    line += r.cuda_graph ? "replayed" : "eager";
+    line += where;
+    if (!r.cuda_graph && !r.cuda_graph_off_reason.empty()) {
+      line += ": ";
+      line += r.cuda_graph_off_reason;
+    }
   };
-  if (same) return "CUDA graphs: " + state(first, every) + "\n";
   std::string line = "CUDA graphs:";
-  for (const auto& r : results) line += " " + r.label() + " " + state(r, "") + ";";
+  if (same) {
+    line += ' ';
+    append_state(line, first, every);
+    return line + '\n';
+  }
+  for (const auto& r : results) {
+    line += ' ';
+    line += r.label();
+    line += ' ';
+    append_state(line, r, "");
+    line += ';';
+  }
   line.back() = '\n';
   return line;
 }

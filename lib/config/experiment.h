@@ -96,6 +96,7 @@ struct TrainSection {
   int64_t log_interval = 10;
   int64_t checkpoint_interval = 0;  // 0: only the final checkpoint
   double checkpoint_every_min = 30.0;  // also checkpoint when this many minutes passed since the last one; 0 disables
+  int64_t keep_checkpoints = 2;  // checkpoints kept: checkpoint.pt and the newest N-1 before it (checkpoint.step-<S>.pt)
   int64_t max_skipped_steps = 5;  // consecutive non-finite (skipped) steps before the run stops as diverged
   // Dynamic loss scaling (precision fp16), torch.amp.GradScaler's rules.
   double loss_scale_init = 65536.0;       // initial scale (2^16)

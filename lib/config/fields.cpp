@@ -187,6 +187,10 @@ std::vector<Field> build_table() {
   t.push_back(float_field("train.checkpoint_every_min",
                           "also checkpoint when this many minutes passed since the last checkpoint; 0 disables",
                           [](auto& c) -> auto& { return c.train.checkpoint_every_min; }, at_least(0)));
+  t.push_back(int_field("train.keep_checkpoints",
+                        "checkpoints kept: checkpoint.pt and the newest N-1 before it, as checkpoint.step-<S>.pt "
+                        "(continue from one with --resume-from S)",
+                        [](auto& c) -> auto& { return c.train.keep_checkpoints; }, at_least(1)));
   t.push_back(int_field("train.max_skipped_steps",
                         "consecutive non-finite (skipped) steps after which the run stops as diverged",
                         [](auto& c) -> auto& { return c.train.max_skipped_steps; }, at_least(1)));
@@ -330,7 +334,9 @@ std::string Field::type_name() const {
 }
 
 std::string Field::expected() const {
-  const std::string r = range ? " " + range->describe() : "";
+  // Appended, not `" " + describe()`: GCC 12 reports a false -Wstringop-overflow for a literal + a temporary.
+  std::string r;
+  if (range) r.append(" ").append(range->describe());
   switch (type) {
     case FieldType::kBool: return "a boolean (true/false, yes/no, 1/0)";
     case FieldType::kInt: return "an integer" + r;

@@ -10,6 +10,7 @@
 #include <sstream>     // std::ostringstream
 
 #include "lib/config/fields.h"    // fields(), find_field, parse_node, parse_text
+#include "lib/config/key_scan.h"  // check_known_keys, unknown_*_message
 #include "lib/config/parse.h"     // fail
 #include "lib/config/text.h"      // join, quoted
 #include "lib/config/validate.h"  // validate
@@ -69,6 +70,7 @@ std::string ConfigSources::origin(const std::string& key) const {
 }
 
 void apply_yaml(const std::string& yaml_text, const std::string& source_name, LoadedConfig& out) {
+  check_known_keys(yaml_text, source_name);  // streaming: a file of unknown keys stops at its first one
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -92,8 +94,7 @@ void apply_yaml(const std::string& yaml_text, const std::string& source_name, Lo
       continue;
     }
     if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
-      fail(at(source_name, it->first) + ": unknown section " + quoted(name) + did_you_mean(name) +
-           "; expected one of " + join(top_level_names()));
+      fail(unknown_section_message(at(source_name, it->first), name));
     }
     const YAML::Node body = it->second;  // a copy: it->second lives in a temporary proxy
     if (body.IsNull()) continue;  // `model:` with nothing under it
@@ -106,7 +107,7 @@ void apply_yaml(const std::string& yaml_text, const std::string& source_name, Lo
       const std::string key = name + "." + scalar_key(kv->first, source_name, name);
       if (!seen.insert(key).second) fail(at(source_name, kv->first) + ": duplicate key " + quoted(key));
       const Field* f = find_field(key);
-      if (f == nullptr) fail(at(source_name, kv->first) + ": unknown key " + quoted(key) + did_you_mean(key));
+      if (f == nullptr) fail(unknown_key_message(at(source_name, kv->first), key));
       set_from_node(*f, kv->first, kv->second, source_name, out);
     }
   }

@@ -51,7 +51,7 @@ std::string describe_keys() {
   size_t wk = 3, wt = 4, wd = 7;
   for (const auto& f : fields()) {
     Row r{f.key, f.type_name(), format_value(f, f.get(defaults)), f.help};
-    if (f.range) r.type += " " + f.range->describe();
+    if (f.range) r.type.append(" ").append(f.range->describe());  // not " " + ...: a GCC 12 false -Wstringop-overflow
     wk = std::max(wk, r.key.size());
     wt = std::max(wt, r.type.size());
     wd = std::max(wd, r.def.size());

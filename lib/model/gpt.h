@@ -117,8 +117,9 @@ class Gpt : public SlotModule {
   // Parameters without duplicates (a tied LM head shares the embedding weight), by name.
   std::vector<std::pair<std::string, at::Tensor>> unique_named_parameters() const;
   int64_t parameter_count() const;  // unique parameters
-  // Forward + backward FLOPs per token: 6 * (non-embedding params) + attention 6*n_layer*T*d
-  // (QK^T and AV, forward 2*2*T*d per layer without causal savings, times 3 with backward).
+  // Forward + backward FLOPs per token: 6 * (non-embedding params, a tied head counted once) +
+  // attention 12 * n_layer * T * d (QK^T and AV: forward 2 * 2 * T * d per layer without causal
+  // savings, times 3 with the backward). docs/benchmarks.md states the same formula.
   double flops_per_token() const;
 
   // The units a holder of UnitHooks sees (lib/model/unit_hooks.h): 0 the embeddings, 1..n_layer

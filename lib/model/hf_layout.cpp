@@ -183,13 +183,20 @@ at::Tensor take_piece(const std::map<std::string, at::Tensor>& file, const HfPie
                    "vocab_size, seq_len)");
   FP8T_INPUT_CHECK(at::isFloatingType(t.scalar_type()), where, ": tensor '", piece.name, "' has dtype ",
                    c10::toString(t.scalar_type()), "; expected a floating-point type");
-  return t.to(at::kFloat);
+  const at::Tensor values = t.to(at::kFloat);
+  const int64_t bad = values.isfinite().logical_not().sum().item<int64_t>();
+  FP8T_INPUT_CHECK(bad == 0, where, ": tensor '", piece.name, "' holds ", bad, " non-finite value(s) (NaN or inf) of ",
+                   values.numel(), "; a run cannot start from it (every step would be skipped)");
+  return values;
 }
 
 }  // namespace
 
 void load_weights(const ModelSection& cfg, const NamedTensors& params, const std::filesystem::path& path) {
   const std::string where = "model.init_from " + path.string();
+  std::error_code ec;
+  FP8T_INPUT_CHECK(!std::filesystem::is_directory(path, ec), where, " is a folder; name the safetensors file "
+                   "inside it (`fp8train export --names hf` writes <folder>/model.safetensors)");
   std::map<std::string, at::Tensor> file = read_safetensors(path).tensors;
   // fp8train's names when the first block's norm is found under its own name (HF names it
   // "transformer.h.0.ln_1", "h.0.ln_1" or "model.layers.0.input_layernorm"); else HF's.

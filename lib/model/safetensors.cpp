@@ -8,7 +8,6 @@
 
 #include <ATen/ATen.h>          // at::empty, Tensor::to
 #include <nlohmann/json.hpp>    // nlohmann::json
-#include <unistd.h>             // ::getpid
 
 #include "lib/util/error.h"  // FP8T_INPUT_CHECK, FP8T_THROW
 
@@ -82,27 +81,15 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors,
   const std::vector<std::pair<std::string, at::Tensor>> cpu(sorted.begin(), sorted.end());
   const std::string header = header_json(cpu, metadata);
 
-  std::string tmp_name = "." + path.filename().string();
-  tmp_name += ".tmp." + std::to_string(::getpid());
-  const fs::path tmp = path.parent_path() / tmp_name;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    FP8T_INPUT_CHECK(out.good(), "cannot create ", tmp.string(), ": ", std::strerror(errno));
-    write_u64_le(out, header.size());
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& [name, t] : cpu) {
-      out.write(static_cast<const char*>(t.const_data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-    }
-    out.flush();
-    if (!out.good()) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      FP8T_THROW(ExitCode::kFailure, "cannot write ", path.string(), ": ", std::strerror(errno));
-    }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out.good()) FP8T_THROW(ExitCode::kFailure, "cannot create ", path.string(), ": ", std::strerror(errno));
+  write_u64_le(out, header.size());
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const auto& [name, t] : cpu) {
+    out.write(static_cast<const char*>(t.const_data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) FP8T_THROW(ExitCode::kFailure, "cannot write ", path.string(), ": ", ec.message());
+  out.flush();
+  if (!out.good()) FP8T_THROW(ExitCode::kFailure, "cannot write ", path.string(), ": ", std::strerror(errno));
 }
 
 namespace {
@@ -172,6 +159,8 @@ void check_tiling(std::vector<Entry>& entries, uint64_t data_size, const fs::pat
 
 SafetensorsContents read_safetensors(const fs::path& path) {
   std::error_code ec;
+  FP8T_INPUT_CHECK(!fs::is_directory(path, ec), path.string(), " is a folder, not a safetensors file; name the "
+                   ".safetensors file inside it");
   FP8T_INPUT_CHECK(fs::is_regular_file(path, ec), "safetensors file ", path.string(), " does not exist");
   const uint64_t file_size = fs::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);

@@ -32,8 +32,9 @@ struct SafetensorsContents {
 };
 
 // Writes the tensors (any device; F32, F16, BF16, F64, I64, I32, U8 ...) with their dtypes and
-// shapes. The file is written under a temporary name and renamed into place. Throws
-// fp8t::Error (kFailure, naming the path) on I/O errors, kBadInput on a duplicate name.
+// shapes, straight into `path` (to replace a file atomically, write a temporary one through
+// lib/run/run_dir.h write_file_atomic, as `fp8train export` does). Throws fp8t::Error
+// (kFailure, naming the path) on I/O errors, kBadInput on a duplicate name.
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -76,22 +76,22 @@ void sharding_candidates(const ExperimentConfig& cfg, const PlanTarget& t, std::
                                cfg.train.grad_accum_steps),
                    with(cfg, [](auto& c) { c.train.grad_accum_steps = 1; }), t.world_size});
   }
-  if (d.zero != 3) return;
+  if (d.zero != 3) return;  // ZeRO-3's own keys, on the planned ranks
   if (!d.reshard_after_forward) {
     out.push_back({"dist.reshard_after_forward true", "each unit gathered again for its backward",
-                   with(cfg, [](auto& c) { c.dist.reshard_after_forward = true; }), world});
+                   with(cfg, [](auto& c) { c.dist.reshard_after_forward = true; }), t.world_size});
   }
   if (d.prefetch > 0) {
     out.push_back({"dist.prefetch 0", "the all-gathers no longer overlap compute",
-                   with(cfg, [](auto& c) { c.dist.prefetch = 0; }), world});
+                   with(cfg, [](auto& c) { c.dist.prefetch = 0; }), t.world_size});
   }
   if (d.reduce_dtype == ReduceDtype::kBf16) {
     out.push_back({"dist.reduce_dtype fp32", "twice the reduce-scatter bytes",
-                   with(cfg, [](auto& c) { c.dist.reduce_dtype = ReduceDtype::kFp32; }), world});
+                   with(cfg, [](auto& c) { c.dist.reduce_dtype = ReduceDtype::kFp32; }), t.world_size});
   }
   if (d.shard_group_size > 0 && d.shard_group_size < t.world_size) {
     out.push_back({"dist.shard_group_size 0", "the all-gathers span all ranks, across nodes too",
-                   with(cfg, [](auto& c) { c.dist.shard_group_size = 0; }), world});
+                   with(cfg, [](auto& c) { c.dist.shard_group_size = 0; }), t.world_size});
   }
 }
 

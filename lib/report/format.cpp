@@ -50,13 +50,13 @@ std::string to_markdown(const Table& table) {
   auto esc = [](const std::string& s) { return replace_all(one_line(s), "|", "\\|"); };
   std::string head = "|", rule = "|";
   for (const auto& c : table.columns) {
-    head += " " + esc(c.key) + " |";
+    head.append(" ").append(esc(c.key)).append(" |");  // appended: GCC 12 warns falsely on " " + a temporary
     rule += c.config || c.key == "run" || c.key == "status" ? " --- |" : " ---: |";
   }
   std::string out = head + "\n" + rule + "\n";
   for (const auto& row : table.rows) {
     out += "|";
-    for (const auto& cell : row) out += " " + esc(shown(cell)) + " |";
+    for (const auto& cell : row) out.append(" ").append(esc(shown(cell))).append(" |");
     out += "\n";
   }
   return out;
@@ -64,7 +64,7 @@ std::string to_markdown(const Table& table) {
 
 std::string to_tsv(const Table& table) {
   std::string out;
-  for (size_t i = 0; i < table.columns.size(); ++i) out += (i ? "\t" : "") + one_line(table.columns[i].key);
+  for (size_t i = 0; i < table.columns.size(); ++i) out.append(i ? "\t" : "").append(one_line(table.columns[i].key));
   out += "\n";
   for (const auto& row : table.rows) {
     for (size_t i = 0; i < row.size(); ++i) {
@@ -74,7 +74,7 @@ std::string to_tsv(const Table& table) {
         std::snprintf(buf, sizeof(buf), "%.17g", *row[i].number);
         s = buf;
       }
-      out += (i ? "\t" : "") + one_line(s);
+      out.append(i ? "\t" : "").append(one_line(s));
     }
     out += "\n";
   }

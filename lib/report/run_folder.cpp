@@ -1,5 +1,9 @@
 #include "lib/report/run_folder.h"
 
+#include <fcntl.h>     // ::open
+#include <sys/file.h>  // ::flock
+#include <unistd.h>    // ::close
+
 #include <yaml-cpp/yaml.h>  // YAML::Load, YAML::Emitter
 
 #include <algorithm>  // std::find_if
@@ -113,11 +117,27 @@ void read_config(RunFolder& run, const fs::path& file) {
   }
 }
 
+// Whether no process writes the run folder: its lock file (.fp8train.lock, see lib/run/run_dir.h)
+// exists and nobody holds its flock. A folder without one says nothing either way.
+bool writer_gone(const fs::path& dir) {
+  const int fd = ::open((dir / ".fp8train.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool free = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
+  ::close(fd);  // releases the probe's lock
+  return free;
+}
+
 void read_summary(RunFolder& run, const fs::path& file) {
   std::string text;
   if (!read_text(file, text)) {
-    run.status = "running";
-    run.problems.push_back("no summary.json: still running, or stopped without writing it");
+    if (writer_gone(file.parent_path())) {
+      run.status = "unfinished";
+      run.problems.push_back("no summary.json and no process writes the folder: the run stopped without writing "
+                             "it (if it trained every step, `fp8train --resume` writes it)");
+    } else {
+      run.status = "running";
+      run.problems.push_back("no summary.json: still running, or stopped without writing it");
+    }
     return;
   }
   run.summary = nlohmann::json::parse(text, nullptr, false);

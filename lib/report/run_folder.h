@@ -38,8 +38,9 @@ struct RunFolder {
   std::string name;  // summary.json "run", else the folder's name
   // False for a folder that is not a run folder (or cannot be read): it has no row.
   bool is_run = false;
-  // summary.json "status" (completed, diverged, failed, stopped, interrupted, ...); "running"
-  // when summary.json is missing (a run in progress, or one killed before writing it).
+  // summary.json "status" (completed, diverged, failed, stopped, interrupted, ...); when
+  // summary.json is missing, "unfinished" if no process holds the folder's lock (the run
+  // stopped without writing it), else "running".
   std::string status;
   std::vector<std::string> problems;          // what the reader could not use, for the user
   std::map<std::string, std::string> config;  // config.yaml flattened: "section.key" -> value

@@ -4,13 +4,13 @@
 #include <sys/stat.h>  // ::fstat
 #include <unistd.h>    // ::pread, ::close
 
-#include <fmt/format.h>     // fmt::format
 #include <spdlog/spdlog.h>  // spdlog::warn
 
 #include <array>    // std::array
 #include <cerrno>   // errno
 #include <cstdio>   // std::FILE
 #include <cstring>  // std::strerror, std::memcpy
+#include <map>      // std::map
 #include <vector>   // std::vector
 
 #include <ATen/ATen.h>                                       // at::Tensor ops
@@ -19,9 +19,10 @@
 #include <torch/csrc/jit/serialization/import_read.h>        // readArchiveAndTensors
 #include <torch/csrc/jit/serialization/pickler.h>            // Pickler
 
-#include "lib/run/run_dir.h"  // write_file_atomic
-#include "lib/util/crc32c.h"  // crc32c_extend
-#include "lib/util/error.h"   // FP8T_INPUT_CHECK, FP8T_THROW
+#include "lib/run/checkpoint_files.h"  // kept_checkpoints, describe_kept
+#include "lib/run/run_dir.h"           // write_file_atomic
+#include "lib/util/crc32c.h"           // crc32c_extend
+#include "lib/util/error.h"            // FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fs = std::filesystem;
 
@@ -91,11 +92,13 @@ class PayloadAdapter : public caffe2::serialize::ReadAdapterInterface {
 
 std::string corrupt(const fs::path& path, const std::string& why) {
   std::string msg = "corrupt checkpoint " + path.string() + ": " + why;
-  std::error_code ec;
-  const fs::path prev = previous_checkpoint_path(path);
-  if (fs::is_regular_file(prev, ec)) {
-    msg += "; the previous checkpoint " + prev.string() + " is kept: to continue from it, move it over " +
-           path.filename().string() + " (mv " + prev.string() + " " + path.string() + ") and resume";
+  std::map<int64_t, fs::path> kept = kept_checkpoints(path.parent_path());
+  for (auto it = kept.begin(); it != kept.end();) it = it->second.filename() == path.filename() ? kept.erase(it) : ++it;
+  if (!kept.empty()) {
+    msg += "; the run folder keeps the earlier checkpoints of ";
+    msg += describe_kept(kept);
+    msg += ": continue from the newest with --resume-from ";
+    msg += std::to_string(kept.rbegin()->first);
   }
   return msg;
 }
@@ -139,24 +142,6 @@ uint32_t stored_crc(const ReadOnlyFile& file, bool has_checksum) {
          static_cast<uint32_t>(b[3]) << 24;
 }
 
-// Keeps the current checkpoint as <name>.prev<ext> before it is replaced: a hard link (or a
-// copy) renamed into place, so that `path` stays valid throughout.
-void keep_previous(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return;
-  const fs::path prev = previous_checkpoint_path(path);
-  // Named like write_file_atomic's temporaries, so that RunDir removes one left by a kill.
-  const fs::path tmp = prev.parent_path() / fmt::format(".{}.tmp.{}", prev.filename().string(), ::getpid());
-  fs::remove(tmp, ec);
-  fs::create_hard_link(path, tmp, ec);
-  if (ec) fs::copy_file(path, tmp, fs::copy_options::overwrite_existing, ec);
-  if (!ec) fs::rename(tmp, prev, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    FP8T_THROW(ExitCode::kFailure, "cannot keep the previous checkpoint as ", prev.string(), ": ", ec.message());
-  }
-}
-
 // The tensor as it should be stored: detached, and compact when it views a larger storage.
 at::Tensor storable(const at::Tensor& t) {
   at::Tensor v = t.detach();
@@ -167,7 +152,7 @@ at::Tensor storable(const at::Tensor& t) {
 
 }  // namespace
 
-uint32_t save_checkpoint(const fs::path& path, const Checkpoint& ckpt, bool keep_previous_file) {
+uint32_t save_checkpoint(const fs::path& path, const Checkpoint& ckpt) {
   c10::impl::GenericDict tensors(c10::StringType::get(), c10::TensorType::get());
   for (const auto& [name, t] : ckpt.tensors) {
     FP8T_CHECK(t.defined(), "save_checkpoint: tensor '", name, "' is undefined");
@@ -187,7 +172,6 @@ uint32_t save_checkpoint(const fs::path& path, const Checkpoint& ckpt, bool keep
   pickler.pushIValue(root);
   pickler.stop();
 
-  if (keep_previous_file) keep_previous(path);
   uint32_t written_crc = 0;
   write_file_atomic(path, [&](const fs::path& tmp) {
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -232,13 +216,6 @@ uint32_t save_checkpoint(const fs::path& path, const Checkpoint& ckpt, bool keep
     }
   });
   return written_crc;
-}
-
-fs::path previous_checkpoint_path(const fs::path& path) {
-  fs::path prev = path.parent_path() / path.stem();
-  prev += ".prev";
-  prev += path.extension();
-  return prev;
 }
 
 Checkpoint load_checkpoint(const fs::path& path) {

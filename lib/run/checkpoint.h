@@ -30,20 +30,16 @@ struct Checkpoint {
 };
 
 // Writes `ckpt` to `path` atomically (lib/run/run_dir.h write_file_atomic): a crash or error
-// mid-write leaves the previous file at `path` intact. The file it replaces is kept as
-// previous_checkpoint_path(path), so one damaged file never loses the run. Throws fp8t::Error
-// (kFailure, naming the path) on I/O errors. Returns the CRC32C written into the trailer (a
-// manifest can record it). keep_previous false: no .prev copy (files whose names are unique,
-// e.g. the optimizer shards of ZeRO-1, lib/optim/optimizer_checkpoint.h).
-uint32_t save_checkpoint(const std::filesystem::path& path, const Checkpoint& ckpt, bool keep_previous = true);
+// mid-write leaves the previous file at `path` intact. Which older checkpoints are kept is the
+// caller's policy (lib/train/train_checkpoint.h, names in lib/run/checkpoint_files.h). Throws
+// fp8t::Error (kFailure, naming the path) on I/O errors. Returns the CRC32C written into the
+// trailer (a manifest can record it).
+uint32_t save_checkpoint(const std::filesystem::path& path, const Checkpoint& ckpt);
 
 // Reads a checkpoint written by save_checkpoint, verifying its checksum first. Throws
-// fp8t::Error (kBadInput, naming the path; "corrupt checkpoint ..." with how to fall back on the
-// previous checkpoint when one exists) when the file is missing, unreadable, corrupt or not an
-// fp8train checkpoint. Version 1 files (no checksum) load with a warning.
+// fp8t::Error (kBadInput, naming the path) when the file is missing, unreadable, corrupt or not
+// an fp8train checkpoint; "corrupt checkpoint ..." adds the --resume-from that continues from
+// the newest checkpoint the folder keeps. Version 1 files (no checksum) load with a warning.
 Checkpoint load_checkpoint(const std::filesystem::path& path);
-
-// <folder>/<stem>.prev<ext>: checkpoint.pt -> checkpoint.prev.pt.
-std::filesystem::path previous_checkpoint_path(const std::filesystem::path& path);
 
 }  // namespace fp8t::train

@@ -5,7 +5,7 @@
 #include <fstream>  // std::ifstream
 #include <string>   // std::string, std::getline
 
-#include "lib/run/run_dir.h"  // write_text_atomic
+#include "lib/run/run_dir.h"  // write_text_atomic, throw_if_disk_full_injected
 #include "lib/util/error.h"   // FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fp8t::train {
@@ -14,7 +14,7 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) {
     const int err = errno;
-    FP8T_THROW(ExitCode::kBadInput, "cannot open metrics file ", path.string(),
+    FP8T_THROW(ExitCode::kFailure, "cannot open metrics file ", path.string(),
                " for appending: ", std::strerror(err));
   }
 }
@@ -28,6 +28,7 @@ void MetricsWriter::write(const nlohmann::json& record) {
   // Non-finite floats dump as null; invalid UTF-8 in strings is replaced, never thrown.
   std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
+  throw_if_disk_full_injected(path_, path_);
   const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() &&
                   std::fflush(file_) == 0;
   if (!ok) {

@@ -12,7 +12,7 @@ namespace fp8t::train {
 class MetricsWriter {
  public:
   // Opens `path` for appending (created when missing), so a resumed run continues the file.
-  // Throws fp8t::Error (kBadInput, naming the path) when it cannot be opened.
+  // Throws fp8t::Error (kFailure, naming the path) when it cannot be opened.
   explicit MetricsWriter(const std::filesystem::path& path);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;

@@ -3,16 +3,20 @@
 #include <fcntl.h>     // ::open
 #include <sys/file.h>  // ::flock
 #include <sys/stat.h>  // ::mkdir
+#include <signal.h>    // ::kill
 #include <unistd.h>    // ::fsync, ::close, ::getpid, ::ftruncate, ::pwrite
 
 #include <algorithm>     // std::sort
 #include <atomic>        // std::atomic
 #include <cerrno>        // errno
 #include <cstdio>        // std::FILE, std::fopen, std::rename
+#include <cstdlib>       // std::getenv, std::strtol
 #include <cstring>       // std::strerror
 #include <system_error>  // std::error_code
 
-#include "lib/util/error.h"  // FP8T_INPUT_CHECK, FP8T_THROW
+#include "lib/run/checkpoint_files.h"  // checkpoint_file_step, kept_checkpoints
+#include "lib/util/crc32c.h"           // crc32c
+#include "lib/util/error.h"            // FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fs = std::filesystem;
 
@@ -31,12 +35,20 @@ fs::path run_path(const std::string& out_dir, const std::string& name) {
   return fs::path(out_dir) / name;
 }
 
-// True for the temporary files write_file_atomic leaves only when a process dies mid-write.
-bool is_managed_temp(const std::string& filename) {
+bool is_fixed_name(const std::string& filename) {
   for (const std::string& f : RunDir::managed_files()) {
-    if (filename.rfind("." + f + ".tmp.", 0) == 0) return true;
+    if (filename == f) return true;
   }
   return false;
+}
+
+// True for the temporary files write_file_atomic leaves only when a process dies mid-write:
+// ".<name>.tmp.<pid>.<n>" of a fixed name or a checkpoint file (kept checkpoints, shards).
+bool is_managed_temp(const std::string& filename) {
+  const size_t tag = filename.find(".tmp.");
+  if (filename.empty() || filename[0] != '.' || tag == std::string::npos || tag < 2) return false;
+  const std::string base = filename.substr(1, tag - 1);
+  return is_fixed_name(base) || checkpoint_file_step(base).has_value();
 }
 
 // config.resume-<step>.yaml: the history of a resumed run's config.
@@ -46,12 +58,7 @@ bool is_config_history(const std::string& filename) {
          filename.compare(filename.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_managed(const std::string& filename) {
-  for (const std::string& f : RunDir::managed_files()) {
-    if (filename == f) return true;
-  }
-  return is_managed_temp(filename) || is_config_history(filename);
-}
+bool is_managed(const std::string& filename) { return RunDir::is_managed_name(filename); }
 
 // The pid a lock file records ("?" when unreadable).
 std::string lock_owner(const fs::path& lock_path) {
@@ -131,9 +138,15 @@ class RunDir::Lock {
 };
 
 const std::vector<std::string>& RunDir::managed_files() {
+  // checkpoint.prev.pt: what earlier versions kept of the previous checkpoint (--overwrite removes it).
   static const std::vector<std::string> files = {"config.yaml",  "train.log",     "metrics.jsonl",
                                                  "summary.json", "checkpoint.pt", "checkpoint.prev.pt"};
   return files;
+}
+
+bool RunDir::is_managed_name(const std::string& filename) {
+  return is_fixed_name(filename) || is_managed_temp(filename) || is_config_history(filename) ||
+         checkpoint_file_step(filename).has_value();
 }
 
 void RunDir::check(const std::string& out_dir, const std::string& name, Mode mode) {
@@ -159,10 +172,9 @@ void RunDir::check_folder(const fs::path& dir, Mode mode, bool probe_lock) {
       break;
     case Mode::kResume: {
       FP8T_INPUT_CHECK(exists, "cannot resume: run folder ", dir.string(), " does not exist");
-      const fs::path ckpt = dir / "checkpoint.pt";
-      FP8T_INPUT_CHECK(fs::is_regular_file(ckpt, ec), "cannot resume: run folder ", dir.string(),
-                       " has no checkpoint (", ckpt.string(),
-                       "); start the run anew with --overwrite");
+      const fs::path ckpt = dir / kCheckpointFile;
+      FP8T_INPUT_CHECK(fs::is_regular_file(ckpt, ec) || !kept_checkpoints(dir).empty(), "cannot resume: run folder ",
+                       dir.string(), " has no checkpoint (", ckpt.string(), "); start the run anew with --overwrite");
       break;
     }
   }
@@ -213,19 +225,64 @@ void RunDir::write_text_atomic(const std::string& relative_name, const std::stri
   ::fp8t::train::write_text_atomic(path_ / relative_name, text);
 }
 
+std::string temporary_prefix(const fs::path& target) {
+  // ".tmp.<pid>.<n>" takes at most 36 bytes (10 digits of pid, 20 of the counter); a name that
+  // would not fit in NAME_MAX (255) with them is cut and told apart by a hash of the whole name.
+  constexpr size_t kNameMax = 255, kSuffixMax = 36;
+  const std::string name = target.filename().string();
+  std::string prefix = ".";
+  if (1 + name.size() + kSuffixMax <= kNameMax) {
+    prefix.append(name);
+  } else {
+    size_t cut = kNameMax - kSuffixMax - 1 - 9;  // "." + cut + "~" + 8 hex digits
+    while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0u) == 0x80u) --cut;  // a UTF-8 boundary
+    char hash[16];
+    std::snprintf(hash, sizeof hash, "~%08x", crc32c(name.data(), name.size()));
+    prefix.append(name, 0, cut);
+    prefix.append(hash);
+  }
+  prefix.append(".tmp.");
+  return prefix;
+}
+
+std::vector<std::string> remove_stale_temporaries(const fs::path& target) {
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = temporary_prefix(target);
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    // ".<name>.tmp.<pid>.<n>": a live writer's file is left alone.
+    const std::string rest = name.substr(prefix.size());
+    const long pid = std::strtol(rest.c_str(), nullptr, 10);
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    std::error_code rm;
+    if (fs::remove(entry.path(), rm)) removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+void throw_if_disk_full_injected(const fs::path& target, const fs::path& written) {
+  const char* name = std::getenv("FP8TRAIN_TEST_ENOSPC");
+  if (name == nullptr || target.filename() != name) return;
+  FP8T_THROW(ExitCode::kFailure, "cannot write ", written.string(), ": ", std::strerror(ENOSPC),
+             " (injected by FP8TRAIN_TEST_ENOSPC)");
+}
+
 void write_file_atomic(const fs::path& target,
                        const std::function<void(const fs::path& tmp)>& write) {
   static std::atomic<uint64_t> counter{0};
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp_name = ".";
-  tmp_name.append(target.filename().string());
-  tmp_name.append(".tmp.");
+  std::string tmp_name = temporary_prefix(target);
   tmp_name.append(std::to_string(::getpid()));
   tmp_name.append(".");
   tmp_name.append(std::to_string(counter++));
   const fs::path tmp = dir / tmp_name;
   try {
     write(tmp);
+    throw_if_disk_full_injected(target, tmp);
     const int sync_err = fsync_path(tmp, /*directory=*/false);
     if (sync_err != 0) {
       FP8T_THROW(ExitCode::kFailure, "cannot write ", tmp.string(), ": ",

@@ -5,7 +5,8 @@
 //   metrics.jsonl  one JSON object per logged step / eval
 //   summary.json   final results
 //   checkpoint.pt  model + optimizer + FP8 scaling state (lib/run/checkpoint.h)
-//   checkpoint.prev.pt  the checkpoint before the last one
+//   checkpoint.step-<S>.pt  older checkpoints (train.keep_checkpoints), and the files of a
+//                  checkpoint such as ZeRO shards: the names are lib/run/checkpoint_files.h's
 //   config.resume-<step>.yaml  the config a resume at <step> replaced (when it changed)
 //   .fp8train.lock the lock of the process that writes the folder (empty of meaning otherwise)
 //
@@ -52,8 +53,11 @@ class RunDir {
   // other ranks of a data-parallel job, which never write).
   static RunDir locate(const std::string& out_dir, const std::string& name);
 
-  // The names of the files fp8train writes into a run folder (the list above).
+  // The names of the files fp8train writes into a run folder (the fixed names above).
   static const std::vector<std::string>& managed_files();
+  // Whether fp8train writes a file of this name into a run folder: the fixed names, the
+  // checkpoint files by step, config.resume-<step>.yaml and the temporary files of writes.
+  static bool is_managed_name(const std::string& filename);
 
   const std::filesystem::path& path() const { return path_; }
   std::filesystem::path config_path() const { return path_ / "config.yaml"; }
@@ -81,13 +85,27 @@ class RunDir {
   std::shared_ptr<Lock> lock_;  // shared by copies; released with the last one
 };
 
-// Replaces `target` atomically: `write` fills a temporary file ".<target name>.tmp.<pid>.<n>"
-// in the same folder, which is then fsync'ed and renamed over `target` (and the folder
-// fsync'ed). If `write` throws or any step fails, the temporary file is removed, `target` is
-// left as it was, and the error is rethrown (I/O failures as fp8t::Error kFailure naming the
-// path).
+// Replaces `target` atomically: `write` fills a temporary file
+// temporary_prefix(target) + "<pid>.<n>" in the same folder, which is then fsync'ed and renamed
+// over `target` (and the folder fsync'ed). If `write` throws or any step fails, the temporary
+// file is removed, `target` is left as it was, and the error is rethrown (I/O failures as
+// fp8t::Error kFailure naming the path). A process killed mid-write leaves the temporary file:
+// RunDir::open removes those of a run folder, remove_stale_temporaries those of any file.
 void write_file_atomic(const std::filesystem::path& target,
                        const std::function<void(const std::filesystem::path& tmp)>& write);
+
+// ".<target name>.tmp.": the start of write_file_atomic's temporary names for `target`. A name
+// too long for that to fit in 255 bytes is cut, with a hash of the whole name after "~".
+std::string temporary_prefix(const std::filesystem::path& target);
+
+// Removes the temporary files of `target` that killed writers left (those of processes that
+// are still alive are kept). Returns the names removed, sorted.
+std::vector<std::string> remove_stale_temporaries(const std::filesystem::path& target);
+
+// Tests: with FP8TRAIN_TEST_ENOSPC=<file name> in the environment, throws the kFailure a full
+// disk gives ("No space left on device", naming `written`) when `target` has that name. Every
+// write of a run-folder file calls it, so that a test can fail exactly one file's write.
+void throw_if_disk_full_injected(const std::filesystem::path& target, const std::filesystem::path& written);
 
 // write_file_atomic with the whole of `text` as the content.
 void write_text_atomic(const std::filesystem::path& target, const std::string& text);

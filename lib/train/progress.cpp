@@ -106,7 +106,8 @@ nlohmann::json Progress::summary(const Run& run) const {
 }
 
 nlohmann::json Progress::failure_summary(const std::string& error) const {
-  nlohmann::json out = {{"status", status}, {"steps", step + 1}, {"error", error}, {"skipped_steps", skipped_steps}};
+  nlohmann::json out = {
+      {"status", status}, {"steps", in_loop ? step + 1 : step}, {"error", error}, {"skipped_steps", skipped_steps}};
   if (diverged_at > 0) out["diverged_at_step"] = diverged_at;
   return out;
 }

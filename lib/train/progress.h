@@ -31,6 +31,7 @@ struct Progress {
   double max_scale_spread = 0.0;
   int64_t skipped_steps = 0;  // non-finite steps skipped, over all invocations (as of the last read)
   int64_t diverged_at = 0;    // the step where the run of skips that stopped it began (0: none)
+  bool in_loop = false;       // the loop is training step `step` (a failure counts it as begun)
 
   double elapsed_s() const { return elapsed_before + wall.seconds(); }
 

@@ -9,11 +9,13 @@
 
 #include "lib/config/fields.h"              // config::to_string
 #include "lib/dist/communicator.h"          // dist::Communicator
+#include "lib/dist/fingerprint.h"           // dist::check_same_on_every_rank
 #include "lib/dist/fully_sharded.h"         // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"             // dist::GradientSync
 #include "lib/fp8/recipes/recipe_fields.h"  // recipe_fields_in_effect, recipe_fields_without_effect
 #include "lib/fp8/recipes/scaling.h"        // fp8::Scaling
 #include "lib/model/gpt.h"                  // model::Gpt
+#include "lib/train/job_fingerprint.h"      // job_fingerprint, input_files
 #include "lib/train/precision_chart.h"      // precision_chart
 #include "lib/plan/memory_plan.h"           // plan_memory, format_memory_plan
 #include "lib/plan/resources.h"             // check_memory_fits
@@ -134,6 +136,11 @@ void join_job(Run& run) {
   if (launch.launched) {
     spdlog::info("data-parallel: joining as {} (timeout {} s)", launch.describe(), run.cfg.dist.timeout_s);
     run.comm = dist::Communicator::connect(launch, run.device, std::chrono::seconds(run.cfg.dist.timeout_s));
+    // One job, one configuration: a rank given another config or other data files stops every rank (exit 2).
+    const std::vector<dist::FingerprintItem> job = job_fingerprint(run.cfg);
+    dist::check_same_on_every_rank(*run.comm, run.device, job);
+    spdlog::info("data-parallel: the {} ranks agree on the config and the {} input file(s)", run.comm->world_size(),
+                 input_files(run.cfg).size());
   }
   run.session->prepare_training(run.comm);
   if (const dist::FullyShardedModel* sharded = run.session->fully_sharded()) {

@@ -25,7 +25,7 @@ struct Run {
   RunDir::Mode mode;                  // create, overwrite or resume the run folder
   data::Dataset data;
   std::unique_ptr<Session> session;
-  std::shared_ptr<dist::Communicator> comm;  // null for a single process (join_job sets it)
+  std::shared_ptr<dist::Communicator> comm = nullptr;  // null for a single process (join_job sets it)
   int world_size = 1;
   bool main_rank = true;        // rank 0: the only one that writes the run folder
   int64_t tokens_per_step = 0;  // over all ranks

@@ -4,15 +4,17 @@
 #include <spdlog/spdlog.h>  // spdlog::info, spdlog::warn
 #include <torch/torch.h>    // torch::NoGradGuard, at::detail::getDefaultCPUGenerator
 
-#include <map>     // std::map
-#include <set>     // std::set
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <fstream>  // std::ifstream
+#include <map>      // std::map
+#include <set>      // std::set
+#include <string>   // std::string
+#include <vector>   // std::vector
 
 #include "lib/config/fields.h"                // config::to_string
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/model/gpt.h"                    // model::Gpt
 #include "lib/run/checkpoint.h"               // Checkpoint, save_checkpoint, load_checkpoint
+#include "lib/run/checkpoint_files.h"         // describe_kept, kept_checkpoints
 #include "lib/run/metrics.h"                  // truncate_metrics_after
 #include "lib/step/loss_scaler.h"             // LossScaler
 #include "lib/dist/communicator.h"            // dist::Communicator
@@ -152,6 +154,29 @@ void restore_checkpoint(Run& run, const Checkpoint& ck) {
   run.data.set_windows_drawn(ck.meta.value("data_windows", position * run.cfg.train.micro_batch_size * run.world_size));
 }
 
+// summary.json as the run would write it after `step` steps (kept in the final checkpoint, so a
+// resume can write it when writing it failed at the end).
+nlohmann::json summary_at(const Run& run, const Progress& progress, int64_t step) {
+  Progress at = progress;
+  at.step = step;
+  return at.summary(run);
+}
+
+// Whether summary.json records a completed run.
+bool summary_completed(const RunDir& dir) {
+  std::ifstream in(dir.summary_path());
+  if (!in) return false;
+  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return summary.is_object() && summary.value("status", "") == "completed";
+}
+
+void warn_if_metrics_missing(const RunDir& dir, int64_t step) {
+  std::error_code ec;
+  if (step == 0 || std::filesystem::exists(dir.metrics_path(), ec)) return;
+  spdlog::warn("{} is missing: the rows of steps 1 to {} are lost; the file starts again with step {}",
+               dir.metrics_path().string(), step, step + 1);
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const Checkpoint& ck,
@@ -180,11 +205,19 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const C
   return out;
 }
 
-Checkpointer::Checkpointer(Run& run, const RunDir& dir) : run_(run), dir_(dir), path_(dir.checkpoint_path()) {}
+Checkpointer::Checkpointer(Run& run, const RunDir& dir)
+    : run_(run), dir_(dir), path_(dir.checkpoint_path()),
+      history_(dir.path(), run.cfg.train.keep_checkpoints, run.main_rank) {}
 
-void Checkpointer::resume(Progress& progress) {
+bool Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
-  const Checkpoint ck = load_checkpoint(path_);
+  const ResumeSource source = history_.resume_source(run_.options.resume_from);
+  const Checkpoint ck = load_checkpoint(source.file);
+  const int64_t start_step = ck.meta.at("step").get<int64_t>();
+  FP8T_INPUT_CHECK(!source.expected_step || *source.expected_step == start_step, "--resume-from ",
+                   run_.options.resume_from, ": the run folder ", dir_.path().string(), " has no checkpoint of step ",
+                   *source.expected_step, "; ", path_.filename().string(), " holds step ", start_step,
+                   ", and the folder keeps ", describe_kept(kept_checkpoints(dir_.path())));
   const int saved_world = ck.meta.value("world_size", 1);
   const std::string saved = !ck.meta.contains("zero")              ? ""
                             : ck.meta["zero"].value("level", 1) == 3 ? " (ZeRO-3)"
@@ -195,18 +228,30 @@ void Checkpointer::resume(Progress& progress) {
     // where they stopped when the global batch (ranks x micro_batch_size) is kept.
     spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world, saved, run_.world_size, now);
   }
-  check_fp8_recipe(run_, ck, path_);
-  restore_weights_and_optimizer(run_, ck, path_);
+  check_fp8_recipe(run_, ck, source.file);
+  restore_weights_and_optimizer(run_, ck, source.file);
   restore_checkpoint(run_, ck);
-  committed_step_ = ck.meta.at("step").get<int64_t>();
-  const int64_t start_step = ck.meta.at("step").get<int64_t>();
+  history_.resumed(source, start_step);
   progress.restore(ck.meta, start_step);
   run_.session->health().restore_skipped(progress.skipped_steps);
-  if (run_.main_rank) truncate_metrics_after(dir_.metrics_path(), start_step);
-  spdlog::info("resumed {} at step {}", path_.string(), start_step);
+  if (run_.main_rank) warn_if_metrics_missing(dir_, start_step);
+  if (run_.main_rank) {
+    try {
+      truncate_metrics_after(dir_.metrics_path(), start_step);
+    } catch (const Error& e) {  // a write that fails (disk full): exit 3, as every run-folder write
+      if (e.code() != ExitCode::kFailure) throw;
+      FP8T_THROW(ExitCode::kTrainingFailed, e.what());
+    }
+  }
+  spdlog::info("resumed {} at step {}", source.file.string(), start_step);
   const int64_t steps = run_.cfg.train.steps;
+  if (start_step == steps && ck.meta.contains("final_summary") && !summary_completed(dir_)) {
+    final_summary_ = ck.meta["final_summary"];  // the run trained to the end; its summary was never written
+    return false;
+  }
   FP8T_INPUT_CHECK(start_step < steps, "the checkpoint is at step ", start_step, " and train.steps is ", steps,
                    ": nothing to do (raise --steps to train further)");
+  return true;
 }
 
 bool Checkpointer::due(int64_t step) const {
@@ -244,8 +289,7 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
     if (writes) {
       Checkpoint shard = make_optimizer_shard(run_.session->optimizer(), me, world, step);
       for (const auto& part : owned_parameter_parts(*run_.session)) shard.tensors["model." + part.name] = part.flat;
-      const uint32_t crc = save_checkpoint(path_.parent_path() / shard_file_name(me, world, step), shard,
-                                           /*keep_previous=*/false);
+      const uint32_t crc = save_checkpoint(path_.parent_path() / shard_file_name(me, world, step), shard);
       report[all + me] = static_cast<int64_t>(crc);
     }
   } catch (const Error& e) {
@@ -293,11 +337,19 @@ std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
   return "";
 }
 
-void Checkpointer::save(int64_t step, const Progress& progress) {
+void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) {
   const bool sharded = run_.session->optimizer().sharded() && run_.comm;
-  if (!run_.main_rank && !sharded) return;
   // ZeRO-1: every rank decides the same (the counters and the weights are the same everywhere).
   const StepHealth::Counts health = run_.session->health().read();  // the host's read before a write
+  if (scheduled && step < run_.cfg.train.steps && health.consecutive > 0) {
+    // Skipped steps left the weights of the step before the streak: a checkpoint now would hold
+    // them again and push an older checkpoint out of train.keep_checkpoints.
+    if (run_.main_rank) {
+      spdlog::info("not writing the checkpoint after step {}: the last {} step(s) were skipped (non-finite), so it "
+                   "would hold the weights of step {} again", step, health.consecutive, health.streak_start - 1);
+    }
+    return;
+  }
   if (const std::string why = unsafe_state(health); !why.empty()) {
     if (run_.main_rank) {
       spdlog::warn("not writing the checkpoint after step {}: {}; {} keeps the last good state", step, why,
@@ -309,13 +361,13 @@ void Checkpointer::save(int64_t step, const Progress& progress) {
   if (run_.main_rank) {
     ck = make_checkpoint(run_, step, progress);
     ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
+    if (step == run_.cfg.train.steps) ck.meta["final_summary"] = summary_at(run_, progress, step);
   }
   if (sharded) ck.meta["zero"] = save_shards(step);  // every rank writes its shard first
-  if (!run_.main_rank) return;
   try {
-    save_checkpoint(path_, ck);
-    if (sharded) remove_stale_shards(path_.parent_path(), {step, committed_step_});
-    committed_step_ = step;
+    history_.before_save(step);  // every rank keeps the bookkeeping; rank 0 the files
+    if (run_.main_rank) save_checkpoint(path_, ck);
+    history_.after_save(step);
   } catch (const Error& e) {
     // Disk full or an I/O error: the training itself cannot go on safely without checkpoints.
     std::error_code ec;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include "lib/run/checkpoint.h"    // Checkpoint
+#include "lib/train/checkpoint_history.h"  // CheckpointHistory
 #include "lib/train/progress.h"    // Progress
 #include "lib/run/run_dir.h"       // RunDir
 #include "lib/train/run_setup.h"   // Run
@@ -35,10 +36,15 @@ class Checkpointer {
  public:
   Checkpointer(Run& run, const RunDir& dir);
 
-  // Continues the run folder's checkpoint: restores the model, optimizer, FP8 and RNG state and
-  // the data position into `run`, and the totals into `progress`. Throws fp8t::Error
-  // (kBadInput) when the checkpoint does not fit the job or there is nothing left to train.
-  void resume(Progress& progress);
+  // Continues from checkpoint.pt, or from the checkpoint --resume-from names: restores the
+  // model, optimizer, FP8 and RNG state and the data position into `run`, and the totals into
+  // `progress`. Returns false when that checkpoint ends the run (train.steps) and summary.json
+  // was never written (a write that failed): final_summary() is then what the run would have
+  // written. Throws fp8t::Error (kBadInput) when the checkpoint does not fit the job, or there
+  // is nothing left to train.
+  bool resume(Progress& progress);
+  // The summary the final checkpoint recorded (after resume() returned false).
+  const nlohmann::json& final_summary() const { return final_summary_; }
 
   // Whether the scheduled checkpoint falls after `step` (1-based: steps done): every
   // train.checkpoint_interval steps, when train.checkpoint_every_min minutes have passed since
@@ -46,11 +52,17 @@ class Checkpointer {
   bool due(int64_t step) const;
 
   // Writes checkpoint.pt after `step` steps done, with the totals of `progress` (rank 0 only; a
-  // no-op elsewhere); the file it replaces becomes checkpoint.prev.pt. Never from non-finite
-  // state: when the run has diverged (StepHealth) or a weight is not finite, nothing is written
-  // (a warning says so). A write that fails (disk full, I/O error) throws kTrainingFailed: the
-  // previous checkpoint is intact.
-  void save(int64_t step, const Progress& progress);
+  // no-op elsewhere); the one it replaces is kept as checkpoint.step-<S>.pt, up to
+  // train.keep_checkpoints in all (CheckpointHistory). Never from non-finite state: when the
+  // run has diverged (StepHealth) or a weight is not finite, nothing is written (a warning says
+  // so). A `scheduled` checkpoint (due(), not the last step) is not written while steps are
+  // being skipped either: it would hold the weights of the step before the streak again and
+  // push an older checkpoint out. A write that fails (disk full, I/O error) throws
+  // kTrainingFailed: the previous checkpoint is intact.
+  void save(int64_t step, const Progress& progress, bool scheduled = false);
+
+  // The checkpoints this run can go back to.
+  const CheckpointHistory& history() const { return history_; }
 
  private:
   // Why the state must not be written ("" when it may).
@@ -63,7 +75,8 @@ class Checkpointer {
   const RunDir& dir_;
   std::filesystem::path path_;
   Stopwatch since_save_;  // for train.checkpoint_every_min
-  int64_t committed_step_ = -1;  // the step of checkpoint.pt (its ZeRO-1 shards are kept)
+  CheckpointHistory history_;
+  nlohmann::json final_summary_;
 };
 
 }  // namespace fp8t::train

@@ -1,9 +1,12 @@
 #include "lib/train/trainer.h"
 
+#include <fmt/format.h>     // fmt::format
 #include <spdlog/spdlog.h>  // spdlog::info
 #include <torch/torch.h>    // torch::cuda
 
-#include <cmath>  // std::nan
+#include <optional>  // std::optional
+#include <string>    // std::string
+#include <vector>    // std::vector
 
 #include "lib/config/print.h"            // config::to_yaml
 #include "lib/run/metrics.h"             // write_summary
@@ -31,8 +34,20 @@ RunDir open_run_folder(const Run& run) {
   return dir;
 }
 
-// summary.json of a run that failed in the loop ("diverged" for a non-finite loss, "failed" for
-// anything else, e.g. a rank died).
+// A write into the run folder that fails (disk full, an I/O error) ends the run: exit 3, like a
+// failed checkpoint or metrics write.
+template <class Write>
+void write_or_fail(Write&& write) {
+  try {
+    write();
+  } catch (const Error& e) {
+    if (e.code() != ExitCode::kFailure) throw;
+    FP8T_THROW(ExitCode::kTrainingFailed, e.what());
+  }
+}
+
+// summary.json of a run that failed ("diverged" for a non-finite loss, "failed" for anything
+// else, e.g. a rank died or the disk is full).
 void write_failure_summary(const Run& run, const RunDir& dir, Progress& progress, const Error& e) {
   if (e.code() != ExitCode::kTrainingFailed || !run.main_rank) return;
   if (progress.status == "completed") progress.status = "failed";
@@ -43,21 +58,60 @@ void write_failure_summary(const Run& run, const RunDir& dir, Progress& progress
   }
 }
 
+// summary.json, or exit 3 with why it could not be written and how to write it later.
+void write_final_summary(const RunDir& dir, const nlohmann::json& summary) {
+  try {
+    write_summary(dir.summary_path(), summary);
+  } catch (const Error& e) {
+    if (e.code() != ExitCode::kFailure) throw;
+    FP8T_THROW(ExitCode::kTrainingFailed, e.what(), "; the run trained ", summary.value("steps", 0),
+               " steps and its checkpoint is intact: free space and run `fp8train --config ",
+               dir.config_path().string(), " --resume` to write ", dir.summary_path().string());
+  }
+}
+
+// "val 0.8123", or "no evaluation" when none ran.
+std::string val_text(const Progress& progress) {
+  return progress.last_val ? fmt::format("val {:.4f}", *progress.last_val) : "no evaluation";
+}
+
 // summary.json and the last log line; an interrupted run then exits with kInterrupted.
 nlohmann::json finish(const Run& run, const RunDir& dir, const Progress& progress) {
   nlohmann::json summary = progress.summary(run);
   summary["precision_chart"] = precision_chart(*run.session, run.world_size).to_json();
   if (run.main_rank) {
-    write_summary(dir.summary_path(), summary);
-    spdlog::info("{}: {} steps, final loss {:.4f}, val {:.4f}, {:.0f} tokens/s, {:.1f}s -> {}", progress.status,
-                 progress.step, progress.last_loss, progress.last_val.value_or(std::nan("")),
-                 summary["tokens_per_s"].get<double>(), progress.wall.seconds(), dir.path().string());
+    write_final_summary(dir, summary);
+    spdlog::info("{}: {} steps, final loss {:.4f}, {}, {:.0f} tokens/s, {:.1f}s -> {}", progress.status,
+                 progress.step, progress.last_loss, val_text(progress), summary["tokens_per_s"].get<double>(),
+                 progress.wall.seconds(), dir.path().string());
   }
   if (progress.status == "interrupted") {
     FP8T_THROW(ExitCode::kInterrupted, "interrupted; checkpoint saved in ", dir.path().string(),
                " (continue with --resume)");
   }
   return summary;
+}
+
+// --resume of a run whose every step is done but whose summary.json was never written: the
+// summary its final checkpoint recorded.
+nlohmann::json finish_from_checkpoint(const Run& run, const RunDir& dir, nlohmann::json summary) {
+  summary["precision_chart"] = precision_chart(*run.session, run.world_size).to_json();
+  summary["written_on_resume"] = true;
+  if (run.main_rank) {
+    write_final_summary(dir, summary);
+    spdlog::info("the run had trained all {} steps; wrote {} from its final checkpoint", summary.value("steps", 0),
+                 dir.summary_path().string());
+  }
+  return summary;
+}
+
+// Resume (every rank reads the checkpoint). False: the run has no step left (its summary was
+// written now).
+bool resume(const Run& run, const RunDir& dir, Checkpointer& checkpointer, Progress& progress) {
+  const std::vector<ConfigChange> changes = check_resume_config(dir, run.cfg);  // every rank
+  const bool steps_left = checkpointer.resume(progress);
+  if (run.main_rank) write_or_fail([&] { record_resume_config(dir, changes, progress.start_step); });
+  return steps_left;
 }
 
 }  // namespace
@@ -87,22 +141,26 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
   const RunDir dir = open_run_folder(run);
   Progress progress;
   Checkpointer checkpointer(run, dir);
-  if (options.resume) {
-    const std::vector<ConfigChange> changes = check_resume_config(dir, run.cfg);  // every rank
-    checkpointer.resume(progress);
-    if (run.main_rank) record_resume_config(dir, changes, progress.start_step);  // before config.yaml is replaced
-  }
-  if (run.main_rank) dir.write_text_atomic("config.yaml", config::to_yaml(run.cfg));
-  StepLogger logger(run, dir, progress);
-  TrainingLoop loop(run, progress, logger, checkpointer);
   try {
-    loop.run();
+    if (options.resume && !resume(run, dir, checkpointer, progress)) {
+      return finish_from_checkpoint(run, dir, checkpointer.final_summary());
+    }
+    // config.yaml after the resume's record of the one it replaces.
+    if (run.main_rank) write_or_fail([&] { dir.write_text_atomic("config.yaml", config::to_yaml(run.cfg)); });
+    std::optional<StepLogger> logger;
+    write_or_fail([&] { logger.emplace(run, dir, progress); });
+    TrainingLoop loop(run, progress, *logger, checkpointer);
+    try {
+      loop.run();
+    } catch (...) {
+      logger->finish();
+      throw;
+    }
+    logger->finish();
   } catch (const Error& e) {
-    logger.finish();
     write_failure_summary(run, dir, progress, e);
     throw;
   }
-  logger.finish();
   return finish(run, dir, progress);
 }
 

@@ -27,6 +27,9 @@ namespace train {
 
 struct TrainOptions {
   bool resume = false;   // continue the run folder's checkpoint
+  // With resume: the checkpoint to continue instead of checkpoint.pt: a step the run folder
+  // keeps ("12", train.keep_checkpoints) or a checkpoint file.
+  std::string resume_from;
   bool dry_run = false;  // validate, build, print the plan; write nothing
   // Train at most this many steps in this invocation, then save a checkpoint and stop
   // (status "stopped", exit 0); continue later with resume. 0: no limit. For time-limited
@@ -39,7 +42,10 @@ struct TrainOptions {
 
 // Runs (or dry-runs) the experiment. Returns the summary (also written to summary.json).
 // Throws fp8t::Error: kBadInput for bad data/run folder, kTrainingFailed when the loss
-// becomes non-finite, kInterrupted on SIGINT/SIGTERM (after saving a checkpoint).
+// becomes non-finite or a file of the run folder cannot be written (disk full: summary.json
+// says why when it can still be written, else the message does), kInterrupted on
+// SIGINT/SIGTERM (after saving a checkpoint). A resume of a run that trained every step but
+// could not write summary.json writes it from the final checkpoint and returns.
 nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptions& options);
 
 // "cuda:<local_rank>" when run.device is auto and a GPU is visible, else "cpu" (cuda requested

@@ -178,12 +178,13 @@ void StepLogger::log_eval(int64_t step, double val_loss) {
 void StepLogger::write(const nlohmann::json& row) {
   try {
     if (metrics_) metrics_->write(row);
+    if (tensorboard_) {
+      const double peak = static_cast<double>(peak_memory_bytes(run_.device));
+      tensorboard_->write_scalars(row.at("step").get<int64_t>(), tensorboard_scalars(row, peak));
+    }
   } catch (const Error& e) {  // disk full or an I/O error: the run fails (exit 3) with the reason
+    if (e.code() != ExitCode::kFailure) throw;
     FP8T_THROW(ExitCode::kTrainingFailed, e.what());
-  }
-  if (tensorboard_) {
-    const double peak = static_cast<double>(peak_memory_bytes(run_.device));
-    tensorboard_->write_scalars(row.at("step").get<int64_t>(), tensorboard_scalars(row, peak));
   }
 }
 
@@ -195,6 +196,7 @@ TrainingLoop::TrainingLoop(Run& run, Progress& progress, StepLogger& logger, Che
 void TrainingLoop::run() {
   reset_peak_memory(run_.device);
   progress_.wall.reset();
+  progress_.in_loop = true;
   const int64_t steps = run_.cfg.train.steps;
   for (; progress_.step < steps; ++progress_.step) {
     const int64_t step = progress_.step;
@@ -208,12 +210,13 @@ void TrainingLoop::run() {
       check_step(result, logged);
     }
     evaluate_if_due(step);
-    if (checkpointer_.due(step + 1)) checkpointer_.save(step + 1, progress_);
+    if (checkpointer_.due(step + 1)) checkpointer_.save(step + 1, progress_, /*scheduled=*/true);
     if (stop_early(step, stop_signal)) {
       ++progress_.step;
       break;
     }
   }
+  progress_.in_loop = false;
 }
 
 StepResult TrainingLoop::train_step(int64_t step) {
@@ -238,15 +241,31 @@ void TrainingLoop::check_step(const StepResult& result, const LoggedStep& logged
   FP8T_THROW(ExitCode::kTrainingFailed, "diverged at step ", logged.health.diverged_at, ": ",
              run_.cfg.train.max_skipped_steps, " steps in a row had a non-finite loss or gradient norm (skipped, ",
              logged.health.skipped, " skipped in total; stopped after step ", result.step + 1,
-             "). The weights are those of step ", logged.health.diverged_at - 1,
-             "; the last checkpoint was written before the divergence",
+             "). The weights are those of step ", logged.health.diverged_at - 1, ". ",
+             way_back(logged.health.diverged_at),
              (run_.cfg.precision == Precision::kFp8 ? " (try fp8.margin, fp8.override_linear_precision or "
                                                       "precision bf16 to locate it; fp8.stats shows saturation)"
                                                     : " (try a lower train.lr or train.grad_clip)"));
 }
 
+// The newest checkpoint before the first skipped step, and the command that continues from it.
+std::string TrainingLoop::way_back(int64_t first_skipped) const {
+  const CheckpointHistory& history = checkpointer_.history();
+  const auto before = history.newest_before(first_skipped);
+  if (!before) {
+    return fmt::format("No checkpoint from before step {} is kept (the run folder holds {}; "
+                       "train.keep_checkpoints keeps more)", first_skipped, history.describe());
+  }
+  const std::filesystem::path config = before->second.parent_path() / "config.yaml";
+  return fmt::format("The newest checkpoint before step {} is step {} ({}); continue from it, after changing "
+                     "what diverged, with: fp8train --config {} --resume-from {} (the run folder keeps {}: an "
+                     "older one goes back further)", first_skipped, before->first, before->second.string(),
+                     config.string(), before->first, history.describe());
+}
+
 void TrainingLoop::evaluate_if_due(int64_t step) {
   const TrainSection& t = run_.cfg.train;
+  if (t.eval_batches == 0) return;  // no validation batches: no evaluation (and no "val nan")
   if (!((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || step + 1 == t.steps)) return;
   progress_.record_eval(evaluate(run_));
   logger_.log_eval(step + 1, *progress_.last_val);

@@ -15,6 +15,7 @@
 #include <csignal>   // SIGINT, SIGTERM, SIGHUP, SIGQUIT
 #include <cstdint>   // int64_t
 #include <optional>  // std::optional
+#include <string>    // std::string
 
 #include "lib/run/console.h"             // StatusLine
 #include "lib/run/metrics.h"             // MetricsWriter
@@ -111,6 +112,8 @@ class TrainingLoop {
   StepResult train_step(int64_t step);
   // The one place a step's result is checked.
   void check_step(const StepResult& result, const LoggedStep& logged);
+  // For the divergence message: the checkpoint to go back to, and how.
+  std::string way_back(int64_t first_skipped) const;
   void evaluate_if_due(int64_t step);
   // Saves and returns true when the run stops after `step` before its last step.
   bool stop_early(int64_t step, bool stop_signal);

@@ -15,7 +15,11 @@ assert list(rows) == ["bf16", "fp16", "fp8"], list(rows)
 for r in rows.values():
     assert r["tokens_per_step"] == 16 * 64 and r["median_step_ms"] > 0, r
     assert abs(r["tokens_per_s"] - r["tokens_per_step"] / (r["median_step_ms"] / 1e3)) < 1e-6 * r["tokens_per_s"]
-    assert math.isfinite(r["final_loss"]) and r["peak_memory_bytes"] > 0, r
+    assert math.isfinite(r["final_loss"]), r
+    # CPU: the row's own rise of the resident set (seen: 16-50 MiB): at least the model state the
+    # row holds, and far below the ~480 MiB of the whole LibTorch process, which a process-lifetime
+    # maximum (what every row reported before) would give.
+    assert r["memory_estimate"]["state_bytes"] <= r["peak_memory_bytes"] < 256 << 20, r["peak_memory_bytes"]
     assert isinstance(r["skipped_steps"], int) and 0 <= r["skipped_steps"] <= 3, r  # warm-up + timed
 assert d["model"]["n_layer"] == 1 and d["timed_steps"] == 2 and d["world_size"] == 1
 assert abs(d["fp8_over_bf16"] - rows["fp8"]["tokens_per_s"] / rows["bf16"]["tokens_per_s"]) < 1e-9

@@ -62,11 +62,15 @@ verdict 70b-16x80 2 "does not fit"
 grep -q "train.recompute block" logs/70b-16x80.out || fail "the 70B plan does not say recompute block"
 lever 70b-16x80 "train.moments_dtype bf16" "fits"
 lever 70b-16x80 "32 ranks" "fits"
-# The config's dist.zero (and torchrun's world size, 1 here) when --plan-zero is not given: DDP.
-plan 70b-ddp llama3-70b.yaml --plan-device-memory 80
-verdict 70b-ddp 2 "does not fit"
-grep -q "memory per rank on 1 x 80 GiB: dist.zero 0" logs/70b-ddp.out || fail "the config's zero level was not planned"
-lever 70b-ddp "dist.zero 3 on 2 ranks" "does not fit"
+# The config's dist.zero (3) and torchrun's world size (1 here) when --plan-zero is not given.
+plan 70b-1rank llama3-70b.yaml --plan-device-memory 80
+verdict 70b-1rank 2 "does not fit"
+grep -q "memory per rank on 1 x 80 GiB: dist.zero 3" logs/70b-1rank.out || fail "the config's zero level was not planned"
+lever 70b-1rank "32 ranks" "fits"
+# dist.prefetch 0 on the planned rank frees one gathered unit (under 2 GiB), not half the state.
+lever 70b-1rank "dist.prefetch 0" "does not fit"
+awk '/^  dist.prefetch 0 / { found = 1; if ($4 + 0 > 2.0) bad = 1 } END { exit !(found && !bad) }' logs/70b-1rank.out ||
+  fail "70b-1rank: dist.prefetch 0 saves more than one gathered unit"
 
 # Bad input: --plan-* without --dry-run, nonsensical values, a shard group that does not divide.
 bad() {

@@ -32,31 +32,31 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 assert [r["skipped_steps"] for r in rows] == [0, 1, 1, 1], rows
 PY
-# The checkpoint written before the run stopped (step 3: the weights of step 1, never a NaN) loads,
-# and the skipped-step count carries over; a changed lr is allowed on resume and recorded.
-expect_rc 0 "resume after divergence" tiny nan --resume --steps 4 --set train.lr=1e-3 --set train.min_lr=1e-3 \
+# No checkpoint is written while steps are skipped: the one of step 1 (its weights finite, if
+# ruined by lr 1e30) loads; a changed lr is allowed on resume and recorded.
+[ ! -e runs/nan/checkpoint.step-1.pt ] && [ ! -e runs/nan/checkpoint.step-2.pt ] || fail "a checkpoint during the skips"
+expect_rc 0 "resume after divergence" tiny nan --resume --steps 3 --set train.lr=1e-3 --set train.min_lr=1e-3 \
   --set train.schedule=constant --set train.checkpoint_interval=1 --set train.max_skipped_steps=3
-[ -f runs/nan/config.resume-3.yaml ] || fail "the replaced config is not kept as config.resume-3.yaml"
-grep -q "lr: 1e+30\|lr: 1.0e+30" runs/nan/config.resume-3.yaml || fail "config.resume-3.yaml is not the old config"
+[ -f runs/nan/config.resume-1.yaml ] || fail "the replaced config is not kept as config.resume-1.yaml"
+grep -q "lr: 1e+30\|lr: 1.0e+30" runs/nan/config.resume-1.yaml || fail "config.resume-1.yaml is not the old config"
 grep -q "train.lr changed: 1e+30 -> 0.001" runs/nan/train.log || fail "the log does not state the lr change"
-# 2 skipped before the checkpoint at step 3, and step 4 again (weights of step 1 under any lr)
-[ "$(json_get runs/nan/summary.json 'd["skipped_steps"]')" = 3 ] || fail "skipped_steps not carried over"
+# steps 2 and 3 again skipped (the weights of step 1 are out of range under any lr)
+[ "$(json_get runs/nan/summary.json 'd["skipped_steps"]')" = 2 ] || fail "skipped_steps not counted after the resume"
 # A model change on resume stays bad input.
 expect_rc 2 "resume with another model" tiny nan --resume --steps 5 --set model.d_model=64
 out_has "model.d_model"
 
 # ---- checkpoint integrity ------------------------------------------------------------------------
-[ -f runs/nan/checkpoint.prev.pt ] || fail "no checkpoint.prev.pt kept"
+[ -f runs/nan/checkpoint.step-1.pt ] || fail "the checkpoint before the last one is not kept (checkpoint.step-1.pt)"
 cp -r runs/nan runs/flip
 python3 - runs/flip/checkpoint.pt <<'PY'
 import sys
 p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[len(b) // 2] ^= 0x01; open(p, 'wb').write(b)
 PY
 expect_rc 2 "flipped byte" tiny flip --resume --steps 6
-out_has "corrupt checkpoint"; out_has "checkpoint.prev.pt"
+out_has "corrupt checkpoint"; out_has "--resume-from 1"
 touch runs/flip/.checkpoint.pt.tmp.999.0  # what a killed write leaves
-mv runs/flip/checkpoint.prev.pt runs/flip/checkpoint.pt  # the fallback the message describes
-expect_rc 0 "resume from the previous checkpoint" tiny flip --resume --steps 6
+expect_rc 0 "resume from the previous checkpoint" tiny flip --resume-from 1 --steps 4  # the fallback the message names
 [ ! -e runs/flip/.checkpoint.pt.tmp.999.0 ] || fail "the temp file of a killed write was not removed"
 
 # ---- one writer per run folder; SIGHUP stops like SIGTERM ----------------------------------------

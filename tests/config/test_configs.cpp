@@ -168,5 +168,5 @@ TEST_CASE("configs/llama3-70b.yaml is the Llama 3 70B shape at 8192 tokens", "[c
   const ExperimentConfig llama8b = load_config("llama3-8b.yaml", kDummyData).config;
   CHECK(fp8t::config::differing_keys(llama8b, c) ==
         std::vector<std::string>{"run.name", "model.seq_len", "model.n_layer", "model.n_head", "model.d_model",
-                                 "model.d_ff", "train.grad_accum_steps", "train.recompute"});
+                                 "model.d_ff", "train.grad_accum_steps", "train.recompute", "dist.zero"});
 }

@@ -68,6 +68,7 @@ train:
   log_interval: 5
   checkpoint_interval: 200
   checkpoint_every_min: 7.5
+  keep_checkpoints: 4
   max_skipped_steps: 3
   recompute: none  # the only value allowed with the model's dropout 0.25
   cuda_graphs: false
@@ -193,6 +194,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.fp8.stats);
   CHECK(c.run.tensorboard);
   CHECK(c.train.checkpoint_every_min == 7.5);
+  CHECK(c.train.keep_checkpoints == 4);
   CHECK(c.train.max_skipped_steps == 3);
   CHECK(c.fp8.amax_update == fp8t::fp8::AmaxUpdate::kMicrobatch);
   CHECK_FALSE(c.fp8.reduce_amax);
@@ -279,11 +281,13 @@ TEST_CASE("booleans accept true/false, yes/no and 1/0 in any case", "[config]") 
                                  std::pair<std::string, bool>{"No", false}, std::pair<std::string, bool>{"0", false});
   INFO(spelling.first);
   // A key whose default is the opposite value, so that a reader that ignored the value fails.
-  const bool from_file = spelling.second ? from_yaml("run:\n  quiet: " + spelling.first + "\n").config.run.quiet
-                                         : from_yaml("model:\n  bias: " + spelling.first + "\n").config.model.bias;
-  const bool from_set =
-      spelling.second ? fp8t::config::load("", {Override{"run.quiet", spelling.first, "--set"}}).config.run.quiet
-                      : fp8t::config::load("", {Override{"model.bias", spelling.first, "--set"}}).config.model.bias;
+  // (Named strings, not temporaries inside ?:, which GCC 12 reports as maybe uninitialized.)
+  const std::string key = spelling.second ? "run.quiet" : "model.bias";
+  const std::string yaml = spelling.second ? "run:\n  quiet: " + spelling.first + "\n"
+                                           : "model:\n  bias: " + spelling.first + "\n";
+  const auto pick = [&](const ExperimentConfig& c) { return spelling.second ? c.run.quiet : c.model.bias; };
+  const bool from_file = pick(from_yaml(yaml).config);
+  const bool from_set = pick(fp8t::config::load("", {Override{key, spelling.first, "--set"}}).config);
   REQUIRE(ExperimentConfig{}.run.quiet == false);
   REQUIRE(ExperimentConfig{}.model.bias == true);
   CHECK(from_file == spelling.second);

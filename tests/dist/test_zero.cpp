@@ -95,10 +95,7 @@ TEST_CASE("ZeRO-1 trains in bf16 and fp16 with identical weights on every rank",
 }
 
 TEST_CASE("ZeRO-1 over NCCL on two GPUs matches DDP (fp32, bf16, fp8)", "[dist][cuda]") {
-  if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) {
-    WARN("needs two CUDA GPUs: skipped");
-    return;
-  }
+  if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) SKIP("needs two CUDA GPUs");
   const Precision precision = GENERATE(Precision::kFp32, Precision::kBf16, Precision::kFp8);
   INFO("precision " << static_cast<int>(precision));
   std::vector<Trace> ddp(kWorld), zero(kWorld);

@@ -305,7 +305,7 @@ TEST_CASE("cross_entropy kernels: the gradient scale is read from device memory 
 TEST_CASE("cross_entropy kernels: GPT-size logits [16384, 50304] bf16 (timing with FP8T_TEST_REPORT)", "[kernels][cuda]") {
   require_gpu();
   const int64_t rows = 16384, vocab = 50304;
-  if (skip_large(rows * vocab)) return;
+  if (skip_large(rows * vocab)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");
   at::manual_seed(17);
   const at::Tensor x = (at::randn({rows, vocab}, on_cuda(at::kFloat)) * 2.0).to(at::kBFloat16);
   const at::Tensor t = at::randint(0, vocab, {rows}, on_cuda(at::kLong));
@@ -323,7 +323,7 @@ TEST_CASE("cross_entropy kernels: GPT-size logits [16384, 50304] bf16 (timing wi
   run_backward(x, t, f.lse, grad_scale, rows, vocab, dx.data_ptr());
   REQUIRE(worst_grad(dx.index_select(0, sample.cuda()), reference_grad(xs, ts, ref, g), g, true) <= 1.0);
 
-  if (!reporting()) return;
+  if (!reporting()) return;  // the checks above always ran; the timing below only with FP8T_TEST_REPORT
   cudaEvent_t e0, e1, e2;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);

@@ -202,7 +202,8 @@ TEST_CASE("swiglu cast: precondition violations return cudaErrorInvalidValue and
 TEST_CASE("swiglu cast: LLaMA-1B MLP size [8192, 8192] bf16 (timing with FP8T_TEST_REPORT)", "[kernels][cuda]") {
   require_gpu();
   const int64_t rows = 8192, f = 8192;
-  if (skip_large(rows * f) || !reporting()) return;
+  if (!reporting()) SKIP("a timing case: it runs with FP8T_TEST_REPORT=1");
+  if (skip_large(rows * f)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   const at::Tensor h = (at::randn({rows, 2 * f}, on_cuda(at::kFloat)) * 3.0).to(at::kBFloat16);
   const at::Tensor dy = at::randn({rows, f}, on_cuda(at::kFloat)).to(at::kBFloat16);

@@ -97,10 +97,47 @@ TEST_CASE("gpt: RMSNorm and SwiGLU variants run and differ from the default", "[
   REQUIRE(at::allclose(y.pow(2).mean(-1), torch::ones({5}), 1e-4, 1e-4));
 }
 
-TEST_CASE("gpt: flops per token follows 6N + 12 L T d", "[model]") {
-  model::Gpt gpt(tiny());
-  const double n_dense = static_cast<double>(gpt.parameter_count() - 50 * 32 - 12 * 32);
-  REQUIRE(gpt.flops_per_token() == Approx(6.0 * n_dense + 12.0 * 2 * 12 * 32));
+// FLOPs per token by docs/benchmarks.md's formula, 6 N + 12 L T d, with N the non-embedding
+// parameters (a tied LM head counted once) counted here by hand from each shape, never from the
+// model: the model's own parameter_count() is what the formula's code could get wrong.
+TEST_CASE("gpt: flops per token is 6 N + 12 L T d for GPT-2 (tied and untied) and LLaMA (GQA, SwiGLU)",
+          "[model]") {
+  constexpr double d = 32, L = 2, T = 12, V = 50, attention = 12 * L * T * d;
+  SECTION("GPT-2, untied head") {
+    // Per block: ln_1 and ln_2 (weight + bias), c_attn d x 3d + bias, c_proj d x d + bias,
+    // c_fc d x 4d + bias, c_proj 4d x d + bias; then ln_f and the head d x V (no bias). The
+    // embeddings wte (V x d) and wpe (T x d) are not counted.
+    const double block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+    const double n = L * block + 2 * d + d * V;
+    model::Gpt gpt(tiny());
+    REQUIRE(gpt.flops_per_token() == Approx(6 * n + attention).epsilon(1e-12));
+  }
+  SECTION("GPT-2, tied head: the head is wte, counted once, so N is the untied one's") {
+    ModelSection m = tiny();
+    m.tie_embeddings = true;
+    const double block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+    const double n = L * block + 2 * d + V * d;
+    model::Gpt gpt(m);
+    REQUIRE(gpt.flops_per_token() == Approx(6 * n + attention).epsilon(1e-12));
+  }
+  SECTION("LLaMA: RMSNorm, RoPE, no bias, GQA 4 query / 2 K/V heads, SwiGLU d_ff 48, untied head") {
+    ModelSection m = tiny();
+    m.norm = NormKind::kRMSNorm;
+    m.position = PositionKind::kRope;
+    m.bias = false;
+    m.n_kv_head = 2;
+    m.activation = Activation::kSwiGLU;
+    m.d_ff = 48;
+    // head_dim 32 / 4 = 8; q d x d, k and v d x (2 * 8) each; attention's output d x d; SwiGLU's
+    // gate and up d x 48 each, down 48 x d; two RMSNorm weights per block and ln_f's; the head.
+    const double hd = 8, kv = 2, ff = 48;
+    const double block = 2 * d + (d * d + 2 * d * kv * hd) + d * d + (2 * d * ff + ff * d);
+    const double n = L * block + d + d * V;
+    model::Gpt gpt(m);
+    REQUIRE(gpt.flops_per_token() == Approx(6 * n + attention).epsilon(1e-12));
+    // The same N by the model's count: every parameter but wte (RoPE has no position table).
+    REQUIRE(static_cast<double>(gpt.parameter_count()) == n + V * d);
+  }
 }
 
 TEST_CASE("gpt: residual adds go through the norm after them where no recompute part lies between", "[model]") {

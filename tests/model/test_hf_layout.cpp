@@ -2,6 +2,7 @@
 #include "lib/model/hf_layout.h"
 
 #include <algorithm>  // std::remove_if
+#include <limits>     // std::numeric_limits
 
 #include "lib/model/gpt.h"
 #include "tests/catch.h"
@@ -155,6 +156,23 @@ TEST_CASE("hf_layout: wrong files and unexportable models are bad input naming t
   }
   SECTION("a missing file") {
     require_bad_input([&] { model::Gpt g(load); }, {path.string(), "does not exist"});
+  }
+  SECTION("a folder, not a file") {
+    ModelSection folder = cfg;
+    folder.init_from = dir.path().string();
+    require_bad_input([&] { model::Gpt g(folder); }, {"model.init_from", "is a folder", "model.safetensors"});
+  }
+  SECTION("a NaN or an inf in a tensor: named, with the count") {
+    for (auto& [k, v] : hf) {
+      if (k == "model.layers.0.mlp.down_proj.weight") {
+        v = v.clone();
+        v.view(-1)[3] = std::numeric_limits<float>::quiet_NaN();
+        v.view(-1)[7] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    model::write_safetensors(path, hf);
+    require_bad_input([&] { model::Gpt g(load); },
+                      {"model.init_from", "'model.layers.0.mlp.down_proj.weight' holds 2 non-finite value(s)"});
   }
   SECTION("no HF counterpart") {
     ModelSection odd = cfg;

@@ -101,15 +101,19 @@ TEST_CASE("recompute on CUDA: bf16 and fp8 train like none and keep less memory"
     INFO("recompute " << static_cast<int>(mode));
     const Outcome o = train_two_steps(precision, mode);
     WARN("recompute " << static_cast<int>(mode) << ": peak " << o.peak << " B (none " << none.peak << " B)");
-    // The same kernels on the same inputs; only the backward's run-to-run noise differs, which
-    // bf16 rounding and FP8 casts turn into relative differences of at most about 1e-2.
+    // The same kernels on the same inputs, except an add and a norm run unfused where none fuses
+    // them: equal up to rounding. Seen on an H200 (commit 5e81f5f, docs/benchmarks.md): every
+    // mode's gradients within 7.8e-7 relative of none's (bf16), fp8 attention 2.4e-7, fp8
+    // activation 0. The bound 5e-6 is six times the largest of them, room for other rounding
+    // orders of the unfused kernels, and far below a wrong gradient (1e-3 and more).
+    constexpr double kGradTolerance = 5e-6;
     CHECK(o.loss == Approx(none.loss).epsilon(1e-3));
     double worst = 0.0;
     for (size_t i = 0; i < o.grads.size(); ++i) {
       INFO("parameter " << i);
       const double e = rel_err(o.grads[i], none.grads[i]);
       worst = std::max(worst, e);
-      CHECK(e < 2e-2);
+      CHECK(e < kGradTolerance);
     }
     WARN("recompute " << static_cast<int>(mode) << ": largest gradient difference to none " << worst);
     if (none.recorded_rows.defined()) CHECK(at::equal(o.recorded_rows, none.recorded_rows));

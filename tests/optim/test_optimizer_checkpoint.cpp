@@ -119,8 +119,7 @@ TEST_CASE("optimizer state: ZeRO-1 shard files with a manifest load back; a swap
     loader.finish();
     const std::string file = train::shard_file_name(r, 2, 3);
     CHECK(file == "checkpoint.shard-" + std::to_string(r) + "-of-2.step-3.pt");
-    const uint32_t crc = train::save_checkpoint(dir.path() / file, train::make_optimizer_shard(shard, r, 2, 3),
-                                                /*keep_previous=*/false);
+    const uint32_t crc = train::save_checkpoint(dir.path() / file, train::make_optimizer_shard(shard, r, 2, 3));
     manifest["shards"].push_back({{"file", file}, {"crc32c", crc}});
   }
   Model again;

@@ -1,6 +1,11 @@
 #include "lib/report/run_folder.h"
 
-#include <cmath>  // std::isnan
+#include <fcntl.h>     // ::open
+#include <sys/file.h>  // ::flock
+#include <unistd.h>    // ::close
+
+#include <cmath>    // std::isnan
+#include <fstream>  // std::ofstream
 
 #include "tests/catch.h"
 #include "tests/report/report_test_util.h"  // write_run, write_file
@@ -41,6 +46,24 @@ TEST_CASE("read_run_folder marks a run without summary.json as running and skips
   REQUIRE(run.problems.size() == 1);  // the missing summary only: the torn line is expected
   REQUIRE_THAT(run.problems[0], FP8T_CONTAINS("no summary.json"));
   REQUIRE(run.loss.step.back() == 20);
+}
+
+TEST_CASE("read_run_folder: no summary.json and nobody holding the lock is unfinished, not running", "[report]") {
+  TempDir tmp("report");
+  fp8t::test::write_run(tmp / "r", "r", 0, "0.001");
+  std::filesystem::remove(tmp / "r" / "summary.json");
+  const std::filesystem::path lock = tmp / "r" / ".fp8train.lock";
+  std::ofstream(lock) << "12345\n";  // left by a run that ended without writing its summary
+  const auto stopped = read_run_folder(tmp / "r");
+  REQUIRE(stopped.status == "unfinished");
+  REQUIRE_THAT(stopped.problems.at(0), FP8T_CONTAINS("--resume"));
+  // While a process holds the lock (as a training run does), the run is running.
+  const int fd = ::open(lock.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  const auto live = read_run_folder(tmp / "r");
+  ::close(fd);
+  REQUIRE(live.status == "running");
 }
 
 TEST_CASE("read_run_folder says what is wrong with folders that are not runs", "[report]") {

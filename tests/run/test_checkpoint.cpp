@@ -121,11 +121,8 @@ TEST_CASE("a failed checkpoint write leaves the previous checkpoint intact", "[r
   second.tensors["model.w"] = second.tensors["model.w"] * 2;
   save_checkpoint(path, second);
   require_equal(second, load_checkpoint(path));
-  // ... and keeps the one it replaced as checkpoint.prev.pt.
-  require_equal(first, load_checkpoint(dir / "checkpoint.prev.pt"));
-  REQUIRE(fp8t::train::previous_checkpoint_path(path) == dir / "checkpoint.prev.pt");
-  REQUIRE(TempDir::list(dir.path()) ==
-          std::vector<std::string>{"blocked.pt", "checkpoint.prev.pt", "checkpoint.pt"});
+  // Which older checkpoints are kept is the trainer's policy (train.keep_checkpoints), not the format's.
+  REQUIRE(TempDir::list(dir.path()) == std::vector<std::string>{"blocked.pt", "checkpoint.pt"});
 }
 
 TEST_CASE("a checkpoint with any byte changed is a corrupt-checkpoint error", "[run]") {
@@ -156,11 +153,16 @@ TEST_CASE("a checkpoint with any byte changed is a corrupt-checkpoint error", "[
   write_all(dir / "long.pt", good + "x");
   require_error([&] { load_checkpoint(dir / "long.pt"); }, fp8t::ExitCode::kBadInput, "corrupt checkpoint");
 
-  // The message says how to fall back on the previous checkpoint when there is one.
-  save_checkpoint(path, sample());
+  // The message names the newest earlier checkpoint the folder keeps and how to continue from it.
   write_all(path, rot);
-  require_error([&] { load_checkpoint(path); }, fp8t::ExitCode::kBadInput, "checkpoint.prev.pt is kept");
-  require_equal(sample(), load_checkpoint(dir / "checkpoint.prev.pt"));
+  require_error([&] { load_checkpoint(path); }, fp8t::ExitCode::kBadInput, "corrupt checkpoint");
+  save_checkpoint(dir / "checkpoint.step-3.pt", sample());
+  save_checkpoint(dir / "checkpoint.step-7.pt", sample());
+  require_error([&] { load_checkpoint(path); }, fp8t::ExitCode::kBadInput, "--resume-from 7");
+  require_error([&] { load_checkpoint(path); }, fp8t::ExitCode::kBadInput, "steps 3, 7");
+  // A damaged kept checkpoint points to the others, not to itself.
+  write_all(dir / "checkpoint.step-7.pt", rot);
+  require_error([&] { load_checkpoint(dir / "checkpoint.step-7.pt"); }, fp8t::ExitCode::kBadInput, "--resume-from 3");
 }
 
 TEST_CASE("loading a missing, corrupt or foreign checkpoint is a bad-input error", "[run]") {

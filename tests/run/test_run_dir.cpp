@@ -90,10 +90,14 @@ TEST_CASE("RunDir kResume removes the temporary files of killed writes", "[run]"
   touch(dir / ".checkpoint.pt.tmp.99.0");
   touch(dir / ".checkpoint.prev.pt.tmp.99");
   touch(dir / ".metrics.jsonl.tmp.5.1");
+  touch(dir / ".checkpoint.step-4.pt.tmp.99.link");                 // a kept checkpoint's link
+  touch(dir / ".checkpoint.shard-0-of-2.step-4.pt.tmp.99.3");       // a ZeRO shard's write
   touch(dir / "notes.txt");
   const RunDir run = RunDir::open(tmp.path().string(), "r", RunDir::Mode::kResume);
   REQUIRE(run.removed_files() ==
-          std::vector<std::string>{".checkpoint.prev.pt.tmp.99", ".checkpoint.pt.tmp.99.0", ".metrics.jsonl.tmp.5.1"});
+          std::vector<std::string>{".checkpoint.prev.pt.tmp.99", ".checkpoint.pt.tmp.99.0",
+                                   ".checkpoint.shard-0-of-2.step-4.pt.tmp.99.3", ".checkpoint.step-4.pt.tmp.99.link",
+                                   ".metrics.jsonl.tmp.5.1"});
   REQUIRE(TempDir::list(dir) == std::vector<std::string>{".fp8train.lock", "checkpoint.pt", "notes.txt"});
 }
 
@@ -107,12 +111,16 @@ TEST_CASE("RunDir kOverwrite deletes only the files fp8train writes", "[run]") {
   touch(dir / "plots" / "loss.png");
   touch(dir / "checkpoint.pt.bak");
   touch(dir / "config.resume-40.yaml");
+  touch(dir / "checkpoint.step-30.pt");                    // a kept checkpoint
+  touch(dir / "checkpoint.shard-1-of-2.step-30.pt");       // and its ZeRO shard
+  touch(dir / "checkpoint.step-x.pt");                     // not a name fp8train writes
 
   const RunDir run = RunDir::open((tmp / "runs").string(), "a", RunDir::Mode::kOverwrite);
-  REQUIRE(TempDir::list(dir) ==
-          std::vector<std::string>{".fp8train.lock", "checkpoint.pt.bak", "notes.txt", "plots"});
+  REQUIRE(TempDir::list(dir) == std::vector<std::string>{".fp8train.lock", "checkpoint.pt.bak",
+                                                         "checkpoint.step-x.pt", "notes.txt", "plots"});
   REQUIRE(run.removed_files() ==
           std::vector<std::string>{".checkpoint.pt.tmp.123.0", "checkpoint.prev.pt", "checkpoint.pt",
+                                   "checkpoint.shard-1-of-2.step-30.pt", "checkpoint.step-30.pt",
                                    "config.resume-40.yaml", "config.yaml", "metrics.jsonl", "summary.json",
                                    "train.log"});
   REQUIRE(read_all(dir / "notes.txt") == "mine");
@@ -169,4 +177,56 @@ TEST_CASE("RunDir::write_text_atomic replaces files without leftovers", "[run]")
   } catch (const fp8t::Error& e) {
     REQUIRE_THAT(std::string(e.what()), FP8T_CONTAINS("config.yaml"));
   }
+}
+
+TEST_CASE("RunDir kResume accepts a folder whose only checkpoints are kept older ones", "[run]") {
+  TempDir tmp("rundir_kept");
+  fs::create_directories(tmp / "r");
+  touch(tmp / "r" / "config.yaml");
+  REQUIRE_THROWS_AS(RunDir::check(tmp.path().string(), "r", RunDir::Mode::kResume), fp8t::Error);
+  touch(tmp / "r" / "checkpoint.step-5.pt");
+  RunDir::check(tmp.path().string(), "r", RunDir::Mode::kResume);  // --resume-from 5 can continue it
+}
+
+TEST_CASE("write_file_atomic: temporary names fit in 255 bytes, and stale ones are removed", "[run]") {
+  TempDir tmp("rundir_tmpnames");
+  // A legal 252-byte name: ".<name>.tmp.<pid>.<n>" would pass 255 bytes, so the name is cut and hashed.
+  const std::string name = std::string(246, 'w') + ".bin1";  // 251 bytes
+  const fs::path target = tmp / (name + "x");
+  REQUIRE(target.filename().string().size() == 252);
+  const std::string prefix = fp8t::train::temporary_prefix(target);
+  REQUIRE(prefix.size() + 31 <= 255);  // with the pid (10 digits), "." and the counter (20) at their longest
+  REQUIRE(prefix.rfind(".www", 0) == 0);
+  REQUIRE(prefix != fp8t::train::temporary_prefix(tmp / (name + "y")));  // the hash tells them apart
+  fp8t::train::write_text_atomic(target, "data");
+  REQUIRE(read_all(target) == "data");
+  REQUIRE(TempDir::list(tmp.path()) == std::vector<std::string>{target.filename().string()});
+  // A short name keeps its readable form.
+  REQUIRE(fp8t::train::temporary_prefix(tmp / "model.safetensors") == ".model.safetensors.tmp.");
+
+  // Leftovers of a dead writer go; those of a live one (this process) and other files stay.
+  const fs::path out = tmp / "model.safetensors";
+  const std::string dead = ".model.safetensors.tmp.2147483646.0";  // no such pid (above pid_max)
+  const std::string live = ".model.safetensors.tmp." + std::to_string(::getpid()) + ".9";
+  touch(tmp / dead);
+  touch(tmp / live);
+  touch(tmp / ".other.tmp.2147483646.0");
+  REQUIRE(fp8t::train::remove_stale_temporaries(out) == std::vector<std::string>{dead});
+  REQUIRE(fs::exists(tmp / live));
+  REQUIRE(fs::exists(tmp / ".other.tmp.2147483646.0"));
+}
+
+TEST_CASE("FP8TRAIN_TEST_ENOSPC fails exactly the writes of the named file, as a full disk does", "[run]") {
+  TempDir tmp("rundir_enospc");
+  ::setenv("FP8TRAIN_TEST_ENOSPC", "summary.json", 1);
+  std::string what;
+  try {
+    fp8t::train::write_text_atomic(tmp / "summary.json", "{}");
+  } catch (const fp8t::Error& e) {
+    what = e.what();
+  }
+  fp8t::train::write_text_atomic(tmp / "config.yaml", "a: 1");  // another file is written
+  ::unsetenv("FP8TRAIN_TEST_ENOSPC");
+  REQUIRE_THAT(what, FP8T_CONTAINS("No space left on device"));
+  REQUIRE(TempDir::list(tmp.path()) == std::vector<std::string>{"config.yaml"});  // no temporary file left
 }

@@ -184,10 +184,7 @@ void expect_fallback_like_eager(const ExperimentConfig& cfg, const std::function
 
 TEST_CASE("cuda graphs: replayed steps give the eager losses, norms, evaluations and state bit for bit",
           "[step][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   const test::MathAttentionOnly math;
   const std::vector<Variant> all = variants();
   const size_t i = static_cast<size_t>(GENERATE(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
@@ -210,10 +207,7 @@ TEST_CASE("cuda graphs: replayed steps give the eager losses, norms, evaluations
 
 TEST_CASE("cuda graphs: a batch of another shape drops the graph and the steps continue eagerly, exactly",
           "[step][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   const test::MathAttentionOnly math;
   const ExperimentConfig cfg = small(Precision::kFp8);
   // Step 6 (after the capture at step 3) has half the sequences.
@@ -223,10 +217,7 @@ TEST_CASE("cuda graphs: a batch of another shape drops the graph and the steps c
 
 TEST_CASE("cuda graphs: a capture that fails half-way leaves no trace; the steps continue eagerly, exactly",
           "[step][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   const test::MathAttentionOnly math;
   // The failure comes after the captured backward: the FP8 weight cache then holds copies the
   // capture never computed, and the gradients live in the graph's pool (Session::drop_graph).
@@ -236,10 +227,7 @@ TEST_CASE("cuda graphs: a capture that fails half-way leaves no trace; the steps
 }
 
 TEST_CASE("cuda graphs: a capture that fails ends cleanly; the device and later captures work", "[step][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   const at::Device gpu(at::kCUDA, 0);
   const at::Tensor x = at::ones({4}, at::TensorOptions().device(gpu));
   // A host read synchronizes the stream, which a capture forbids.
@@ -279,10 +267,7 @@ std::map<std::string, at::Tensor> checkpoint_of(const std::filesystem::path& dir
 
 TEST_CASE("cuda graphs: a resumed run captures again and ends with the checkpoint of an uninterrupted one",
           "[step][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   const test::MathAttentionOnly math;
   test::TempDir tmp("step_graph");
   const std::string out = tmp.path().string();

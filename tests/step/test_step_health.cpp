@@ -107,10 +107,7 @@ TEST_CASE("step health: a session skips a step with a non-finite loss entirely",
 #include <c10/cuda/CUDAFunctions.h>  // c10::cuda::warning_state (sync debug mode)
 
 TEST_CASE("step health: on CUDA the skip is decided on the device, without a host sync", "[step][cuda]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   const Precision precision = GENERATE(Precision::kFp32, Precision::kBf16, Precision::kFp8);
   INFO("precision " << static_cast<int>(precision));
   check_session_skips(precision, at::Device(at::kCUDA, 0));

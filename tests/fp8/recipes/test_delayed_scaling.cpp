@@ -6,6 +6,7 @@
 #include <cmath>      // std::isfinite, std::ldexp
 #include <limits>     // std::numeric_limits
 #include <random>     // std::mt19937
+#include <string>     // std::string
 
 #include "lib/util/error.h"  // fp8t::Error
 #include "tests/catch.h"
@@ -139,7 +140,9 @@ TEST_CASE("delayed scaling: many slots match the reference on random sequences",
         std::vector<float> fmax;
         for (int i = 0; i < 5; ++i) {
           const Format f = i % 2 ? Format::kE5M2 : Format::kE4M3;
-          ds.add_slot("s" + std::to_string(i), f);
+          std::string name = "s";  // appended: GCC 12 warns falsely (-Wstringop-overflow) on "s" + a temporary
+          name += std::to_string(i);
+          ds.add_slot(name, f);
           ref[i].h.assign(history, 0.0f);
           fmax.push_back(format_max(f));
         }
