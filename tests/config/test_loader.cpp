@@ -203,8 +203,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:68");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:80");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:69");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:81");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {
