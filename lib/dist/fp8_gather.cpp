@@ -21,6 +21,12 @@ int64_t part_scale_floats(fp8::ScaleLayout layout, int64_t rows, int64_t cols) {
   return fp8::blk128_scale_rows(rows) * fp8::blk128_scale_stride(cols);
 }
 
+// cuBLASLt reads a scale through a pointer that must be 16-byte aligned (a per-tensor scale at
+// a 4-byte offset is CUBLAS_STATUS_NOT_SUPPORTED on an H200): every weight's scales start at a
+// multiple of 4 floats in the gathered buffer.
+constexpr int64_t kScaleAlignFloats = 4;
+int64_t aligned_floats(int64_t n) { return (n + kScaleAlignFloats - 1) / kScaleAlignFloats * kScaleAlignFloats; }
+
 // The floats of an operand's scale_inv as one flat tensor: the 0-d scale, or the 128x128 grid's
 // buffer (storage offset 0, padding included: the layout make_block_scales allocates).
 at::Tensor flat_scales(const fp8::Fp8Operand& op, int64_t count) {
@@ -50,12 +56,12 @@ Fp8Gather::Fp8Gather(const std::vector<GroupParam>& params, const ShardLayout& l
       const int64_t count = p.length > 0 ? part_scale_floats(scale_layout_, p.length / w.cols, w.cols) : 0;
       w.scale_begin.push_back(used[r]);
       w.scale_count.push_back(count);
-      used[r] += count;
+      used[r] += aligned_floats(count);
     }
     w.layer->set_gathered_weight(w.gathered);
     weights_.push_back(std::move(w));
   }
-  scale_shard_ = std::max<int64_t>(1, *std::max_element(used.begin(), used.end()));
+  scale_shard_ = std::max<int64_t>(kScaleAlignFloats, *std::max_element(used.begin(), used.end()));
 }
 
 Fp8Gather::~Fp8Gather() {

@@ -284,6 +284,9 @@ at::Tensor as_codes(const at::Tensor& t, const char* name, const std::string& wh
 const float* scale_ptr(const at::Tensor& s, const at::Tensor& like, const char* name, const std::string& what) {
   FP8T_CHECK(s.defined() && s.numel() == 1 && s.scalar_type() == at::kFloat && s.device() == like.device(), what,
              ": ", name, " must be a 1-element float32 tensor on ", like.device().str());
+  // cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED at the matmul for a scale 4 bytes into a buffer.
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(s.data_ptr<float>()) % 16 == 0, what, ": ", name,
+             " is not 16-byte aligned (a view at an offset?); cuBLASLt reads scales from aligned pointers");
   return s.data_ptr<float>();
 }
 

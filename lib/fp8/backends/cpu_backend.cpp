@@ -5,6 +5,7 @@
 #include <algorithm>  // std::max
 #include <array>      // std::array
 #include <cmath>      // std::fabs
+#include <cstdint>    // uintptr_t
 
 #include "lib/fp8/backends/block_backend.h"  // is_block_scaled, block_gemm
 #include "lib/fp8/math/format.h"             // encode, decode
@@ -56,6 +57,16 @@ Fp8Operand encode_tensor(const at::Tensor& xf, float scale, float scale_inv, For
   return op;
 }
 
+// cuBLASLt's pointer rules, which the emulation keeps so that a layout the GPU refuses fails
+// here too: FP8 codes and per-tensor scales 16-byte aligned (lib/gemm/gemm_engine.cpp).
+void check_aligned_like_cublaslt(const Fp8Operand& a, const Fp8Operand& b, GemmKind kind) {
+  const auto aligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  FP8T_CHECK(aligned(a.codes) && aligned(b.codes), "fp8 gemm ", to_string(kind),
+             ": FP8 codes must be 16-byte aligned (cuBLASLt); a view at an offset?");
+  FP8T_CHECK(aligned(a.scale_inv) && aligned(b.scale_inv), "fp8 gemm ", to_string(kind),
+             ": scale_inv must be 16-byte aligned (cuBLASLt); a view at an offset?");
+}
+
 class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu-emulation"; }
@@ -84,6 +95,7 @@ class CpuBackend final : public Backend {
                a.codes.sizes(), " vs ", b.codes.sizes());
     FP8T_CHECK(!(a.format == Format::kE5M2 && b.format == Format::kE5M2),
                "fp8 gemm ", to_string(kind), ": E5M2 x E5M2 is not supported (cuBLASLt)");
+    check_aligned_like_cublaslt(a, b, kind);
     // FP8 x FP8 products are exact in FP32; the sum is FP32 like the tensor cores' accumulator
     // (which keeps fewer bits with fast accumulation: that difference is not emulated).
     at::Tensor out = at::mm(decode_codes(a.codes, a.format), decode_codes(b.codes, b.format).t());
