@@ -69,7 +69,7 @@ grep -q "memory per rank on 1 x 80 GiB: dist.zero 3" logs/70b-1rank.out || fail 
 lever 70b-1rank "32 ranks" "fits"
 # dist.prefetch 0 on the planned rank frees one gathered unit (under 2 GiB), not half the state.
 lever 70b-1rank "dist.prefetch 0" "does not fit"
-awk '/^  dist.prefetch 0 / { found = 1; if ($4 + 0 > 2.0) bad = 1 } END { exit !(found && !bad) }' logs/70b-1rank.out ||
+awk '/^  dist.prefetch 0 / { found = 1; if ($3 + 0 > 2.0) bad = 1 } END { exit !(found && !bad) }' logs/70b-1rank.out ||
   fail "70b-1rank: dist.prefetch 0 saves more than one gathered unit"
 
 # Bad input: --plan-* without --dry-run, nonsensical values, a shard group that does not divide.

@@ -48,7 +48,7 @@ TEST_CASE("gradient buckets are averaged across ranks, launched during the backw
   const int micro_batches = 2;
   std::vector<std::vector<at::Tensor>> synced(world), local(world);
   std::vector<int> buckets(world), launched(world);
-  std::vector<bool> still_views(world);
+  std::vector<char> still_views(world);  // not vector<bool>: the ranks are threads writing their own element
   run_ranks(world, std::chrono::seconds(60), [&](int rank, Communicator& comm) {
     REQUIRE(comm.backend_name() == "gloo");
     TinyNet net(7);  // same weights on every rank
