@@ -50,3 +50,20 @@ for key in ("loss", "val_loss"):
     assert worst <= tol, f"{key} differs by {worst} > {tol}"
 PY
 }
+
+# Tiny runs (test_reliability.sh, test_robustness.sh): a one-layer model that trains in
+# milliseconds per step, in $WORK/runs; expect_rc checks a command's exit code, its output kept
+# in $WORK/out.txt for out_has.
+TINY=(--quiet --set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=16
+      --set train.micro_batch_size=2 --set train.warmup_steps=0 --set train.eval_interval=0
+      --set train.eval_batches=1 --set train.log_interval=1)
+tiny() {
+  local name=$1; shift
+  "$FP8TRAIN" --out-dir "$WORK/runs" --run-name "$name" "${TINY[@]}" "$@"
+}
+expect_rc() {  # expect_rc CODE LABEL command...
+  local want=$1 label=$2; shift 2
+  set +e; "$@" >"$WORK/out.txt" 2>&1; local rc=$?; set -e
+  [ "$rc" = "$want" ] || { cat "$WORK/out.txt" >&2; fail "$label: exit $rc, expected $want"; }
+}
+out_has() { grep -q -- "$1" "$WORK/out.txt" || { cat "$WORK/out.txt" >&2; fail "output lacks '$1'"; }; }

@@ -49,6 +49,17 @@ void check_ranks_agree(const std::vector<RunTrace>& runs) {
   for (size_t r = 1; r < runs.size(); ++r) CHECK(at::equal(runs[r].weights, runs[0].weights));
 }
 
+// The GPU tests' runs: fp32 (variant 0), bf16 (1), fp8 under delayed (2), current (3) and
+// block (4) scaling, d_model 128, no clipping.
+ExperimentConfig gpu_variant_config(int variant) {
+  const Precision precision = variant == 0 ? Precision::kFp32 : variant == 1 ? Precision::kBf16 : Precision::kFp8;
+  ExperimentConfig c = test::tiny_run_config(precision, 0);
+  c.model.d_model = 128;
+  c.train.grad_clip = 0.0;
+  c.fp8.kind = variant == 3 ? fp8::RecipeKind::kCurrent : variant == 4 ? fp8::RecipeKind::kBlock : fp8::RecipeKind::kDelayed;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("ZeRO-3 matches DDP in fp32 on 2 and 4 ranks, with accumulation, clipping and recompute", "[dist]") {
@@ -287,12 +298,9 @@ TEST_CASE("ZeRO-3 holds at most 0.35x of DDP's per-rank state on 4 ranks (a 50M-
 TEST_CASE("ZeRO-3 over NCCL on two GPUs matches DDP (fp32, bf16, fp8 delayed, current, block)", "[dist][cuda]") {
   if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) FP8T_SKIP("needs two CUDA GPUs");
   const int variant = GENERATE(0, 1, 2, 3, 4);
-  const Precision precision = variant == 0 ? Precision::kFp32 : variant == 1 ? Precision::kBf16 : Precision::kFp8;
   INFO("variant " << variant);
-  ExperimentConfig c = test::tiny_run_config(precision, 0);
-  c.model.d_model = 128;
-  c.train.grad_clip = 0.0;
-  c.fp8.kind = variant == 3 ? fp8::RecipeKind::kCurrent : variant == 4 ? fp8::RecipeKind::kBlock : fp8::RecipeKind::kDelayed;
+  const ExperimentConfig c = gpu_variant_config(variant);
+  const Precision precision = c.precision;
   std::vector<RunTrace> ddp(2), zero(2);
   test::run_ranks(
       2, std::chrono::seconds(120),
@@ -318,12 +326,9 @@ TEST_CASE("ZeRO-3 over NCCL on two GPUs matches DDP (fp32, bf16, fp8 delayed, cu
 TEST_CASE("ZeRO-3 over NCCL on one GPU follows DDP (fp32, bf16, fp8 delayed, current, block)", "[dist][cuda]") {
   if (!torch::cuda::is_available()) FP8T_SKIP("needs a CUDA GPU");
   const int variant = GENERATE(0, 1, 2, 3, 4);
-  const Precision precision = variant == 0 ? Precision::kFp32 : variant == 1 ? Precision::kBf16 : Precision::kFp8;
   INFO("variant " << variant);
-  ExperimentConfig c = test::tiny_run_config(precision, 0);
-  c.model.d_model = 128;
-  c.train.grad_clip = 0.0;
-  c.fp8.kind = variant == 3 ? fp8::RecipeKind::kCurrent : variant == 4 ? fp8::RecipeKind::kBlock : fp8::RecipeKind::kDelayed;
+  const ExperimentConfig c = gpu_variant_config(variant);
+  const Precision precision = c.precision;
   RunTrace ddp, zero;
   test::run_ranks(
       1, std::chrono::seconds(120),
@@ -335,9 +340,10 @@ TEST_CASE("ZeRO-3 over NCCL on one GPU follows DDP (fp32, bf16, fp8 delayed, cur
       /*gpus=*/true);
   const double seen = max_relative(zero.losses, ddp.losses);
   WARN("ZeRO-3 against DDP on one GPU, variant " << variant << ": losses within " << seen << " relative");
-  // fp32: the same sums in the same order; bf16 and fp8: the embeddings and norm gains travel in
-  // BF16 (DDP reads them in FP32), which the GEMMs carry into the losses (the 2-GPU test's bound).
-  CHECK(seen <= (precision == Precision::kFp32 ? 1e-5 : 1e-2));
+  // fp32: the same sums in the same order (seen: 0). bf16 and fp8: the embeddings and norm gains
+  // travel in BF16 (DDP reads them in FP32), which the GEMMs carry into the losses (seen on an
+  // H200: bf16 6.0e-6, delayed 2.8e-5, current 2.0e-5, block 1.4e-5).
+  CHECK(seen <= (precision == Precision::kFp32 ? 1e-6 : 1e-4));
   REQUIRE(zero.scales.size() == ddp.scales.size());
   for (size_t s = 0; s < zero.scales.size(); ++s) {
     // The scales follow the activations' amaxes, which the BF16-gathered embeddings move by
