@@ -10,7 +10,8 @@
 #include <random>            // std::random_device
 #include <string>            // std::string
 #include <vector>            // std::vector
-#include "tests/temp_dir.h"  // TempDir::remove_tree
+#include "lib/config/experiment.h"  // ModelSection
+#include "tests/temp_dir.h"          // TempDir::remove_tree
 
 namespace fp8t::data::testing {
 
@@ -71,6 +72,14 @@ inline std::vector<char> nanogpt_bin_bytes(const std::vector<uint32_t>& tokens) 
   std::vector<char> bytes;
   for (uint32_t t : tokens) append_le(bytes, static_cast<uint16_t>(t));
   return bytes;
+}
+
+// The model section a data source reads: its vocabulary and sequence length.
+inline fp8t::ModelSection model_of(int64_t vocab, int64_t seq_len) {
+  fp8t::ModelSection model;
+  model.vocab_size = vocab;
+  model.seq_len = seq_len;
+  return model;
 }
 
 }  // namespace fp8t::data::testing

@@ -17,6 +17,7 @@ using fp8t::data::TokenStore;
 using fp8t::data::testing::llmc_shard_bytes;
 using fp8t::data::testing::require_bad_input;
 using fp8t::data::testing::ScratchDir;
+using fp8t::data::testing::model_of;
 using fp8t::data::testing::write_bytes;
 
 namespace {
@@ -24,13 +25,6 @@ namespace {
 TokenSpan span_of(int64_t n, int64_t begin = 0) {
   auto store = std::make_shared<const TokenStore>(TokenStore::Storage(std::vector<uint16_t>(n, 1)));
   return {store, "mem", begin, n};
-}
-
-fp8t::ModelSection model_of(int64_t vocab, int64_t seq_len) {
-  fp8t::ModelSection model;
-  model.vocab_size = vocab;
-  model.seq_len = seq_len;
-  return model;
 }
 
 }  // namespace

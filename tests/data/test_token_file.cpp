@@ -20,6 +20,7 @@ using fp8t::data::testing::llmc_shard_bytes;
 using fp8t::data::testing::nanogpt_bin_bytes;
 using fp8t::data::testing::require_bad_input;
 using fp8t::data::testing::ScratchDir;
+using fp8t::data::testing::model_of;
 using fp8t::data::testing::write_bytes;
 
 namespace {
@@ -41,13 +42,6 @@ fp8t::DataSection token_data(const std::string& path) {
   data.source = fp8t::DataSource::kTokens;
   data.train_path = {path};
   return data;
-}
-
-fp8t::ModelSection model_of(int64_t vocab, int64_t seq_len) {
-  fp8t::ModelSection model;
-  model.vocab_size = vocab;
-  model.seq_len = seq_len;
-  return model;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // ZeRO-3 (dist.zero 3: lib/dist/fully_sharded.h, wired by lib/step/session.cpp) against plain
 // data parallelism (DDP) on 2 and 4 Gloo ranks in one process (threads). Each rank trains the
 // same tiny model on its own rows; the losses, the FP8 scales and the final weights are compared.
+// The FP8 weights travel through lib/dist/fp8_gather.cpp (Fp8Gather) in every fp8 case here.
 #include "lib/dist/fully_sharded.h"
 
 #include <c10/util/ThreadLocalDebugInfo.h>  // c10::DebugInfoGuard

@@ -1,5 +1,6 @@
 // lib/dist (communicator + gradient buckets + amax reduction) with two ranks in one process:
-// two threads, each with its own TCP-store client and Gloo process group on the CPU.
+// two threads, each with its own TCP-store client and Gloo process group on the CPU. The
+// buckets fill through lib/dist/accumulator_hooks.cpp (AccumulatorHooks), as ZeRO-3's units do.
 #include "lib/dist/grad_sync.h"
 
 #include <torch/torch.h>  // torch::autograd
