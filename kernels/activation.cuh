@@ -61,9 +61,22 @@ void dispatch_act(int act, F&& f) {
 }
 
 // The activation dtype as a rounding of FP32 values (the Round of lib/fp8/math/swiglu_math.h).
+// bf16 on sm_80+: the hardware conversion (cvt.rn.bf16.f32, round to nearest even), one
+// instruction against the integer rounding's five: the same value as round_to_dtype for every
+// non-NaN input; a NaN stays a NaN (the canonical one), and the SwiGLU paths never store a
+// rounded NaN's payload (the FP8 casts map NaN to their own code, amax ignores NaN).
 template <int kDtype>
 struct DtypeRound {
-  __device__ __forceinline__ float operator()(float v) const { return round_to_dtype<kDtype>(v); }
+  __device__ __forceinline__ float operator()(float v) const {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+    if constexpr (kDtype != FP8T_DTYPE_F32) {
+      uint16_t b;
+      asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
+      return __uint_as_float(static_cast<uint32_t>(b) << 16);
+    }
+#endif
+    return round_to_dtype<kDtype>(v);
+  }
 };
 
 }  // namespace kern

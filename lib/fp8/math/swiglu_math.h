@@ -24,7 +24,7 @@
 // Plain C++ (no LibTorch): kernels/ include it.
 #pragma once
 
-#include <cmath>    // std::fma, std::nearbyint (host; nvcc provides the device ones)
+#include <cmath>    // std::fma, std::fmin, std::fmax (host; nvcc provides the device ones)
 #include <cstdint>  // uint32_t
 
 #include "lib/fp8/math/format.h"  // FP8T_HOST_DEVICE, detail::bits_float
@@ -53,16 +53,36 @@ FP8T_HOST_DEVICE float mul_rn(float a, float b) {
 #endif
 }
 
-// Round to the nearest integer, ties to even (the vector unit's default conversion). The
-// argument is clamped first: |x| > 177 ends in the limits of vector_exp anyway, and the clamp
-// keeps the conversion defined for inf and NaN (NaN becomes 256 and still yields NaN below).
-FP8T_HOST_DEVICE int round_to_int(float t) {
-  t = t < -256.0f ? -256.0f : (t <= 256.0f ? t : 256.0f);
+FP8T_HOST_DEVICE float add_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __float2int_rn(t);
+  return __fadd_rn(a, b);
 #else
-  return static_cast<int>(std::nearbyint(t));
+  return a + b;
 #endif
+}
+
+// t rounded to the nearest integer, ties to even (the vector unit's default conversion), as
+// both the float and the int: adding 1.5 * 2^23 leaves the integer in the low mantissa bits
+// (exact for |t| < 2^22), which is the same rounding as a conversion without the conversion
+// instructions (a quarter-rate pipe on the GPU). The argument is clamped first: |x| > 177 ends in
+// the limits of vector_exp anyway. A NaN argument clamps to either end; the exp of a NaN is NaN
+// whatever q is (s below is NaN).
+struct RoundedInt {
+  float f;
+  int i;
+};
+FP8T_HOST_DEVICE RoundedInt round_to_int(float t) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+#if defined(__CUDA_ARCH__)
+  t = fminf(fmaxf(t, -256.0f), 256.0f);
+#else
+  t = std::fmin(std::fmax(t, -256.0f), 256.0f);
+#endif
+  const float r = add_rn(t, kMagic);
+  RoundedInt q;
+  q.i = static_cast<int>(detail::float_bits(r)) - static_cast<int>(detail::float_bits(kMagic));
+  q.f = add_rn(r, -kMagic);
+  return q;
 }
 
 // 2^q as a float for q in [-127, 128] (the exponent field q + 127; 128 gives inf).
@@ -77,8 +97,9 @@ FP8T_HOST_DEVICE float vector_exp(float x) {
   constexpr float kLog2e = 1.442695040888963407359924681001892137426645954152985934135449406931f;
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 in two parts: q * kLn2Hi is exact
   constexpr float kLn2Lo = 1.428606765330187045e-06f;
-  const int q = round_to_int(x * kLog2e);
-  const float qf = static_cast<float>(q);
+  const RoundedInt rq = round_to_int(x * kLog2e);
+  const int q = rq.i;
+  const float qf = rq.f;
   float s = fma_rn(qf, -kLn2Hi, x);
   s = fma_rn(qf, -kLn2Lo, s);
   float p = 0.000198527617612853646278381f;
@@ -91,8 +112,10 @@ FP8T_HOST_DEVICE float vector_exp(float x) {
   // 2^q in two factors, so that q down to -150 (subnormal results) and up to 128 stay in range.
   const int half = q >> 1;
   e = mul_rn(mul_rn(e, pow2i(half)), pow2i(q - half));
+  // ATen's limits: x < -104 -> 0 (the scaling above would round some of those up to the
+  // smallest subnormal) and x > 100 -> +inf, which the scaling already gives (q >= 144 overflows;
+  // s, p and e stay +inf for x = +inf), so that limit costs no instruction.
   if (x < -104.0f) e = 0.0f;
-  if (100.0f < x) e = detail::bits_float(0x7f800000u);  // +inf
   return e;
 }
 

@@ -83,6 +83,36 @@ TEST_CASE("swiglu math: vector_exp is within 1 ulp of exp, with ATen's limits", 
   REQUIRE(std::isnan(fp8::vector_exp(std::numeric_limits<float>::quiet_NaN())));
 }
 
+// Every 4096th float bit pattern (both signs, every exponent: 2^20 values) and every float in
+// the two ranges where exp's limits and its scaling by 2^q decide the result, [-101, -88] (silu
+// of those reads exp(-x) near its overflow and the limit at 100) and [86, 105] (exp(-x) in its
+// subnormal results and the limit at -104): silu equals at::silu's vectorised CPU kernel bit for
+// bit on all of them. at::silu gets 16384 values per call (whole vectors on one thread, as in
+// probe_values).
+TEST_CASE("swiglu math: silu is ATen's CPU silu bit for bit across the float line", "[fp8]") {
+  if (!test::aten_cpu_uses_vector_exp()) {
+    SKIP("ATen's CPU silu calls std::exp here (capability " << at::get_cpu_capability() << ")");
+  }
+  std::vector<float> xs;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4096) {
+    xs.push_back(fp8::detail::bits_float(static_cast<uint32_t>(u + 1234)));
+  }
+  for (const auto& [lo, hi] : {std::pair<float, float>{-101.0f, -88.0f}, {86.0f, 105.0f}}) {
+    for (float v = lo; v <= hi; v = std::nextafter(v, kInf)) xs.push_back(v);
+  }
+  while (xs.size() % 16384 != 0) xs.push_back(0.0f);
+  int64_t differ = 0;
+  float first = 0.0f;
+  for (size_t off = 0; off < xs.size(); off += 16384) {
+    const at::Tensor x = at::from_blob(xs.data() + off, {16384}, at::kFloat);
+    const test::BitDiff d = test::bit_diff(math_silu(x), at::silu(x));
+    if (d.count > 0 && differ == 0) first = x.data_ptr<float>()[d.first];
+    differ += d.count;
+  }
+  INFO(xs.size() << " values, " << differ << " differ, the first at x = " << first);
+  REQUIRE(differ == 0);
+}
+
 TEST_CASE("swiglu math: silu is ATen's CPU silu bit for bit, fp32 and bf16", "[fp8]") {
   for (uint64_t seed : {1, 2, 3}) {
     const at::Tensor x = probe_values(seed);
