@@ -63,8 +63,8 @@ void dispatch_act(int act, F&& f) {
 // The activation dtype as a rounding of FP32 values (the Round of lib/fp8/math/swiglu_math.h).
 // bf16 on sm_80+: the hardware conversion (cvt.rn.bf16.f32, round to nearest even), one
 // instruction against the integer rounding's five: the same value as round_to_dtype for every
-// non-NaN input; a NaN stays a NaN (the canonical one), and the SwiGLU paths never store a
-// rounded NaN's payload (the FP8 casts map NaN to their own code, amax ignores NaN).
+// non-NaN input; a NaN stays a NaN (the canonical one, which the GPU's arithmetic gives for a
+// NaN result anyway; the FP8 casts map NaN to their own code and amax ignores NaN).
 template <int kDtype>
 struct DtypeRound {
   __device__ __forceinline__ float operator()(float v) const {
