@@ -1,6 +1,9 @@
 // Current scaling's amax pass: max|value| of the tensor a cast is about to quantize, or of the
 // value a fused cast evaluates in its kernel (GELU, its backward, SwiGLU, its backward), without
-// writing that value; and the scale, from the same launch.
+// writing that value; and the scale, from the same launch. For SwiGLU and its backward the pass can
+// also write the value (fp8t_swiglu_amax_scale_value): current scaling then casts that tensor with
+// the plain cast kernels, which run at memory bandwidth, instead of evaluating the SwiGLU a second
+// time inside the fused casts (the value costs more instructions than its bytes cost time).
 //
 // Unlike the tiled cast kernels (cast_tile.cuh), whose 64x64 tiles suit the transposed store,
 // this pass has nothing to store, so it streams the inputs flat: a grid of a few CTAs per SM
@@ -16,11 +19,11 @@
 
 #include "activation.cuh"               // gelu_tanh, gelu_tanh_backward, DtypeRound
 #include "dispatch.cuh"                 // dispatch_dtype, IntTag
-#include "fp8_device.cuh"               // abs_bits, warp_max_int, load_elem
+#include "fp8_device.cuh"               // abs_bits, warp_max_int, load_elem, store_elem, quotient
 #include "fp8t_kernels.h"               // the C API
 #include "lib/fp8/math/scaling_math.h"  // fp8t::fp8::current_scale
 #include "lib/fp8/math/swiglu_math.h"   // swiglu, swiglu_backward
-#include "packed.cuh"                   // Packed128, elem_bytes
+#include "packed.cuh"                   // Packed128, elem_bytes, stg_floats
 #include "precondition.cuh"             // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------
@@ -64,14 +67,27 @@ struct AmaxArgs {
   float fp8_max, two_pow_margin;
   float* scale;
   float* scale_inv;
+  void* out;  // kStore only: y [rows, cols] or [dgate | dup] [rows, 2 * cols], in the input dtype
   bool vec;
 };
+
+// Values a point of the op has: [dgate, dup] for the SwiGLU backward, else one.
+template <int kOp>
+constexpr int n_values() {
+  return kOp == kDswiglu ? 2 : 1;
+}
+
+// Only the SwiGLU ops write their value (kStore).
+template <int kOp, bool kStore>
+constexpr bool valid_store() {
+  return !kStore || kOp == kSwiglu || kOp == kDswiglu;
+}
 
 // Element offsets of point p's inputs (see n_inputs).
 template <int kOp>
 __device__ __forceinline__ void input_offsets(int64_t p, int64_t cols, int64_t (&off)[3]) {
   if constexpr (kOp == kSwiglu || kOp == kDswiglu) {
-    const int64_t gate = p + (p / cols) * cols;  // row r of h starts at 2 * cols * r
+    const int64_t gate = p + quotient(p, cols) * cols;  // row r of h starts at 2 * cols * r
     const int i = kOp == kDswiglu ? 1 : 0;
     off[0] = p;  // dy (kDswiglu; overwritten by gate for kSwiglu)
     off[i] = gate;
@@ -87,39 +103,78 @@ __device__ __forceinline__ const void* input_base(const AmaxArgs& a, int i) {
   return i == 0 ? a.x : a.h;                 // x; or dy = x, then h (GELU) or gate and up (SwiGLU)
 }
 
-// |value| bits of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.
+// The value(s) of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.
 template <int kDtype, int kOp>
-__device__ __forceinline__ int value_bits(const float (&in)[3]) {
+__device__ __forceinline__ void point_values(const float (&in)[3], float (&v)[n_values<kOp>()]) {
   if constexpr (kOp == kNone) {
-    return abs_bits(in[0]);
+    v[0] = in[0];
   } else if constexpr (kOp == kGelu) {
-    return abs_bits(round_to_dtype<kDtype>(gelu_tanh(in[0])));
+    v[0] = round_to_dtype<kDtype>(gelu_tanh(in[0]));
   } else if constexpr (kOp == kDgelu) {
-    return abs_bits(round_to_dtype<kDtype>(gelu_tanh_backward(in[0], in[1])));
+    v[0] = round_to_dtype<kDtype>(gelu_tanh_backward(in[0], in[1]));
   } else if constexpr (kOp == kSwiglu) {
-    return abs_bits(fp8t::fp8::swiglu(in[0], in[1], DtypeRound<kDtype>{}));
+    v[0] = fp8t::fp8::swiglu(in[0], in[1], DtypeRound<kDtype>{});
   } else {
     const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward(in[0], in[1], in[2], DtypeRound<kDtype>{});
-    return max(abs_bits(g.gate), abs_bits(g.up));
+    v[0] = g.gate;
+    v[1] = g.up;
   }
 }
 
-// One point, scalar loads (any alignment).
+// |value| bits of one point (the max of both gradient halves for the SwiGLU backward).
 template <int kDtype, int kOp>
+__device__ __forceinline__ int value_bits(const float (&in)[3]) {
+  float v[n_values<kOp>()];
+  point_values<kDtype, kOp>(in, v);
+  int m = abs_bits(v[0]);
+#pragma unroll
+  for (int i = 1; i < n_values<kOp>(); ++i) m = max(m, abs_bits(v[i]));
+  return m;
+}
+
+// kStore: kN consecutive points' values, starting at point p whose inputs sit at off (input_offsets),
+// into a.out: y at p, or dgate and dup where gate and up sit in h. kN = 1: scalar stores.
+template <int kDtype, int kOp, int kN>
+__device__ __forceinline__ void store_values(const AmaxArgs& a, int64_t p, const int64_t (&off)[3],
+                                             const float (&v)[n_values<kOp>()][kN]) {
+  const int64_t at[2] = {kOp == kSwiglu ? p : off[1], off[2]};
+#pragma unroll
+  for (int i = 0; i < n_values<kOp>(); ++i) {
+    if constexpr (kN == 1) {
+      store_elem<kDtype>(a.out, at[i], v[i][0]);
+    } else {
+      stg_floats<kDtype, kN>(a.out, at[i], v[i]);
+    }
+  }
+}
+
+// One point, scalar loads (any alignment); kStore also writes its value(s).
+template <int kDtype, int kOp, bool kStore>
 __device__ __forceinline__ int point_bits(const AmaxArgs& a, int64_t p) {
   int64_t off[3];
   input_offsets<kOp>(p, a.cols, off);
   float in[3] = {0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < n_inputs<kOp>(); ++i) in[i] = load_elem<kDtype>(input_base<kOp>(a, i), off[i]);
-  return value_bits<kDtype, kOp>(in);
+  if constexpr (kStore) {
+    float v[n_values<kOp>()];
+    point_values<kDtype, kOp>(in, v);
+    float w[n_values<kOp>()][1];
+    int m = 0;
+#pragma unroll
+    for (int i = 0; i < n_values<kOp>(); ++i) w[i][0] = v[i], m = max(m, abs_bits(v[i]));
+    store_values<kDtype, kOp, 1>(a, p, off, w);
+    return m;
+  } else {
+    return value_bits<kDtype, kOp>(in);
+  }
 }
 
-// Vector group g: points g * kVec .. g * kVec + kVec - 1, one 16-byte load per input.
+// Vector group g: points g * kVec .. g * kVec + kVec - 1, one 16-byte load per input (off: where
+// the inputs of the group's first point sit).
 template <int kDtype, int kOp>
-__device__ __forceinline__ void load_group(const AmaxArgs& a, int64_t g, Packed128 (&q)[3]) {
+__device__ __forceinline__ void load_group(const AmaxArgs& a, int64_t g, Packed128 (&q)[3], int64_t (&off)[3]) {
   constexpr int kVec = Packed128::elems<kDtype>();
-  int64_t off[3];
   input_offsets<kOp>(g * kVec, a.cols, off);
 #pragma unroll
   for (int i = 0; i < n_inputs<kOp>(); ++i) {
@@ -127,18 +182,25 @@ __device__ __forceinline__ void load_group(const AmaxArgs& a, int64_t g, Packed1
   }
 }
 
-template <int kDtype, int kOp>
-__device__ __forceinline__ int group_bits(const Packed128 (&q)[3]) {
+// The group's max |value| bits; kStore also writes its values (16-byte stores).
+template <int kDtype, int kOp, bool kStore>
+__device__ __forceinline__ int group_bits(const AmaxArgs& a, int64_t g, const Packed128 (&q)[3],
+                                          const int64_t (&off)[3]) {
   constexpr int kVec = Packed128::elems<kDtype>();
   float v[3][kVec];
 #pragma unroll
   for (int i = 0; i < n_inputs<kOp>(); ++i) q[i].unpack<kDtype>(v[i]);
+  float out[n_values<kOp>()][kVec];
   int m = 0;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     const float in[3] = {v[0][j], n_inputs<kOp>() > 1 ? v[1][j] : 0.0f, n_inputs<kOp>() > 2 ? v[2][j] : 0.0f};
-    m = max(m, value_bits<kDtype, kOp>(in));
+    float pv[n_values<kOp>()];
+    point_values<kDtype, kOp>(in, pv);
+#pragma unroll
+    for (int i = 0; i < n_values<kOp>(); ++i) out[i][j] = pv[i], m = max(m, abs_bits(pv[i]));
   }
+  if constexpr (kStore) store_values<kDtype, kOp, kVec>(a, g * kVec, off, out);
   return m;
 }
 
@@ -213,13 +275,13 @@ __device__ __forceinline__ int thread_bits_skip(const AmaxArgs& a) {
     m = warp_max_int(m);
   }
   for (; g < groups; g += stride) m = skip_group_bits<kDtype, kOp>(a, g, Packed128::ldg(x + g * 16), m);
-  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp>(a, p));
+  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp, false>(a, p));
   return m;
 }
 
 // This thread's max over its vector groups (grid-stride, kUnroll groups' loads issued before the
 // first is evaluated), then over the scalar tail points n_groups * kVec .. n.
-template <int kDtype, int kOp>
+template <int kDtype, int kOp, bool kStore>
 __device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a) {
   constexpr int kVec = Packed128::elems<kDtype>();
   constexpr int kUnroll = unroll<kOp>();
@@ -230,26 +292,28 @@ __device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a) {
   int64_t g = tid;
   for (; g + (kUnroll - 1) * stride < groups; g += kUnroll * stride) {
     Packed128 q[kUnroll][3];
+    int64_t off[kUnroll][3];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_group<kDtype, kOp>(a, g + u * stride, q[u]);
+    for (int u = 0; u < kUnroll; ++u) load_group<kDtype, kOp>(a, g + u * stride, q[u], off[u]);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) m = max(m, group_bits<kDtype, kOp>(q[u]));
+    for (int u = 0; u < kUnroll; ++u) m = max(m, group_bits<kDtype, kOp, kStore>(a, g + u * stride, q[u], off[u]));
   }
   for (; g < groups; g += stride) {
     Packed128 q[3];
-    load_group<kDtype, kOp>(a, g, q);
-    m = max(m, group_bits<kDtype, kOp>(q));
+    int64_t off[3];
+    load_group<kDtype, kOp>(a, g, q, off);
+    m = max(m, group_bits<kDtype, kOp, kStore>(a, g, q, off));
   }
-  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp>(a, p));
+  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp, kStore>(a, p));
   return m;
 }
 
-template <int kDtype, int kOp>
+template <int kDtype, int kOp, bool kStore>
 __device__ __forceinline__ int thread_bits_scalar(const AmaxArgs& a) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int m = 0;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < a.n; p += stride) {
-    m = max(m, point_bits<kDtype, kOp>(a, p));
+    m = max(m, point_bits<kDtype, kOp, kStore>(a, p));
   }
   return m;
 }
@@ -279,15 +343,16 @@ __device__ __forceinline__ void commit_and_finish(int v, const AmaxArgs& a) {
   }
 }
 
-template <int kDtype, int kOp>
+template <int kDtype, int kOp, bool kStore>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a) {
+  static_assert(valid_store<kOp, kStore>(), "only the SwiGLU ops write their value");
   int v;
   if (!a.vec) {
-    v = thread_bits_scalar<kDtype, kOp>(a);
+    v = thread_bits_scalar<kDtype, kOp, kStore>(a);
   } else if constexpr (skips<kOp>()) {
-    v = thread_bits_skip<kDtype, kOp>(a);
+    v = thread_bits_skip<kDtype, kOp>(a);  // a skipped element is not evaluated: never kStore
   } else {
-    v = thread_bits_vec<kDtype, kOp>(a);
+    v = thread_bits_vec<kDtype, kOp, kStore>(a);
   }
   commit_and_finish(v, a);
 }
@@ -329,10 +394,14 @@ unsigned grid_size(int64_t work) {
 
 // ---- launchers ------------------------------------------------------------------------------
 
-extern "C" cudaError_t fp8t_amax_scale(int act, const void* x, const void* h, int dtype, int64_t rows, int64_t cols,
-                                       float* amax, unsigned int* workspace, float fp8_max, float two_pow_margin,
-                                       float* scale, float* scale_inv, cudaStream_t stream) {
-  FP8T_LAUNCHER("fp8t_amax_scale");
+namespace {
+
+// The checks and the launch behind both launchers (`launcher` names the entry point in a failed
+// check); want_value (SwiGLU ops only) also writes the value to out.
+cudaError_t amax_scale_impl(const char* launcher, int act, const void* x, const void* h, int dtype, int64_t rows,
+                            int64_t cols, bool want_value, void* out, float* amax, unsigned int* workspace,
+                            float fp8_max, float two_pow_margin, float* scale, float* scale_inv, cudaStream_t stream) {
+  FP8T_LAUNCHER(launcher);
   FP8T_KERNEL_REQUIRE(act == kNone || act == kGelu || act == kDgelu || act == kSwiglu || act == kDswiglu,
                       "unknown activation code");
   FP8T_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "a dimension is negative");
@@ -346,17 +415,48 @@ extern "C" cudaError_t fp8t_amax_scale(int act, const void* x, const void* h, in
   FP8T_KERNEL_REQUIRE((scale == nullptr) == (scale_inv == nullptr), "scale and scale_inv must be given together");
   FP8T_KERNEL_REQUIRE(scale == nullptr || (fp8_max > 0.0f && two_pow_margin > 0.0f),
                       "fp8_max or 2^margin is not positive");
+  const bool swiglu = act == kSwiglu || act == kDswiglu;
+  FP8T_KERNEL_REQUIRE(!want_value || swiglu, "only the SwiGLU values can be written");
+  FP8T_KERNEL_REQUIRE(n == 0 || !want_value || out != nullptr, "no value output for a nonempty tensor");
+  FP8T_KERNEL_REQUIRE(n == 0 || !want_value || (out != x && out != h), "the value output is an input");
+  if (!want_value) out = nullptr;
   const int vec_elems = dtype == FP8T_DTYPE_F32 ? 4 : 8;
   // Vector loads need every 16-byte group inside one row of gate and up (SwiGLU) and every input
-  // 16-byte aligned.
-  const bool swiglu = act == kSwiglu || act == kDswiglu;
-  const bool vec = (!swiglu || cols % vec_elems == 0) && aligned(x, 16) && (!two_tensors || aligned(h, 16));
-  const AmaxArgs args{x, h, n, cols, amax, workspace, fp8_max, two_pow_margin, scale, scale_inv, vec};
+  // 16-byte aligned; the value's vector stores, the output too.
+  const bool vec = (!swiglu || cols % vec_elems == 0) && aligned(x, 16) && (!two_tensors || aligned(h, 16)) &&
+                   (out == nullptr || aligned(out, 16));
+  const AmaxArgs args{x, h, n, cols, amax, workspace, fp8_max, two_pow_margin, scale, scale_inv, out, vec};
   const unsigned grid = grid_size(vec ? n / vec_elems + 1 : n);
   dispatch_op(act, [&](auto op) {
     dispatch_dtype(dtype, [&](auto dt) {
-      amax_kernel<decltype(dt)::value, decltype(op)::value><<<grid, kThreads, 0, stream>>>(args);
+      constexpr int kOp = decltype(op)::value;
+      constexpr int kDt = decltype(dt)::value;
+      if constexpr (valid_store<kOp, true>()) {
+        if (out != nullptr) {
+          amax_kernel<kDt, kOp, true><<<grid, kThreads, 0, stream>>>(args);
+          return;
+        }
+      }
+      amax_kernel<kDt, kOp, false><<<grid, kThreads, 0, stream>>>(args);
     });
   });
   return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" cudaError_t fp8t_amax_scale(int act, const void* x, const void* h, int dtype, int64_t rows, int64_t cols,
+                                       float* amax, unsigned int* workspace, float fp8_max, float two_pow_margin,
+                                       float* scale, float* scale_inv, cudaStream_t stream) {
+  return amax_scale_impl("fp8t_amax_scale", act, x, h, dtype, rows, cols, false, nullptr, amax, workspace, fp8_max,
+                         two_pow_margin, scale, scale_inv, stream);
+}
+
+extern "C" cudaError_t fp8t_swiglu_amax_scale_value(int backward, const void* dy, const void* h, int dtype,
+                                                    int64_t rows, int64_t cols, void* out, float* amax,
+                                                    unsigned int* workspace, float fp8_max, float two_pow_margin,
+                                                    float* scale, float* scale_inv, cudaStream_t stream) {
+  return amax_scale_impl("fp8t_swiglu_amax_scale_value", backward ? FP8T_ACT_DSWIGLU : FP8T_ACT_SWIGLU,
+                         backward ? dy : h, backward ? h : nullptr, dtype, rows, cols, true, out, amax, workspace,
+                         fp8_max, two_pow_margin, scale, scale_inv, stream);
 }

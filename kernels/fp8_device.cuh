@@ -57,6 +57,14 @@ __device__ __forceinline__ float round_to_dtype(float v) {
   }
 }
 
+// p / d for non-negative p and positive d: one 32-bit division (a short instruction sequence)
+// when both fit in 32 bits, which every tensor below 2^32 elements does; the 64-bit division
+// (a long subroutine) otherwise. For element offsets computed per vector in the grid-stride loops.
+__device__ __forceinline__ int64_t quotient(int64_t p, int64_t d) {
+  if (((p | d) >> 32) == 0) return static_cast<int64_t>(static_cast<uint32_t>(p) / static_cast<uint32_t>(d));
+  return p / d;
+}
+
 // ---- float -> FP8 -----------------------------------------------------------------------
 
 // One value. On sm_89+ the hardware conversion (cvt.rn.satfinite) gives the same codes as

@@ -12,7 +12,7 @@
 
 #include "activation.cuh"              // DtypeRound
 #include "dispatch.cuh"                // dispatch_dtype, dispatch_bool
-#include "fp8_device.cuh"              // load_elem, store_elem
+#include "fp8_device.cuh"              // load_elem, store_elem, quotient
 #include "fp8t_kernels.h"              // the C API
 #include "lib/fp8/math/swiglu_math.h"  // swiglu, swiglu_backward
 #include "packed.cuh"                  // ldg_floats, stg_floats
@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwigluPlainArgs 
   const int64_t per_row = a.cols / kN, items = a.rows * per_row;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; idx < items;
        idx += static_cast<int64_t>(gridDim.x) * kThreads) {
-    swiglu_columns<kDtype, kBackward, kN>(a, idx / per_row, (idx % per_row) * kN);
+    const int64_t row = quotient(idx, per_row);
+    swiglu_columns<kDtype, kBackward, kN>(a, row, (idx - row * per_row) * kN);
   }
 }
 

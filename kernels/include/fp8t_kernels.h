@@ -69,6 +69,18 @@ cudaError_t fp8t_amax_scale(int act, const void* x, const void* h, int dtype, in
                             float* amax, unsigned int* workspace, float fp8_max, float two_pow_margin,
                             float* scale, float* scale_inv, cudaStream_t stream);
 
+// The SwiGLU amax pass with its value: fp8t_amax_scale of FP8T_ACT_SWIGLU (backward = 0; dy
+// unused) or FP8T_ACT_DSWIGLU (backward = 1) that also writes the value whose amax it takes, in the
+// input dtype: y [rows, cols], or [dgate | dup] [rows, 2 * cols]; bit for bit the outputs of
+// fp8t_swiglu_forward / fp8t_swiglu_backward. Current scaling then casts that tensor with the
+// plain cast kernels (memory-bound) instead of evaluating the SwiGLU again in the fused casts.
+// out: not an input; 16-byte aligned for vector stores (with the inputs' conditions above), else
+// every access is scalar.
+cudaError_t fp8t_swiglu_amax_scale_value(int backward, const void* dy, const void* h, int dtype, int64_t rows,
+                                         int64_t cols, void* out, float* amax, unsigned int* workspace,
+                                         float fp8_max, float two_pow_margin, float* scale, float* scale_inv,
+                                         cudaStream_t stream);
+
 // ---- cast (kernels/cast.cu) ------------------------------------------------------------------
 // out[i] = fp8(x[i] * *scale) for n elements of x (fp32 or bf16), any shape (flat).
 // amax (nullable): max-accumulates max|x[i]| of the UNSCALED input. scale_inv_out (nullable):

@@ -14,7 +14,7 @@
 #include <limits>      // std::numeric_limits
 #include <vector>      // std::vector
 
-#include "fp8t_kernels.h"                  // fp8t_amax_scale, fp8t_cast_transpose_act, fp8t_swiglu_cast_transpose
+#include "fp8t_kernels.h"                  // fp8t_amax_scale, fp8t_swiglu_amax_scale_value, fp8t_cast_transpose_act
 #include "lib/fp8/math/scaling_math.h"     // current_scale
 #include "tests/fp8/swiglu_test_util.h"    // math_swiglu, math_swiglu_backward
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, host_amax, same_bits
@@ -285,6 +285,64 @@ TEST_CASE("amax pass: SwiGLU and its backward, bit-exact against swiglu_math.h o
   }
 }
 
+namespace {
+
+// The SwiGLU pass that also writes its value, into out (an element offset `offset` into a buffer:
+// offset 1 makes every access scalar).
+cudaError_t run_with_value(AmaxRun& r, bool backward, const at::Tensor& dy, const at::Tensor& h, at::ScalarType dt,
+                           int64_t rows, int64_t f, const at::Tensor& buffer, int64_t offset) {
+  char* out = static_cast<char*>(buffer.data_ptr()) + offset * buffer.element_size();
+  return fp8t_swiglu_amax_scale_value(backward ? 1 : 0, backward ? dy.data_ptr() : nullptr, h.data_ptr(),
+                                      dtype_code(dt), rows, f, out, r.amax.data_ptr<float>(),
+                                      reinterpret_cast<unsigned int*>(r.ws.data_ptr<int32_t>()), kE4M3Max, 1.0f,
+                                      r.scale.data_ptr<float>(), r.scale_inv.data_ptr<float>(), stream());
+}
+
+// The n elements of `buffer` from `offset` have the bits of `want`.
+void require_same_value(const at::Tensor& buffer, int64_t offset, const at::Tensor& want) {
+  const at::Tensor got = buffer.cpu().slice(0, offset, offset + want.numel()).view(want.sizes());
+  const int64_t i = first_mismatch(got.contiguous().view(at::kByte), want.contiguous().view(at::kByte));
+  INFO("first differing byte of the value: " << i);
+  REQUIRE(i < 0);
+}
+
+}  // namespace
+
+TEST_CASE("amax pass with the SwiGLU value: the value is swiglu_math.h's on the host bit for bit, amax and scale "
+          "as without it",
+          "[kernels][cuda]") {
+  require_gpu();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16}, {13, 7}, {0, 16}, {217, 256}, {130, 200},
+                                                           {2056, 2080}};
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    for (const auto& [rows, f] : shapes) {
+      if (skip_large(rows * f * 2)) continue;
+      at::manual_seed(rows * 7 + f);
+      at::Tensor h = at::randn({rows, 2 * f}) * 3.0;
+      if (h.numel() > 0) h.view({-1}).slice(0, 5, h.numel(), 101).mul_(40.0);
+      const at::Tensor hc = h.to(dt);
+      const at::Tensor dyc = (at::randn({rows, f}) * at::pow(2.0, at::randint(-8, 8, {rows, f}))).to(dt);
+      const at::Tensor hg = hc.cuda(), dyg = dyc.cuda();
+      const at::Tensor y = math_swiglu(hc), dh = math_swiglu_backward(dyc, hc);
+      for (int64_t offset : {0, 1}) {  // 16-byte aligned (vector stores), one element in (scalar)
+        CAPTURE(dtype_name(dt), rows, f, offset);
+        const at::Tensor buf_y = at::full({rows * f + 8}, -3.0, on_cuda(dt));
+        const at::Tensor buf_dh = at::full({rows * 2 * f + 8}, -3.0, on_cuda(dt));
+        AmaxRun r;
+        REQUIRE(run_with_value(r, false, at::Tensor(), hg, dt, rows, f, buf_y, offset) == cudaSuccess);
+        require_result(r, host_amax(y, 0.0f));
+        require_same_value(buf_y, offset, y);
+        REQUIRE(run_with_value(r, true, dyg, hg, dt, rows, f, buf_dh, offset) == cudaSuccess);
+        require_result(r, host_amax(dh, 0.0f));
+        require_same_value(buf_dh, offset, dh);
+        // Nothing written past the value.
+        REQUIRE(buf_y.cpu().slice(0, offset + rows * f).eq(-3.0).all().item<bool>());
+        REQUIRE(buf_dh.cpu().slice(0, offset + rows * 2 * f).eq(-3.0).all().item<bool>());
+      }
+    }
+  }
+}
+
 TEST_CASE("amax pass: precondition violations return cudaErrorInvalidValue and are named", "[kernels][cuda]") {
   require_gpu();
   const at::Tensor x = at::ones({16, 16}, on_cuda(at::kFloat));
@@ -311,6 +369,15 @@ TEST_CASE("amax pass: precondition violations return cudaErrorInvalidValue and a
   REQUIRE(fp8t_amax_scale(FP8T_ACT_NONE, x.data_ptr(), nullptr, FP8T_DTYPE_F32, -1, 16, a, ws, kE4M3Max, 1.0f, s, si,
                           stream()) == cudaErrorInvalidValue);
   REQUIRE(std::strstr(fp8t_last_precondition(), "negative") != nullptr);
+  REQUIRE(fp8t_swiglu_amax_scale_value(0, nullptr, x.data_ptr(), FP8T_DTYPE_F32, 16, 8, nullptr, a, ws, kE4M3Max,
+                                       1.0f, s, si, stream()) == cudaErrorInvalidValue);
+  REQUIRE(std::strstr(fp8t_last_precondition(), "fp8t_swiglu_amax_scale_value: no value output") != nullptr);
+  REQUIRE(fp8t_swiglu_amax_scale_value(0, nullptr, x.data_ptr(), FP8T_DTYPE_F32, 16, 8, x.data_ptr(), a, ws,
+                                       kE4M3Max, 1.0f, s, si, stream()) == cudaErrorInvalidValue);
+  REQUIRE(std::strstr(fp8t_last_precondition(), "the value output is an input") != nullptr);
+  REQUIRE(fp8t_swiglu_amax_scale_value(1, nullptr, x.data_ptr(), FP8T_DTYPE_F32, 16, 8, r.scale.data_ptr(), a, ws,
+                                       kE4M3Max, 1.0f, s, si, stream()) == cudaErrorInvalidValue);
+  REQUIRE(std::strstr(fp8t_last_precondition(), "no input for a nonempty tensor") != nullptr);
   REQUIRE(r.ws.cpu().eq(0).all().item<bool>());  // nothing was launched
 }
 

@@ -94,9 +94,9 @@ void Backend::record_amax(const CastSource& src, const at::Tensor& amax) {
   amax.fill_(amax_combine(prev, m));
 }
 
-void Backend::current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
-                                 const at::Tensor& scale, const at::Tensor& scale_inv,
-                                 const at::Tensor& /*workspace*/, float fp8_max, float two_pow_margin) {
+at::Tensor Backend::current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
+                                       const at::Tensor& scale, const at::Tensor& scale_inv,
+                                       const at::Tensor& /*workspace*/, float fp8_max, float two_pow_margin) {
   if (known_amax.defined()) {
     amax.copy_(known_amax);
   } else {
@@ -104,6 +104,7 @@ void Backend::current_amax_scale(const CastSource& src, const at::Tensor& known_
     record_amax(src, amax);
   }
   current_scale(amax, scale, scale_inv, fp8_max, two_pow_margin);
+  return at::Tensor();
 }
 
 #if defined(FP8T_WITH_CUDA)

@@ -156,7 +156,10 @@ class Backend {
   // its first use and used by one stream only (CUDA: the amax kernel's accumulator and CTA ticket,
   // which every call leaves zero; the default ignores it). The default: record_amax (or a copy of
   // known_amax), then current_scale; CUDA: one launch (kernels/amax.cu, or the scale kernel alone).
-  virtual void current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
+  // Returns the value of src in its dtype when the pass wrote it on the way, else an undefined
+  // tensor (the default): CUDA writes SwiGLU's value and its gradient, which cost more to evaluate
+  // twice than to read back, so the recipe casts that tensor (the same codes) instead of src.
+  virtual at::Tensor current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
                                   const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
                                   float fp8_max, float two_pow_margin);
 

@@ -173,10 +173,12 @@ class CudaBackend final : public Backend {
   }
 
   // One launch per cast: the amax pass that also computes the scale (kernels/amax.cu), or, with a
-  // producer's amax, the scale kernel that also records it.
-  void current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
-                          const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
-                          float fp8_max, float two_pow_margin) override {
+  // producer's amax, the scale kernel that also records it. The SwiGLU passes also write their
+  // value (returned): the cast then reads it at memory bandwidth, where the fused SwiGLU casts
+  // would evaluate the activation a second time.
+  at::Tensor current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
+                                const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
+                                float fp8_max, float two_pow_margin) override {
     FP8T_CHECK(src.x.is_cuda(), "fp8 amax pass expects a CUDA tensor, got one on ", src.x.device().str());
     const c10::cuda::CUDAGuard guard(src.x.device());
     float* a = device_scalar(amax, src.x, "amax", SlotRef{});
@@ -186,21 +188,32 @@ class CudaBackend final : public Backend {
       FP8T_KERNEL_CHECK(fp8t_current_scale(device_scalar(known_amax, src.x, "known amax", SlotRef{}), fp8_max,
                                            two_pow_margin, s, si, a, stream_of(src.x)),
                         "current scale from a producer's amax on ", src.x.device().str());
-      return;
+      return at::Tensor();
     }
     const AmaxInputs in = amax_inputs(src);
     if (!in.x.defined()) {
-      Backend::current_amax_scale(src, known_amax, amax, scale, scale_inv, workspace, fp8_max, two_pow_margin);
-      return;
+      return Backend::current_amax_scale(src, known_amax, amax, scale, scale_inv, workspace, fp8_max, two_pow_margin);
     }
     FP8T_CHECK(workspace.defined() && workspace.numel() == 2 && workspace.scalar_type() == at::kInt &&
                    workspace.device() == src.x.device() && workspace.is_contiguous(),
                "fp8 amax pass: the workspace must be a contiguous int32 [2] on ", src.x.device().str());
+    unsigned int* ws = reinterpret_cast<unsigned int*>(workspace.data_ptr<int32_t>());
+    if (in.act == FP8T_ACT_SWIGLU || in.act == FP8T_ACT_DSWIGLU) {
+      const bool backward = in.act == FP8T_ACT_DSWIGLU;
+      const at::Tensor& h = backward ? in.h : in.x;
+      at::Tensor value = at::empty({in.rows, backward ? 2 * in.cols : in.cols}, h.options());
+      FP8T_KERNEL_CHECK(fp8t_swiglu_amax_scale_value(backward ? 1 : 0, backward ? in.x.data_ptr() : nullptr,
+                                                     h.data_ptr(), dtype_code(h), in.rows, in.cols, value.data_ptr(),
+                                                     a, ws, fp8_max, two_pow_margin, s, si, stream_of(h)),
+                        "fp8 swiglu amax pass", backward ? " (backward)" : "", " of ", h.scalar_type(), " ",
+                        h.sizes());
+      return value;
+    }
     FP8T_KERNEL_CHECK(fp8t_amax_scale(in.act, in.x.data_ptr(), in.h.defined() ? in.h.data_ptr() : nullptr,
-                                      dtype_code(in.x), in.rows, in.cols, a,
-                                      reinterpret_cast<unsigned int*>(workspace.data_ptr<int32_t>()), fp8_max,
-                                      two_pow_margin, s, si, stream_of(in.x)),
+                                      dtype_code(in.x), in.rows, in.cols, a, ws, fp8_max, two_pow_margin, s, si,
+                                      stream_of(in.x)),
                       "fp8 amax pass (operation ", in.act, ") of ", in.x.scalar_type(), " ", in.x.sizes());
+    return at::Tensor();
   }
 
   at::Tensor saturation_stats(const at::Tensor& x_in, const SlotRef& slot) override {

@@ -9,6 +9,8 @@
 //           skipped), computed on the device: both by Backend::current_amax_scale, on the GPU one
 //           launch (the amax kernel's last CTA computes the scale);
 //   codes = the backend's per-tensor cast with that scale (fused GELU / GELU-backward casts too).
+//           Where the amax pass wrote the value on the way (CUDA: SwiGLU and its backward), the
+//           cast reads that tensor instead: the same codes, without evaluating the value twice.
 // Formats as fp8.fp8_format says (HYBRID: E5M2 gradients). No amax history, no update, no
 // cross-rank reduction: weights are identical on every rank after the all-reduced optimizer step,
 // so their scales agree; activation and gradient scales are each rank's own, like their data.
@@ -66,6 +68,8 @@ class CurrentScaling final : public Scaling {
     at::Tensor amax, scale, scale_inv, workspace;
   };
   CastState cast_state(int slot, bool record) const;
+  static Fp8Tensor cast_value(Backend& backend, const CastSource& src, const CastSource& cast_src,
+                              const SlotRef& ref, const CastOptions& opt);
 
   float two_pow_margin_;
   at::Tensor amax_, scale_, scale_inv_;  // [S]: the last recorded cast of each slot

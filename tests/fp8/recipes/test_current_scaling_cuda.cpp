@@ -167,8 +167,8 @@ TEST_CASE("current scaling on CUDA: GELU and GELU-backward casts take the amax o
 TEST_CASE("current scaling on CUDA: SwiGLU and SwiGLU-backward casts take the amax of the fused value",
           "[fp8][cuda]") {
   // swiglu_math.h's values are the CPU reference bit for bit (tests/kernels/test_swiglu_cast.cpp):
-  // the amax must be the host amax of them, the scale current_scale of it, and the codes those of
-  // the fused cast with that scale.
+  // the amax must be the host amax of them, the scale current_scale of it, and the codes (and the
+  // backward's dbias) those of the fused cast with that scale.
   require_gpu();
   Backend& backend = cuda_backend();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16}, {13, 7}, {130, 200}, {217, 256}, {2056, 2080}};
@@ -198,6 +198,9 @@ TEST_CASE("current scaling on CUDA: SwiGLU and SwiGLU-backward casts take the am
         const Fp8Tensor& got = backward ? bwd : fwd;
         REQUIRE(at::equal(got.rowwise.codes.cpu(), ref.rowwise.codes.cpu()));
         REQUIRE(at::equal(got.columnwise.codes.cpu(), ref.columnwise.codes.cpu()));
+        // The recipe casts the value its amax pass wrote (the plain cast with dbias); the fused
+        // cast's dbias follows the same summation order, so the sums agree bit for bit.
+        if (backward) REQUIRE(at::equal(dbias.cpu(), unused.cpu()));
       }
     }
   }
