@@ -5,7 +5,6 @@
 // (kernels/transpose_tile.cuh; also the byte transpose of fp8t_transpose_codes); with dbias the
 // 64x64 kernel of kernels/cast_tile.cuh, whose summation order the fused SwiGLU backward
 // (kernels/swiglu_cast.cu) shares bit for bit.
-#include <algorithm>  // std::min, std::max
 
 #include "activation.cuh"     // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
 #include "cast_tile.cuh"      // tile::*, load_chunk, store_chunk, store_transposed, reduce_dbias
@@ -115,8 +114,8 @@ __device__ __forceinline__ void load_tile(const void* x, const void* h, int64_t 
                                           bool vec, TileInputs<kDtype>& in) {
   const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
   const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
-  ttile::load_rows<kDtype>(x, rows, cols, row0, col, vec && p.full, in.x);
-  if constexpr (kAct == kActDgelu) ttile::load_rows<kDtype>(h, rows, cols, row0, col, vec && p.full, in.h);
+  ttile::load_rows<kDtype>(x, cols, rows, cols, row0, col, vec && p.full, in.x);
+  if constexpr (kAct == kActDgelu) ttile::load_rows<kDtype>(h, cols, rows, cols, row0, col, vec && p.full, in.h);
 }
 
 // The 8 values the cast sees in row rr of the thread: x, gelu(x) or dy * gelu'(h), the
@@ -174,7 +173,7 @@ __device__ __forceinline__ float encode_tile(const TileInputs<kDtype>& in, float
     const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
 #pragma unroll
     for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
-      ttile::store_row(codes[rr], out_row, rows, cols, row0 + rr, col, fast);
+      ttile::store_row(codes[rr], out_row, cols, rows, cols, row0 + rr, col, fast);
     }
   }
   return m;
@@ -301,49 +300,6 @@ void launch_cast_transpose_dbias(int act, int x_dtype, int fp8_format, cudaStrea
   });
 }
 
-// Blocks of the tiled kernel `kKernel` that fit on the current device at once. The per-SM count
-// depends only on the kernel (registers, shared memory), so it is asked once per kernel.
-template <auto kKernel>
-int64_t resident_blocks() {
-  static const int per_sm = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, ttile::kThreads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();  // not the launch's error: fall back to one block per SM
-      n = 1;
-    }
-    return n < 1 ? 1 : n;
-  }();
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    sms = 1;
-  }
-  return static_cast<int64_t>(per_sm) * (sms < 1 ? 1 : sms);
-}
-
-// Waves of resident blocks per launch. Each block walks a fixed share of the tiles, so a launch
-// lasts as long as its last wave: with one wave, a few SMs held by another stream's kernels (the
-// NCCL kernels that overlap the backward under DDP) would push a whole block's share into a
-// second wave (up to 2x the time); with four, such a straggler wave is a quarter as long. The
-// cost is three more block start-ups per SM slot (a first tile loaded without overlap).
-constexpr int64_t kWaves = 4;
-
-// The tiled grid over [rows, cols]: row and column tiles (0 and 1 for an empty tensor, which walks
-// no tile and divides by no zero) and the number of blocks.
-struct TiledGrid {
-  int64_t row_tiles, col_tiles, blocks;
-};
-
-TiledGrid tiled_grid(int64_t rows, int64_t cols, int64_t resident) {
-  const int64_t n_tiles = ttile::n_row_tiles(rows) * ttile::n_col_tiles(cols);
-  TiledGrid g;
-  g.row_tiles = n_tiles == 0 ? 0 : ttile::n_row_tiles(rows);
-  g.col_tiles = n_tiles == 0 ? 1 : ttile::n_col_tiles(cols);
-  g.blocks = std::min(std::max<int64_t>(n_tiles, 1), kWaves * resident);
-  return g;
-}
-
 // The tiled kernel (no dbias). Its vector path also needs 16-byte transposed stores: rows a
 // multiple of 16 and the columnwise output 16-byte aligned.
 void launch_cast_transpose_tiled(int act, int x_dtype, int fp8_format, cudaStream_t stream, const CastArgs& a) {
@@ -352,7 +308,7 @@ void launch_cast_transpose_tiled(int act, int x_dtype, int fp8_format, cudaStrea
     dispatch_dtype_format(x_dtype, fp8_format, [&](auto dtype, auto format) {
       constexpr auto kKernel = cast_transpose_tiled_kernel<decltype(dtype)::value, decltype(format)::value,
                                                            decltype(act_tag)::value>;
-      const TiledGrid g = tiled_grid(a.rows, a.cols, resident_blocks<kKernel>());
+      const ttile::TiledGrid g = ttile::tiled_grid(a.rows, a.cols, ttile::resident_blocks<kKernel>());
       kKernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, 0, stream>>>(
           a.x, a.h, a.rows, a.cols, g.row_tiles, g.col_tiles, a.scale, a.out_row, a.out_col, a.amax,
           a.scale_inv_out, vec);
@@ -461,7 +417,7 @@ extern "C" cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int
   FP8T_KERNEL_REQUIRE(n_tiles(cols) <= kMaxColTiles, "cols need more than 2^31-1 tiles of 64");
   // 8-byte loads of each row's 8-code chunks, 16-byte stores of each transposed row's 16-code segments.
   const bool vec = cols % 8 == 0 && rows % 16 == 0 && aligned(in, 8) && aligned(out, 16);
-  const TiledGrid g = tiled_grid(rows, cols, resident_blocks<transpose_codes_kernel>());
+  const ttile::TiledGrid g = ttile::tiled_grid(rows, cols, ttile::resident_blocks<transpose_codes_kernel>());
   transpose_codes_kernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, 0, stream>>>(
       in, rows, cols, g.row_tiles, g.col_tiles, out, vec);
   return cudaGetLastError();

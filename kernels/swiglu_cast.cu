@@ -10,13 +10,19 @@
 // to the input dtype at the points where the unfused LibTorch composition rounds, so the codes
 // are those of casting the unfused result computed on the CPU.
 //
-// Tiling (kernels/cast_tile.cuh): a block owns a 64x64 tile of the [rows, F] activation space and
-// reads each input element once: the forward reads gate and up, the backward dy, gate and up, and
-// writes both gradient halves from the same registers (two shared tiles), so no input is read
-// twice. dbias partials follow cast_transpose's summation order exactly, so dbias equals
-// fp8t_cast_transpose_dbias of the materialised gradient bit for bit.
+// Two kernels, each reading every input element once (the forward gate and up, the backward dy,
+// gate and up) and writing both gradient halves from the same registers:
+// - bf16 without dbias (the LLaMA MLP): the 128x64 tiles of kernels/transpose_tile.cuh (grid-stride,
+//   the forward's next tile loaded while the current one is evaluated, column words in shared
+//   memory, 16-byte transposed stores, one amax atomic per block);
+// - with dbias, or fp32 inputs (whose tiles would need twice the registers): the 64x64 tiles of
+//   kernels/cast_tile.cuh. Its dbias partials follow cast_transpose's summation order exactly, so
+//   dbias equals fp8t_cast_transpose_dbias of the materialised gradient bit for bit.
+#include <type_traits>  // std::conditional_t
+
 #include "activation.cuh"              // DtypeRound
 #include "cast_tile.cuh"               // tile::*, load_chunk, store_transposed, reduce_dbias
+#include "transpose_tile.cuh"          // ttile::*: the tiled kernels' loads, encoding, stores, grid
 #include "dispatch.cuh"                // dispatch_dtype_format, dispatch_bool
 #include "fp8_device.cuh"              // round_to_dtype, to_fp8x2, abs_bits, block_amax_commit
 #include "fp8t_kernels.h"              // the C API
@@ -149,15 +155,173 @@ __global__ void __launch_bounds__(kThreads) swiglu_cast_transpose_kernel(const S
   block_amax_commit(__float_as_int(local_max), a.amax);
 }
 
-void launch(bool backward, int dtype, bool want_dbias, int fp8_format, cudaStream_t stream, const SwigluArgs& a) {
+// ---- the tiled kernels (no dbias; kernels/transpose_tile.cuh) ----------------------------------
+
+// One thread's inputs of one 128x64 tile of the [rows, F] activation space: 4 rows x 8 columns of
+// gate, up and (backward) dy, as loaded.
+struct NoRows {};
+template <int kDtype, bool kBackward>
+struct SwigluTile {
+  ttile::RawRows<kDtype> gate, up;
+  std::conditional_t<kBackward, ttile::RawRows<kDtype>, NoRows> dy;
+};
+
+template <int kDtype, bool kBackward>
+__device__ __forceinline__ void load_swiglu_tile(const SwigluArgs& a, const ttile::TilePos& p, bool fast,
+                                                 SwigluTile<kDtype, kBackward>& in) {
+  const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
+  const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+  const char* up = static_cast<const char*>(a.h) + a.cols * elem_bytes<kDtype>();
+  ttile::load_rows<kDtype>(a.h, 2 * a.cols, a.rows, a.cols, row0, col, fast, in.gate);
+  ttile::load_rows<kDtype>(up, 2 * a.cols, a.rows, a.cols, row0, col, fast, in.up);
+  if constexpr (kBackward) ttile::load_rows<kDtype>(a.dy, a.cols, a.rows, a.cols, row0, col, fast, in.dy);
+}
+
+// The values the cast sees in the thread's row rr: y (kOut = 1) or [dgate, dup] (kOut = 2).
+template <int kDtype, bool kBackward, int kOut>
+__device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& in, int rr,
+                                           float (&v)[kOut][ttile::kChunk]) {
+  float gate[ttile::kChunk], up[ttile::kChunk];
+  ttile::unpack_row<kDtype>(in.gate, rr, gate);
+  ttile::unpack_row<kDtype>(in.up, rr, up);
+  const DtypeRound<kDtype> round;
+  if constexpr (kBackward) {
+    float dy[ttile::kChunk];
+    ttile::unpack_row<kDtype>(in.dy, rr, dy);
+#pragma unroll
+    for (int j = 0; j < ttile::kChunk; ++j) {
+      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward(dy[j], gate[j], up[j], round);
+      v[0][j] = g.gate;
+      v[kOut - 1][j] = g.up;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < ttile::kChunk; ++j) v[0][j] = fp8t::fp8::swiglu(gate[j], up[j], round);
+  }
+}
+
+// Encodes the thread's 4 rows of the tile (each output half) and returns their amax. The NaN test
+// is made once per tile (max.NaN); a tile holding a NaN is evaluated again to repair its codes
+// and take the amax without the NaNs (cast_transpose.cu's encode_tile does the same).
+template <int kDtype, int kFormat, bool kBackward, int kOut>
+__device__ __forceinline__ float encode_swiglu_tile(const SwigluTile<kDtype, kBackward>& in, float scale,
+                                                    uint32_t (&codes)[kOut][ttile::kRowsPerThread][2]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
+    float v[kOut][ttile::kChunk];
+    swiglu_row<kDtype, kBackward, kOut>(in, rr, v);
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      const float row_max = ttile::encode_row<kFormat>(v[o], scale, codes[o][rr]);
+      m = fmaxf(m, row_max == row_max ? row_max : ttile::fix_nan_codes(v[o], codes[o][rr]));
+    }
+  }
+  return m;
+}
+
+// Blocks per SM the register budget is cut for (__launch_bounds__): two, the most without spills
+// for bf16 inputs (nvcc 13, sm_90a: forward 108 registers with the next tile's inputs in flight,
+// backward 126 with one tile of three inputs).
+constexpr int kTiledMinBlocks = 2;
+
+// Grid-stride over 128x64 tiles of [rows, F] (kernels/transpose_tile.cuh): the forward issues
+// the next tile's loads before the current one is evaluated; the backward, whose three inputs
+// would double an already large register set, loads after the store. Output half o of the
+// rowwise codes starts at column o * F of [rows, kOut * F], of the columnwise codes at row o * F
+// of [kOut * F, rows]. amax: one atomic per block. null outputs are skipped (scale null: amax only).
+template <int kDtype, int kFormat, bool kBackward>
+__global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
+    swiglu_cast_tiled_kernel(const SwigluArgs a, int64_t row_tiles, int64_t col_tiles, bool vec) {
+  constexpr int kOut = kBackward ? 2 : 1;
+  constexpr bool kPrefetch = !kBackward;
+  __shared__ __align__(16) uint32_t words[2][kOut][ttile::kCols * ttile::kWordsPerCol];
+  const float scale = a.scale != nullptr ? *a.scale : 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale != nullptr && a.scale_inv_out != nullptr) {
+    *a.scale_inv_out = 1.0f / scale;
+  }
+  float m = 0.0f;
+  int buf = 0;
+  SwigluTile<kDtype, kBackward> cur, next;
+  ttile::TileWalk w(row_tiles, col_tiles);
+  if (w.valid()) {
+    const ttile::TilePos p0 = w.pos(a.rows, a.cols);
+    load_swiglu_tile(a, p0, vec && p0.full, cur);
+  }
+  for (; w.valid(); w = w.next()) {
+    const ttile::TilePos p = w.pos(a.rows, a.cols);
+    const ttile::TileWalk wn = w.next();
+    const bool fast = vec && p.full;
+    if constexpr (kPrefetch) {
+      if (wn.valid()) {
+        const ttile::TilePos pn = wn.pos(a.rows, a.cols);
+        load_swiglu_tile(a, pn, vec && pn.full, next);
+      }
+    }
+    uint32_t codes[kOut][ttile::kRowsPerThread][2];
+    m = fmaxf(m, encode_swiglu_tile<kDtype, kFormat, kBackward, kOut>(cur, scale, codes));
+    if (a.out_row != nullptr) {
+      const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
+      const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+        for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
+          ttile::store_row(codes[o][rr], a.out_row + o * a.cols, kOut * a.cols, a.rows, a.cols, row0 + rr, col, fast);
+        }
+      }
+    }
+    if (a.out_col != nullptr) {
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) ttile::stage_columns(codes[o], words[buf][o]);
+      __syncthreads();  // the other buffer's readers finished before the previous tile's barrier
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        ttile::store_transposed(words[buf][o], a.out_col + o * a.cols * a.rows, a.rows, a.cols, p.r0, p.c0, fast);
+      }
+      buf ^= 1;
+    }
+    if constexpr (kPrefetch) {
+      cur = next;
+    } else if (wn.valid()) {
+      const ttile::TilePos pn = wn.pos(a.rows, a.cols);
+      load_swiglu_tile(a, pn, vec && pn.full, cur);
+    }
+  }
+  block_amax_commit(__float_as_int(m), a.amax);
+}
+
+// The tiled kernel (bf16 inputs). Its vector path also needs 16-byte transposed stores: rows a
+// multiple of 16 and the columnwise output 16-byte aligned (a.vec has the 16-byte inputs and the
+// 8-byte code rows).
+void launch_tiled(bool backward, int fp8_format, cudaStream_t stream, const SwigluArgs& a) {
+  const bool vec = a.vec && a.rows % 16 == 0 && (a.out_col == nullptr || aligned(a.out_col, 16));
+  dispatch_bool(backward, [&](auto backward_tag) {
+    dispatch_format(fp8_format, [&](auto format) {
+      constexpr auto kKernel =
+          swiglu_cast_tiled_kernel<FP8T_DTYPE_BF16, decltype(format)::value, decltype(backward_tag)::value>;
+      const ttile::TiledGrid g = ttile::tiled_grid(a.rows, a.cols, ttile::resident_blocks<kKernel>());
+      kKernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, 0, stream>>>(a, g.row_tiles, g.col_tiles, vec);
+    });
+  });
+}
+
+// The 64x64 kernel (cast_tile.cuh): with dbias (the backward of an MLP with biases), whose
+// summation order it shares with cast_transpose's dbias, and for fp32 inputs, whose tiles in the
+// tiled kernel would need twice the registers.
+void launch_64x64(bool backward, int dtype, bool want_dbias, int fp8_format, cudaStream_t stream,
+                  const SwigluArgs& a) {
   dispatch_bool(backward, [&](auto backward_tag) {
     dispatch_bool(want_dbias, [&](auto dbias_tag) {
       // The forward has no dbias: its kDbias = true instance is never launched, so do not build it.
-      if constexpr (decltype(backward_tag)::value || !decltype(dbias_tag)::value) {
+      // bf16 without dbias runs the tiled kernel: not built here either.
+      constexpr bool kBackward = decltype(backward_tag)::value, kDbias = decltype(dbias_tag)::value;
+      if constexpr (kBackward || !kDbias) {
         dispatch_dtype_format(dtype, fp8_format, [&](auto dt, auto format) {
-          swiglu_cast_transpose_kernel<decltype(dt)::value, decltype(format)::value, decltype(dbias_tag)::value,
-                                       decltype(backward_tag)::value>
-              <<<grid(a.rows, a.cols), kThreads, 0, stream>>>(a);
+          if constexpr (decltype(dt)::value == FP8T_DTYPE_F32 || kDbias) {
+            swiglu_cast_transpose_kernel<decltype(dt)::value, decltype(format)::value, kDbias, kBackward>
+                <<<grid(a.rows, a.cols), kThreads, 0, stream>>>(a);
+          }
         });
       }
     });
@@ -188,7 +352,11 @@ cudaError_t swiglu_impl(const char* launcher, bool backward, const void* dy, con
                    (out_row == nullptr || aligned(out_row, 8)) && (out_col == nullptr || aligned(out_col, 8));
   float* partial = want_dbias ? static_cast<float*>(workspace) : nullptr;
   const SwigluArgs args{dy, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec};
-  launch(backward, dtype, want_dbias, fp8_format, stream, args);
+  if (dtype == FP8T_DTYPE_BF16 && !want_dbias) {
+    launch_tiled(backward, fp8_format, stream, args);
+  } else {
+    launch_64x64(backward, dtype, want_dbias, fp8_format, stream, args);
+  }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !want_dbias) return err;
   return reduce_dbias(partial, rows, 2 * cols, dbias, stream);

@@ -1,6 +1,7 @@
 // The 128x64 tile scheme of the cast+transpose kernels without dbias (kernels/cast_transpose.cu,
-// cast_transpose_tiled_kernel, and the code transpose of fp8t_transpose_codes): built to run at
-// memory bandwidth, GELU and its backward included.
+// cast_transpose_tiled_kernel, and the code transpose of fp8t_transpose_codes; the bf16 SwiGLU
+// casts of kernels/swiglu_cast.cu): built to run at memory bandwidth, GELU and its backward
+// included.
 //
 // A block of 256 threads loops over 128x64 tiles (grid-stride over four waves of blocks), with the
 // next tile's loads issued before the current tile is processed. Thread (tg, tc) owns 4
@@ -14,13 +15,14 @@
 // each tile needs one __syncthreads.
 //
 // Compared with the 64x64 scheme of cast_tile.cuh (still used with dbias, whose summation order
-// the fused SwiGLU backward shares): 4x fewer shared-memory instructions (words instead of bytes),
+// the fused SwiGLU backward with dbias shares): 4x fewer shared-memory instructions (words instead of bytes),
 // 16-byte transposed stores, one amax atomic per block instead of per tile, and loads in flight
 // while a tile is computed.
 //
 // Only included by kernels/*.cu (nvcc); no LibTorch.
 #pragma once
 
+#include <cuda_runtime.h>  // cudaOccupancyMaxActiveBlocksPerMultiprocessor, cudaDeviceGetAttribute
 #include <math.h>          // fabsf, fmaxf
 #include <stdint.h>        // uint8_t, uint32_t, int64_t
 
@@ -61,12 +63,13 @@ struct RawRows {
   uint32_t w[kRowsPerThread][words_per_row<kDtype>()];
 };
 
-// Loads x[row0 + rr, col .. col + 7] for rr < 4. fast: the whole tile is in bounds and every row
-// start is 16-byte aligned (16-byte loads); else bounds-checked element loads, with 0 bits (+0.0)
-// for the elements outside the tensor.
+// Loads x[row0 + rr, col .. col + 7] for rr < 4 of a [rows, cols] view whose rows are `ld`
+// elements apart. fast: the whole tile is in bounds and every row start is 16-byte aligned
+// (16-byte loads); else bounds-checked element loads, with 0 bits (+0.0) for the elements outside
+// the tensor.
 template <int kDtype>
-__device__ __forceinline__ void load_rows(const void* x, int64_t rows, int64_t cols, int64_t row0, int64_t col,
-                                          bool fast, RawRows<kDtype>& r) {
+__device__ __forceinline__ void load_rows(const void* x, int64_t ld, int64_t rows, int64_t cols, int64_t row0,
+                                          int64_t col, bool fast, RawRows<kDtype>& r) {
   constexpr int kWords = words_per_row<kDtype>();
   const char* base = static_cast<const char*>(x);
   if (fast) {
@@ -74,7 +77,7 @@ __device__ __forceinline__ void load_rows(const void* x, int64_t rows, int64_t c
     for (int rr = 0; rr < kRowsPerThread; ++rr) {
 #pragma unroll
       for (int i = 0; i < kWords / 4; ++i) {
-        const Packed128 q = Packed128::ldg(base + ((row0 + rr) * cols + col) * elem_bytes<kDtype>() + 16 * i);
+        const Packed128 q = Packed128::ldg(base + ((row0 + rr) * ld + col) * elem_bytes<kDtype>() + 16 * i);
 #pragma unroll
         for (int k = 0; k < 4; ++k) r.w[rr][4 * i + k] = q.w[k];
       }
@@ -90,9 +93,9 @@ __device__ __forceinline__ void load_rows(const void* x, int64_t rows, int64_t c
     for (int j = 0; j < kChunk; ++j) {
       if (row >= rows || col + j >= cols) continue;
       if constexpr (kDtype == FP8T_DTYPE_F32) {
-        r.w[rr][j] = __float_as_uint(load_elem<kDtype>(x, row * cols + col + j));
+        r.w[rr][j] = __float_as_uint(load_elem<kDtype>(x, row * ld + col + j));
       } else {
-        const uint32_t b = static_cast<const uint16_t*>(x)[row * cols + col + j];
+        const uint32_t b = static_cast<const uint16_t*>(x)[row * ld + col + j];
         r.w[rr][j / 2] |= (j % 2 == 0) ? b : (b << 16);
       }
     }
@@ -219,15 +222,15 @@ __device__ __forceinline__ int word_index(int c, int tg) {
 // Index of column c's 16-byte segment s (rows 16*s .. 16*s+15), in words.
 __device__ __forceinline__ int segment_index(int c, int s) { return c * kWordsPerCol + ((s ^ (c >> 3)) << 2); }
 
-// The rowwise codes of row `row`, columns col .. col+7 (out is [rows, cols]).
-__device__ __forceinline__ void store_row(const uint32_t (&codes)[2], uint8_t* out, int64_t rows, int64_t cols,
-                                          int64_t row, int64_t col, bool fast) {
+// The rowwise codes of row `row`, columns col .. col+7 (out is [rows, cols], rows `ld` bytes apart).
+__device__ __forceinline__ void store_row(const uint32_t (&codes)[2], uint8_t* out, int64_t ld, int64_t rows,
+                                          int64_t cols, int64_t row, int64_t col, bool fast) {
   if (fast) {
-    *reinterpret_cast<uint2*>(out + row * cols + col) = make_uint2(codes[0], codes[1]);
+    *reinterpret_cast<uint2*>(out + row * ld + col) = make_uint2(codes[0], codes[1]);
   } else if (row < rows) {
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
-      if (col + j < cols) out[row * cols + col + j] = static_cast<uint8_t>(codes[j / 4] >> (8 * (j % 4)));
+      if (col + j < cols) out[row * ld + col + j] = static_cast<uint8_t>(codes[j / 4] >> (8 * (j % 4)));
     }
   }
 }
@@ -301,6 +304,52 @@ __device__ __forceinline__ void stage_columns(const uint32_t (&codes)[kRowsPerTh
   transpose4x4(codes[0][1], codes[1][1], codes[2][1], codes[3][1], colw + 4);
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) words[word_index(kChunk * tc + j, tg)] = colw[j];
+}
+
+// ---- launch geometry (host) ------------------------------------------------------------------
+
+// Blocks of the tiled kernel `kKernel` that fit on the current device at once. The per-SM count
+// depends only on the kernel (registers, shared memory), so it is asked once per kernel.
+template <auto kKernel>
+int64_t resident_blocks() {
+  static const int per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();  // not the launch's error: fall back to one block per SM
+      n = 1;
+    }
+    return n < 1 ? 1 : n;
+  }();
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    sms = 1;
+  }
+  return static_cast<int64_t>(per_sm) * (sms < 1 ? 1 : sms);
+}
+
+// Waves of resident blocks per launch. Each block walks a fixed share of the tiles, so a launch
+// lasts as long as its last wave: with one wave, a few SMs held by another stream's kernels (the
+// NCCL kernels that overlap the backward under DDP) would push a whole block's share into a
+// second wave (up to 2x the time); with four, such a straggler wave is a quarter as long. The
+// cost is three more block start-ups per SM slot (a first tile loaded without overlap).
+constexpr int64_t kWaves = 4;
+
+// The tiled grid over [rows, cols]: row and column tiles (0 and 1 for an empty tensor, which walks
+// no tile and divides by no zero) and the number of blocks.
+struct TiledGrid {
+  int64_t row_tiles, col_tiles, blocks;
+};
+
+inline TiledGrid tiled_grid(int64_t rows, int64_t cols, int64_t resident) {
+  const int64_t n_tiles = n_row_tiles(rows) * n_col_tiles(cols);
+  TiledGrid g;
+  g.row_tiles = n_tiles == 0 ? 0 : n_row_tiles(rows);
+  g.col_tiles = n_tiles == 0 ? 1 : n_col_tiles(cols);
+  const int64_t cap = kWaves * resident;
+  g.blocks = n_tiles < 1 ? 1 : (n_tiles < cap ? n_tiles : cap);
+  return g;
 }
 
 }  // namespace ttile

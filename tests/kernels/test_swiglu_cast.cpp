@@ -9,6 +9,7 @@
 #include <cstdio>      // std::printf
 #include <cstring>     // std::strstr
 #include <functional>  // std::function
+#include <limits>      // std::numeric_limits
 #include <vector>      // std::vector
 
 #include "fp8t_kernels.h"                  // fp8t_swiglu_cast_transpose, fp8t_dswiglu_cast_transpose, fp8t_cast_transpose_dbias
@@ -21,9 +22,13 @@ using fp8t::fp8::Format;
 using namespace fp8t::test;
 
 // [rows, F] (h is [rows, 2F]): tiny, scalar edges (F and rows not multiples of 8), one tile,
-// partial edge tiles, rows = 0, and a large one (several row and column tiles, vector path).
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},   {13, 7},    {64, 64},   {100, 72}, {60, 160},
-                                                          {217, 256}, {130, 200}, {0, 16},    {2056, 2080}};
+// partial edge tiles, rows = 0, and large ones (several row and column tiles, vector path). The
+// bf16 casts without dbias run the 128x64 tiled kernel, whose vector path needs whole tiles and
+// rows a multiple of 16: {256, 192} is whole tiles only, {2064, 2112} whole tiles and a partial
+// last row of tiles.
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},    {13, 7},    {64, 64},     {100, 72},
+                                                          {60, 160},  {217, 256}, {130, 200},   {0, 16},
+                                                          {256, 192}, {2056, 2080}, {2064, 2112}};
 
 int dtype_code(at::ScalarType t) { return t == at::kFloat ? FP8T_DTYPE_F32 : FP8T_DTYPE_BF16; }
 int format_code(Format f) { return f == Format::kE4M3 ? FP8T_FORMAT_E4M3 : FP8T_FORMAT_E5M2; }
@@ -166,12 +171,59 @@ TEST_CASE("swiglu cast: backward codes (both layouts) and amax bit-exact against
         require_outputs(o, want, scale, fmt);
         require_dbias(dbias, want, scale_t, fmt);
 
+        // Without dbias (bf16: the tiled kernel): the same codes and amax.
+        Outputs o2 = sentinel_outputs(rows, 2 * f);
+        REQUIRE(fp8t_dswiglu_cast_transpose(dyg.data_ptr(), hg.data_ptr(), dtype_code(dt), rows, f,
+                                            scale_t.data_ptr<float>(), format_code(fmt), o2.row.data_ptr<uint8_t>(),
+                                            o2.col.data_ptr<uint8_t>(), o2.amax.data_ptr<float>(),
+                                            o2.scale_inv.data_ptr<float>(), nullptr, nullptr, s) == cudaSuccess);
+        require_outputs(o2, want, scale, fmt);
+
         // Amax only (current scaling's first pass): no codes, no scale, the same amax.
         at::Tensor amax_only = at::full({}, 0.125f, on_cuda(at::kFloat));
         REQUIRE(fp8t_dswiglu_cast_transpose(dyg.data_ptr(), hg.data_ptr(), dtype_code(dt), rows, f, nullptr,
                                             format_code(fmt), nullptr, nullptr, amax_only.data_ptr<float>(), nullptr,
                                             nullptr, nullptr, s) == cudaSuccess);
         REQUIRE(same_bits(amax_only.item<float>(), o.amax.item<float>()));
+      }
+    }
+  }
+}
+
+TEST_CASE("swiglu cast: NaN and infinite inputs give format.h's NaN code and an amax without the NaNs, as on the CPU",
+          "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  const float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
+  // {256, 192}: the tiled kernel's vector path (bf16), {13, 7}: scalar accesses, {130, 200}: partial tiles.
+  for (const auto& [rows, f] : std::vector<std::pair<int64_t, int64_t>>{{256, 192}, {13, 7}, {130, 200}}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      CAPTURE(dtype_name(dt), rows, f);
+      at::Tensor h = make_h(rows, f, at::kFloat);
+      h.view({-1}).slice(0, 3, h.numel(), 97).fill_(kNaN);
+      h.view({-1}).slice(0, 41, h.numel(), 89).fill_(kInf);
+      h.view({-1}).slice(0, 43, h.numel(), 83).fill_(-kInf);
+      h = h.to(dt);
+      const at::Tensor dy = make_dy(rows, f, dt);
+      const at::Tensor hg = h.cuda(), dyg = dy.cuda();
+      const at::Tensor scale_t = at::full({}, 8.0f, on_cuda(at::kFloat));
+      for (const bool backward : {false, true}) {
+        CAPTURE(backward);
+        const at::Tensor want = backward ? math_swiglu_backward(dy, h) : math_swiglu(h);
+        REQUIRE(want.isnan().any().item<bool>());  // the repair path runs
+        const Format fmt = backward ? Format::kE5M2 : Format::kE4M3;
+        Outputs o = sentinel_outputs(rows, want.size(1));
+        REQUIRE((backward ? fp8t_dswiglu_cast_transpose(dyg.data_ptr(), hg.data_ptr(), dtype_code(dt), rows, f,
+                                                        scale_t.data_ptr<float>(), format_code(fmt),
+                                                        o.row.data_ptr<uint8_t>(), o.col.data_ptr<uint8_t>(),
+                                                        o.amax.data_ptr<float>(), o.scale_inv.data_ptr<float>(),
+                                                        nullptr, nullptr, s)
+                          : fp8t_swiglu_cast_transpose(hg.data_ptr(), dtype_code(dt), rows, f,
+                                                       scale_t.data_ptr<float>(), format_code(fmt),
+                                                       o.row.data_ptr<uint8_t>(), o.col.data_ptr<uint8_t>(),
+                                                       o.amax.data_ptr<float>(), o.scale_inv.data_ptr<float>(), s)) ==
+                cudaSuccess);
+        require_outputs(o, want, 8.0f, fmt);
       }
     }
   }
@@ -218,11 +270,14 @@ TEST_CASE("swiglu cast: LLaMA-1B MLP size [8192, 8192] bf16 (timing with FP8T_TE
                                       FP8T_FORMAT_E4M3, row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(),
                                       amax.data_ptr<float>(), sinv.data_ptr<float>(), s);
   };
-  auto backward = [&] {
-    return fp8t_dswiglu_cast_transpose(dy.data_ptr(), h.data_ptr(), FP8T_DTYPE_BF16, rows, f, scale.data_ptr<float>(),
-                                       FP8T_FORMAT_E5M2, row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(),
-                                       amax.data_ptr<float>(), sinv.data_ptr<float>(), dbias.data_ptr<float>(),
-                                       ws.data_ptr(), s);
+  auto backward = [&](bool with_dbias) {
+    return [&, with_dbias] {
+      return fp8t_dswiglu_cast_transpose(dy.data_ptr(), h.data_ptr(), FP8T_DTYPE_BF16, rows, f,
+                                         scale.data_ptr<float>(), FP8T_FORMAT_E5M2, row.data_ptr<uint8_t>(),
+                                         col.data_ptr<uint8_t>(), amax.data_ptr<float>(), sinv.data_ptr<float>(),
+                                         with_dbias ? dbias.data_ptr<float>() : nullptr,
+                                         with_dbias ? ws.data_ptr() : nullptr, s);
+    };
   };
   // A plain cast+transpose of the same h, for the bandwidth a pure copy-like kernel reaches.
   auto plain = [&] {
@@ -230,16 +285,53 @@ TEST_CASE("swiglu cast: LLaMA-1B MLP size [8192, 8192] bf16 (timing with FP8T_TE
                                row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(), amax.data_ptr<float>(),
                                sinv.data_ptr<float>(), s);
   };
+  // Current scaling's two passes each way: the amax pass alone, then the fused cast (as before
+  // fp8t_swiglu_amax_scale_value), against the amax pass that writes the value, then the plain
+  // cast of that value.
+  at::Tensor cur_scale = at::ones({}, on_cuda(at::kFloat)), cur_sinv = at::ones({}, on_cuda(at::kFloat));
+  at::Tensor amax_ws = at::zeros({2}, on_cuda(at::kInt));
+  auto* aws = reinterpret_cast<unsigned int*>(amax_ws.data_ptr<int32_t>());
+  at::Tensor value = at::empty({rows, 2 * f}, on_cuda(at::kBFloat16));
+  auto current = [&](bool bwd, bool with_value) {
+    return [&, bwd, with_value]() -> cudaError_t {
+      const int64_t width = bwd ? 2 * f : f;
+      float* cs = cur_scale.data_ptr<float>();
+      float* csi = cur_sinv.data_ptr<float>();
+      cudaError_t e = with_value ? fp8t_swiglu_amax_scale_value(bwd ? 1 : 0, dy.data_ptr(), h.data_ptr(),
+                                                                FP8T_DTYPE_BF16, rows, f, value.data_ptr(),
+                                                                amax.data_ptr<float>(), aws, 448.0f, 1.0f, cs, csi, s)
+                                 : fp8t_amax_scale(bwd ? FP8T_ACT_DSWIGLU : FP8T_ACT_SWIGLU,
+                                                   bwd ? dy.data_ptr() : h.data_ptr(), bwd ? h.data_ptr() : nullptr,
+                                                   FP8T_DTYPE_BF16, rows, f, amax.data_ptr<float>(), aws, 448.0f, 1.0f,
+                                                   cs, csi, s);
+      if (e != cudaSuccess) return e;
+      if (with_value) {
+        return fp8t_cast_transpose(value.data_ptr(), FP8T_DTYPE_BF16, rows, width, cur_scale.data_ptr<float>(),
+                                   FP8T_FORMAT_E4M3, row.data_ptr<uint8_t>(), col.data_ptr<uint8_t>(),
+                                   amax.data_ptr<float>(), sinv.data_ptr<float>(), s);
+      }
+      return bwd ? backward(false)() : forward();
+    };
+  };
   const double n = static_cast<double>(rows * f);
   // Bytes moved: forward reads 2n bf16 and writes 2 x n codes; backward reads 3n bf16 and writes
-  // 2 x 2n codes; the plain cast reads 2n bf16 and writes 2 x 2n codes.
+  // 2 x 2n codes; the plain cast reads 2n bf16 and writes 2 x 2n codes. Current's passes: the amax
+  // pass reads the inputs again (forward 4n, backward 6n bytes); with the value it also writes it
+  // (2n, 4n) and the cast reads it (2n, 4n) instead of the inputs.
   const struct {
     const char* name;
     std::function<cudaError_t()> run;
     double bytes;
-  } cases[] = {{"swiglu forward", forward, 4 * n + 2 * n},
-               {"swiglu backward+dbias", backward, 6 * n + 4 * n},
-               {"plain cast_transpose of h", plain, 4 * n + 4 * n}};
+  } cases[] = {{"swiglu forward (tiled)", forward, 4 * n + 2 * n},
+               {"swiglu backward (tiled, no dbias)", backward(false), 6 * n + 4 * n},
+               {"swiglu backward+dbias (64x64)", backward(true), 6 * n + 4 * n},
+               {"plain cast_transpose of h", plain, 4 * n + 4 * n},
+               {"current forward: amax pass + fused cast", current(false, false), 4 * n + 4 * n + 2 * n},
+               {"current forward: amax pass with value + plain cast", current(false, true),
+                4 * n + 2 * n + 2 * n + 2 * n},
+               {"current backward: amax pass + fused cast", current(true, false), 6 * n + 6 * n + 4 * n},
+               {"current backward: amax pass with value + plain cast", current(true, true),
+                6 * n + 4 * n + 4 * n + 4 * n}};
   for (const auto& c : cases) {
     REQUIRE(c.run() == cudaSuccess);  // warm-up
     cudaEvent_t e0, e1;
