@@ -222,7 +222,8 @@ __device__ __forceinline__ float encode_swiglu_tile(const SwigluTile<kDtype, kBa
 
 // Blocks per SM the register budget is cut for (__launch_bounds__): two, the most without spills
 // for bf16 inputs (nvcc 13, sm_90a: forward 108 registers with the next tile's inputs in flight,
-// backward 126 with one tile of three inputs).
+// backward 115 with one tile of three inputs; at three blocks, 80 registers, the forward spills
+// 28 bytes and the backward 204).
 constexpr int kTiledMinBlocks = 2;
 
 // Grid-stride over 128x64 tiles of [rows, F] (kernels/transpose_tile.cuh): the forward issues
