@@ -121,15 +121,21 @@ __device__ __forceinline__ void point_values(const float (&in)[3], float (&v)[n_
   }
 }
 
-// |value| bits of one point (the max of both gradient halves for the SwiGLU backward).
-template <int kDtype, int kOp>
-__device__ __forceinline__ int value_bits(const float (&in)[3]) {
-  float v[n_values<kOp>()];
-  point_values<kDtype, kOp>(in, v);
+// |value| bits of one point's values (the max of both gradient halves for the SwiGLU backward).
+template <int kOp>
+__device__ __forceinline__ int max_abs_bits(const float (&v)[n_values<kOp>()]) {
   int m = abs_bits(v[0]);
 #pragma unroll
   for (int i = 1; i < n_values<kOp>(); ++i) m = max(m, abs_bits(v[i]));
   return m;
+}
+
+// |value| bits of one point from its input values.
+template <int kDtype, int kOp>
+__device__ __forceinline__ int value_bits(const float (&in)[3]) {
+  float v[n_values<kOp>()];
+  point_values<kDtype, kOp>(in, v);
+  return max_abs_bits<kOp>(v);
 }
 
 // kStore: kN consecutive points' values, starting at point p whose inputs sit at off (input_offsets),
@@ -156,18 +162,15 @@ __device__ __forceinline__ int point_bits(const AmaxArgs& a, int64_t p) {
   float in[3] = {0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < n_inputs<kOp>(); ++i) in[i] = load_elem<kDtype>(input_base<kOp>(a, i), off[i]);
+  float v[n_values<kOp>()];
+  point_values<kDtype, kOp>(in, v);
   if constexpr (kStore) {
-    float v[n_values<kOp>()];
-    point_values<kDtype, kOp>(in, v);
     float w[n_values<kOp>()][1];
-    int m = 0;
 #pragma unroll
-    for (int i = 0; i < n_values<kOp>(); ++i) w[i][0] = v[i], m = max(m, abs_bits(v[i]));
+    for (int i = 0; i < n_values<kOp>(); ++i) w[i][0] = v[i];
     store_values<kDtype, kOp, 1>(a, p, off, w);
-    return m;
-  } else {
-    return value_bits<kDtype, kOp>(in);
   }
+  return max_abs_bits<kOp>(v);
 }
 
 // Vector group g: points g * kVec .. g * kVec + kVec - 1, one 16-byte load per input (off: where

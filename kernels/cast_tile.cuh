@@ -1,8 +1,9 @@
 // The 64x64 tile scheme of the cast+transpose kernels with dbias (kernels/cast_transpose.cu's
 // cast_transpose_kernel, and the fused SwiGLU casts of kernels/swiglu_cast.cu with dbias, which
-// share its dbias order, or with fp32 inputs): one read of the high-precision input writes the rowwise FP8 codes and, through a
-// shared-memory tile, the columnwise codes. (Without dbias, cast_transpose.cu and the bf16 SwiGLU
-// casts run the faster 128x64 scheme of kernels/transpose_tile.cuh.)
+// share its dbias order, or with fp32 inputs): one read of the high-precision input writes the
+// rowwise FP8 codes and, through a shared-memory tile, the columnwise codes. (Without dbias,
+// cast_transpose.cu and the bf16 SwiGLU casts run the faster 128x64 scheme of
+// kernels/transpose_tile.cuh.)
 //
 // A block of 256 threads owns a 64x64 tile. Load phase: thread (tr, tc) handles 8 consecutive
 // elements of rows tr and tr+32 (16/32-byte loads), writes their codes rowwise (one 8-byte store

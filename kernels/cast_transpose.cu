@@ -112,8 +112,8 @@ template <int kDtype, int kAct>
 __device__ __forceinline__ void load_tile(const void* x, const void* h, int64_t rows, int64_t cols,
                                           const ttile::TilePos& p,
                                           bool vec, TileInputs<kDtype>& in) {
-  const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
-  const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+  const int64_t row0 = ttile::thread_row0(p);
+  const int64_t col = ttile::thread_col(p);
   ttile::load_rows<kDtype>(x, cols, rows, cols, row0, col, vec && p.full, in.x);
   if constexpr (kAct == kActDgelu) ttile::load_rows<kDtype>(h, cols, rows, cols, row0, col, vec && p.full, in.h);
 }
@@ -169,8 +169,8 @@ __device__ __forceinline__ float encode_tile(const TileInputs<kDtype>& in, float
     }
   }
   if (out_row != nullptr) {
-    const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
-    const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+    const int64_t row0 = ttile::thread_row0(p);
+    const int64_t col = ttile::thread_col(p);
 #pragma unroll
     for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
       ttile::store_row(codes[rr], out_row, cols, rows, cols, row0 + rr, col, fast);
@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(ttile::kThreads, tiled_min_blocks(kDtype, kAct
 // vector path, else bounds-checked bytes with 0 outside).
 __device__ __forceinline__ void load_code_rows(const uint8_t* in, int64_t rows, int64_t cols, const ttile::TilePos& p,
                                                bool vec, uint32_t (&c)[ttile::kRowsPerThread][2]) {
-  const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
-  const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+  const int64_t row0 = ttile::thread_row0(p);
+  const int64_t col = ttile::thread_col(p);
 #pragma unroll
   for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
     const int64_t row = row0 + rr;

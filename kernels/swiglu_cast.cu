@@ -169,8 +169,8 @@ struct SwigluTile {
 template <int kDtype, bool kBackward>
 __device__ __forceinline__ void load_swiglu_tile(const SwigluArgs& a, const ttile::TilePos& p, bool fast,
                                                  SwigluTile<kDtype, kBackward>& in) {
-  const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
-  const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+  const int64_t row0 = ttile::thread_row0(p);
+  const int64_t col = ttile::thread_col(p);
   const char* up = static_cast<const char*>(a.h) + a.cols * elem_bytes<kDtype>();
   ttile::load_rows<kDtype>(a.h, 2 * a.cols, a.rows, a.cols, row0, col, fast, in.gate);
   ttile::load_rows<kDtype>(up, 2 * a.cols, a.rows, a.cols, row0, col, fast, in.up);
@@ -200,9 +200,8 @@ __device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& 
   }
 }
 
-// Encodes the thread's 4 rows of the tile (each output half) and returns their amax. The NaN test
-// is made once per tile (max.NaN); a tile holding a NaN is evaluated again to repair its codes
-// and take the amax without the NaNs (cast_transpose.cu's encode_tile does the same).
+// Encodes the thread's 4 rows of the tile (each output half) and returns their amax. A row whose
+// max is NaN has its codes repaired and its amax taken without the NaNs (ttile::fix_nan_codes).
 template <int kDtype, int kFormat, bool kBackward, int kOut>
 __device__ __forceinline__ float encode_swiglu_tile(const SwigluTile<kDtype, kBackward>& in, float scale,
                                                     uint32_t (&codes)[kOut][ttile::kRowsPerThread][2]) {
@@ -262,8 +261,8 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
     uint32_t codes[kOut][ttile::kRowsPerThread][2];
     m = fmaxf(m, encode_swiglu_tile<kDtype, kFormat, kBackward, kOut>(cur, scale, codes));
     if (a.out_row != nullptr) {
-      const int64_t row0 = p.r0 + ttile::kRowsPerThread * (threadIdx.x / ttile::kColChunks);
-      const int64_t col = p.c0 + ttile::kChunk * (threadIdx.x % ttile::kColChunks);
+      const int64_t row0 = ttile::thread_row0(p);
+      const int64_t col = ttile::thread_col(p);
 #pragma unroll
       for (int o = 0; o < kOut; ++o) {
 #pragma unroll

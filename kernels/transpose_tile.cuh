@@ -263,6 +263,12 @@ struct TilePos {
   bool full;  // whole 128x64 tile in bounds
 };
 
+// The first row and the first column of the thread's 4 rows x 8 columns in tile p.
+__device__ __forceinline__ int64_t thread_row0(const TilePos& p) {
+  return p.r0 + kRowsPerThread * (threadIdx.x / kColChunks);
+}
+__device__ __forceinline__ int64_t thread_col(const TilePos& p) { return p.c0 + kChunk * (threadIdx.x % kColChunks); }
+
 // A block's walk over the tiles blockIdx.x, blockIdx.x + gridDim.x, ...: the tile coordinates are
 // advanced by adding (no 64-bit division per tile).
 struct TileWalk {

@@ -51,18 +51,11 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
   // The cast max-accumulates the same amax again into st.amax (no change): no separate sink needed.
   // (A recast's amax goes to the scratch state.)
   const SlotRef ref{opt.scale.defined() ? opt.scale : st.scale, st.amax, slot_format(slot), slot};
-  Fp8Tensor out = cast_value(backend, src, cast_src, ref, opt);
+  // A gradient source always gives both layouts (Backend::cast); its value, a plain tensor, too.
+  const bool gradient = src.op == CastOp::kDgelu || src.op == CastOp::kDswiglu;
+  Fp8Tensor out = backend.cast(cast_src, ref, opt.rowwise || gradient, opt.columnwise || gradient, opt.dbias);
   if (recording(opt.record) && collect_stats()) add_stats(slot, backend.saturation_stats(materialize(cast_src), ref));
   return out;
-}
-
-// The cast of src, or of its value when the amax pass wrote it (cast_src); a gradient's value keeps
-// the gradient cast's two layouts and dbias.
-Fp8Tensor CurrentScaling::cast_value(Backend& backend, const CastSource& src, const CastSource& cast_src,
-                                     const SlotRef& ref, const CastOptions& opt) {
-  const bool gradient = src.op == CastOp::kDgelu || src.op == CastOp::kDswiglu;
-  if (cast_src.op == src.op || !gradient) return backend.cast(cast_src, ref, opt.rowwise, opt.columnwise, opt.dbias);
-  return backend.quantize_grad(cast_src.x, ref, opt.dbias != nullptr, opt.dbias);
 }
 
 // The scale the cast that just ran used: the slot's (recorded) or the scratch one (under

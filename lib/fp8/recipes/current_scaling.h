@@ -68,8 +68,6 @@ class CurrentScaling final : public Scaling {
     at::Tensor amax, scale, scale_inv, workspace;
   };
   CastState cast_state(int slot, bool record) const;
-  static Fp8Tensor cast_value(Backend& backend, const CastSource& src, const CastSource& cast_src,
-                              const SlotRef& ref, const CastOptions& opt);
 
   float two_pow_margin_;
   at::Tensor amax_, scale_, scale_inv_;  // [S]: the last recorded cast of each slot
