@@ -107,6 +107,9 @@ struct TrainSection {
   // CUDA: capture the whole training step as one CUDA graph and replay it (lib/step/step_graph.h);
   // where that is not correct the run falls back to launching kernels one by one, with a logged reason.
   bool cuda_graphs = true;
+  // bf16/fp8: the LM head and the loss run in chunks of rows holding at most this many MiB of
+  // BF16 logits (lib/ops/linear_cross_entropy.h); larger: fewer, larger head GEMMs, more memory.
+  int64_t loss_chunk_mib = 256;
 };
 
 // Data-parallel settings (used only when launched by torchrun, lib/dist/launch.h).

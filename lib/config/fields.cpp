@@ -213,6 +213,10 @@ std::vector<Field> build_table() {
                          "CUDA: capture the training step as one CUDA graph and replay it; false launches kernels "
                          "one by one (runs that cannot be captured fall back on their own, with the reason logged)",
                          [](auto& c) -> auto& { return c.train.cuda_graphs; }));
+  t.push_back(int_field("train.loss_chunk_mib",
+                        "bf16/fp8: the LM head and the loss run in chunks of rows holding at most this many MiB "
+                        "of BF16 logits (at most 1048576, 1 TiB); larger chunks mean fewer, larger head GEMMs and more memory",
+                        [](auto& c) -> auto& { return c.train.loss_chunk_mib; }, Range{1.0, 1048576.0}));
   // precision
   // dist
   t.push_back(int_field("dist.timeout_s",

@@ -250,7 +250,7 @@ at::Tensor Gpt::head_loss(const at::Tensor& h, const at::Tensor& targets) {
   const auto* head = dynamic_cast<const Linear*>(lm_head.get());
   if (head != nullptr && !head->bias.defined() &&
       compat::autocast_dtype_or(h.device().type(), h.scalar_type()) == at::kBFloat16) {
-    return leave_unit(head_unit(), ops::linear_cross_entropy(h, head->weight, targets));
+    return leave_unit(head_unit(), ops::linear_cross_entropy(h, head->weight, targets, /*chunk_rows=*/0, loss_chunk_bytes_));
   }
   return leave_unit(head_unit(), loss(lm_head->forward(h), targets));
 }

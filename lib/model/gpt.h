@@ -29,6 +29,7 @@
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
 #include "lib/model/rope.h"         // Rotary
 #include "lib/model/unit_hooks.h"   // UnitHooks
+#include "lib/ops/linear_cross_entropy.h"  // ops::kLinearCrossEntropyChunkBytes
 
 namespace fp8t {
 namespace model {
@@ -109,6 +110,8 @@ class Gpt : public SlotModule {
   // train.recompute: what every block recomputes in the backward (none by default).
   void set_recompute(Recompute mode);
   Recompute recompute() const { return recompute_; }
+  // train.loss_chunk_mib: the chunked head's budget of logits per chunk, in bytes.
+  void set_loss_chunk_bytes(int64_t bytes) { loss_chunk_bytes_ = bytes; }
   // Mean next-token cross-entropy in FP32 (ops::cross_entropy: fused kernels on the GPU). On the
   // GPU its backward overwrites the logits with their gradient (to save a logits-sized buffer):
   // read the logits before the backward, never after.
@@ -145,6 +148,7 @@ class Gpt : public SlotModule {
   ModelSection cfg_;
   torch::nn::Dropout drop_{nullptr};
   Recompute recompute_ = Recompute::kNone;
+  int64_t loss_chunk_bytes_ = ops::kLinearCrossEntropyChunkBytes;
   std::shared_ptr<UnitHooks> hooks_;
 };
 

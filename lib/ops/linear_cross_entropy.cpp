@@ -12,9 +12,9 @@
 namespace fp8t {
 namespace ops {
 
-int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t element_bytes) {
+int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t element_bytes, int64_t chunk_bytes) {
   const int64_t row_bytes = std::max<int64_t>(vocab * element_bytes, 1);
-  int64_t per = kLinearCrossEntropyChunkBytes / row_bytes;
+  int64_t per = chunk_bytes / row_bytes;
   if (per >= 128) per -= per % 128;
   return std::max<int64_t>(std::min(per, rows), 1);
 }
@@ -125,7 +125,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
 }  // namespace
 
 at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& targets,
-                                int64_t chunk_rows) {
+                                int64_t chunk_rows, int64_t chunk_bytes) {
   FP8T_CHECK(x.defined() && weight.defined() && targets.defined(),
              "linear_cross_entropy: x, weight and targets must be defined tensors");
   FP8T_CHECK(x.dim() >= 1 && at::isFloatingType(x.scalar_type()) && weight.dim() == 2 &&
@@ -144,8 +144,11 @@ at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, c
   const at::ScalarType dtype = compat::autocast_dtype_or(x.device().type(), x.scalar_type());
   FP8T_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "linear_cross_entropy: the head's GEMMs would run in ",
              dtype, "; only float32 and bfloat16 are supported (fp16 needs the unfused head and loss scaling)");
-  const int64_t chunk = chunk_rows > 0 ? chunk_rows
-                                       : linear_cross_entropy_chunk_rows(rows, vocab, at::elementSize(dtype));
+  FP8T_CHECK(chunk_rows > 0 || chunk_bytes > 0, "linear_cross_entropy: chunk_bytes must be positive, got ",
+             chunk_bytes);
+  const int64_t chunk = chunk_rows > 0
+                            ? chunk_rows
+                            : linear_cross_entropy_chunk_rows(rows, vocab, at::elementSize(dtype), chunk_bytes);
   // reshape and to are differentiable: x's gradient reaches it in its own dtype and shape.
   const at::Tensor x2 = x.reshape({rows, d}).to(dtype).contiguous();
   const at::Tensor t = targets.reshape({-1}).to(at::kLong).contiguous();

@@ -26,12 +26,14 @@
 namespace fp8t {
 namespace ops {
 
-// The chunk rule: as many rows as fit kLinearCrossEntropyChunkBytes of logits, rounded down to a
-// multiple of 128 (whole GEMM tiles) when that many fit, at least 1, at most `rows`. At the 1.3B
-// (vocab 50304, BF16): 2560 rows, 245.6 MiB per chunk, 7 chunks of a 16384-row batch. Depends on
-// the shapes only, so a captured CUDA graph replays the same chunks.
+// The chunk rule: as many rows as fit chunk_bytes of logits (train.loss_chunk_mib; default
+// kLinearCrossEntropyChunkBytes), rounded down to a multiple of 128 (whole GEMM tiles) when that
+// many fit, at least 1, at most `rows`. At the 1.3B (vocab 50304, BF16) and 256 MiB: 2560 rows,
+// 245.6 MiB per chunk, 7 chunks of a 16384-row batch. Depends on the shapes only, so a captured
+// CUDA graph replays the same chunks.
 constexpr int64_t kLinearCrossEntropyChunkBytes = int64_t{256} << 20;
-int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t element_bytes);
+int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t element_bytes,
+                                        int64_t chunk_bytes = kLinearCrossEntropyChunkBytes);
 
 // x [..., d] floating (the final norm's output), weight [vocab, d] floating (the head's weight,
 // e.g. the FP32 parameter, possibly tied to the token embedding), targets integer class indices
@@ -42,7 +44,7 @@ int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t ele
 // The GEMMs run in the compute dtype: the autocast dtype when autocast is on for x's device, else
 // x's dtype; it must be float32 or bfloat16 (fp16 logits need loss scaling, which this op's
 // forward-time gradient does not see: use the unfused head there). chunk_rows > 0 overrides the
-// chunk rule (tests). Without grad mode, or when neither x nor weight requires grad, only the loss
+// chunk rule (tests); else chunk_bytes (> 0) is the rule's budget of logits per chunk. Without grad mode, or when neither x nor weight requires grad, only the loss
 // is computed (chunked, no gradient work).
 //
 // CPU: ATen ops (softmax in FP32, the onehot subtracted); a target outside [0, vocab) throws.
@@ -50,7 +52,7 @@ int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t ele
 // gives a NaN loss and NaN gradients for its row. Nothing is read back to the host and the chunks
 // depend on the shapes only (CUDA-graph capturable).
 at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& targets,
-                                int64_t chunk_rows = 0);
+                                int64_t chunk_rows = 0, int64_t chunk_bytes = kLinearCrossEntropyChunkBytes);
 
 #if defined(FP8T_WITH_CUDA)
 namespace detail {

@@ -158,7 +158,8 @@ double activation_bytes(const ExperimentConfig& cfg) {
   const bool chunked_head = cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp8;
   const int64_t rows = cfg.train.micro_batch_size * m.seq_len;
   const double logit_rows =
-      chunked_head ? static_cast<double>(ops::linear_cross_entropy_chunk_rows(rows, m.vocab_size, 2)) : tokens;
+      chunked_head ? static_cast<double>(ops::linear_cross_entropy_chunk_rows(
+                                             rows, m.vocab_size, 2, cfg.train.loss_chunk_mib << 20)) : tokens;
   const double layers = static_cast<double>(m.n_layer);
   return (tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block) + logit_rows * static_cast<double>(m.vocab_size)) *
          element;

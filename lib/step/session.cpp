@@ -115,6 +115,7 @@ void Session::build() {
   gpt_ = std::make_shared<model::Gpt>(cfg_.model);
   gpt_->to(device_);
   gpt_->set_recompute(cfg_.train.recompute);  // activations recomputed in the backward (lib/model/recompute.h)
+  gpt_->set_loss_chunk_bytes(cfg_.train.loss_chunk_mib << 20);
   if (cfg_.precision == Precision::kFp8) {
     auto rewritten = fp8::rewrite_to_fp8(*gpt_, cfg_.fp8, device_);
     scaling_ = rewritten.scaling;

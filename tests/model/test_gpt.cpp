@@ -235,4 +235,10 @@ TEST_CASE("gpt: head_loss runs the chunked head where the head computes in BF16,
   const double rel = ((g - g_ref).norm() / g_ref.norm()).item<double>();
   CAPTURE(rel);
   CHECK(rel <= 1e-2);
+  // train.loss_chunk_mib reaches the op: a budget of 5 rows of logits (10 chunks of the 48 rows)
+  // gives the same loss up to the BF16 logits' rounding (the same bound as above).
+  gpt.set_loss_chunk_bytes(5 * 50 * 2);
+  const at::Tensor small_chunks = gpt.forward_loss(idx, targets);
+  REQUIRE(chunked(small_chunks));
+  CHECK(std::fabs(small_chunks.item<double>() - ref.item<double>()) <= std::ldexp(1.0, -8) * ref.item<double>());
 }

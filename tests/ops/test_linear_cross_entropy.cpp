@@ -2,8 +2,9 @@
 // composition (at::linear, then at::cross_entropy_loss / ops::cross_entropy): loss and the
 // gradients of x and of the weight, chunk counts that do not divide the rows, a tied weight, the
 // loss-only path; on CUDA (BF16) the same comparison, the peak memory against the unchunked head,
-// and a capture in a CUDA graph. One file for both sources: linear_cross_entropy.cpp (the chunk
-// loop) and linear_cross_entropy_cuda.cpp (its CUDA steps) are tested through the same op.
+// a capture in a CUDA graph, and (timing) the LLaMA-1B head per chunk budget and its GEMMs. One
+// file for both sources: linear_cross_entropy.cpp (the chunk loop) and linear_cross_entropy_cuda.cpp
+// (its CUDA steps) are tested through the same op.
 #include "lib/ops/linear_cross_entropy.h"
 
 #include <torch/torch.h>  // torch::NoGradGuard, backward
@@ -12,13 +13,18 @@
 #include <cmath>    // std::fabs
 #include <cstdio>   // std::printf
 #include <utility>  // std::pair
+#include <vector>   // std::vector
 
 #include "lib/ops/cross_entropy.h"  // ops::cross_entropy (the unchunked CUDA loss)
 #include "lib/util/error.h"         // fp8t::Error
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
 #include "tests/catch.h"
 #if defined(FP8T_WITH_CUDA)
+#include <ATen/cuda/CUDAContext.h>          // getCurrentCUDAStream
 #include <c10/cuda/CUDACachingAllocator.h>  // getDeviceStats
+#include <cuda_runtime.h>                   // cudaEvent_t
+
+#include "lib/gemm/gemm_engine.h"          // gemm::bf16_gemm, bf16_gemm_accumulate
 
 #include "lib/step/step_graph.h"           // train::CapturedGraph
 #include "lib/util/memory.h"               // reset_peak_memory, peak_memory_bytes
@@ -97,6 +103,11 @@ TEST_CASE("linear_cross_entropy: the chunk rule", "[ops]") {
   CHECK(linear_cross_entropy_chunk_rows(1000, 1 << 28, 2) == 1);       // a row above the budget: 1 row
   CHECK(linear_cross_entropy_chunk_rows(1000, (1 << 28) / 200, 2) == 100);  // under 128: not rounded
   CHECK(linear_cross_entropy_chunk_rows(0, 50, 4) == 1);
+  // train.loss_chunk_mib sets the budget: LLaMA-1B (vocab 128256, BF16) at 256 MiB: 1046 rows,
+  // 1024 after rounding; at 1 GiB: 4186, 4096; at 1 MiB: 4 rows (under 128: not rounded).
+  CHECK(linear_cross_entropy_chunk_rows(16384, 128256, 2, int64_t{256} << 20) == 1024);
+  CHECK(linear_cross_entropy_chunk_rows(16384, 128256, 2, int64_t{1024} << 20) == 4096);
+  CHECK(linear_cross_entropy_chunk_rows(16384, 128256, 2, int64_t{1} << 20) == 4);
 }
 
 TEST_CASE("linear_cross_entropy on the CPU (FP32) matches the unchunked ATen composition", "[ops]") {
@@ -202,6 +213,7 @@ TEST_CASE("linear_cross_entropy: errors name the shapes and dtypes", "[ops]") {
                     FP8T_CONTAINS("weight [vocab, d]") && FP8T_CONTAINS("[5, 3]"));
   CHECK_THROWS_WITH(linear_cross_entropy(p.x, p.w, p.t.narrow(0, 0, 4)), FP8T_CONTAINS("needs 6 integer targets"));
   CHECK_THROWS_WITH(linear_cross_entropy(p.x, p.w, p.t.to(at::kFloat)), FP8T_CONTAINS("integer targets"));
+  CHECK_THROWS_WITH(linear_cross_entropy(p.x, p.w, p.t, 0, 0), FP8T_CONTAINS("chunk_bytes must be positive"));
   const fp8t::compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kHalf);
   CHECK_THROWS_WITH(linear_cross_entropy(p.x, p.w, p.t), FP8T_CONTAINS("Half") && FP8T_CONTAINS("unfused"));
 }
@@ -211,6 +223,61 @@ TEST_CASE("linear_cross_entropy: errors name the shapes and dtypes", "[ops]") {
 namespace {
 
 Problem on_gpu(const Problem& p) { return {p.x.cuda(), p.w.cuda(), p.t.cuda()}; }
+
+// One head + loss, forward and backward, timed: `loss_of(x, w)` on leaves copied from x0 and w0,
+// once to warm up (GEMM plans, workspaces), then kSteps times; the mean time, the allocator's peak
+// above the inputs, and the last loss.
+struct HeadRun {
+  double ms = 0;
+  double peak_mib = 0;
+  double loss = 0;
+};
+
+template <typename LossOf>
+HeadRun time_head(const at::Tensor& x0, const at::Tensor& w0, LossOf&& loss_of) {
+  const at::Device cuda(at::kCUDA);
+  at::Tensor x = leaf(x0), w = leaf(w0);
+  auto step = [&] {
+    const at::Tensor loss = loss_of(x, w);
+    loss.backward();
+    x.mutable_grad().reset();
+    w.mutable_grad().reset();
+    return loss.detach();
+  };
+  (void)step();
+  torch::cuda::synchronize();
+  fp8t::release_cached_memory(cuda);
+  const int64_t before = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+  fp8t::reset_peak_memory(cuda);
+  constexpr int kSteps = 5;
+  at::Tensor loss;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSteps; ++i) loss = step();
+  torch::cuda::synchronize();
+  HeadRun r;
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kSteps;
+  r.peak_mib = static_cast<double>(fp8t::peak_memory_bytes(cuda) - before) / (1 << 20);
+  r.loss = loss.item<double>();
+  return r;
+}
+
+// Mean milliseconds of `gemm` over 10 calls after 2 (CUDA events on the current stream).
+template <typename Gemm>
+double gemm_ms(Gemm&& gemm) {
+  for (int i = 0; i < 2; ++i) gemm();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  cudaEvent_t ev[2];
+  for (auto& e : ev) cudaEventCreate(&e);
+  cudaEventRecord(ev[0], stream);
+  constexpr int kCalls = 10;
+  for (int i = 0; i < kCalls; ++i) gemm();
+  cudaEventRecord(ev[1], stream);
+  cudaEventSynchronize(ev[1]);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, ev[0], ev[1]);
+  for (auto& e : ev) cudaEventDestroy(e);
+  return static_cast<double>(ms) / kCalls;
+}
 
 }  // namespace
 
@@ -274,46 +341,87 @@ TEST_CASE("linear_cross_entropy on CUDA keeps less memory than the unchunked hea
 
 TEST_CASE("linear_cross_entropy on CUDA at the 1.3B's head: time and peak against the unchunked head", "[ops][cuda]") {
   fp8t::test::require_gpu();
-  const at::Device cuda(at::kCUDA);
   // B8 T2048 tokens, d 2048, vocab 50304: the shape the chunk rule was chosen for (7 chunks).
   at::manual_seed(13);
   const at::Tensor x0 = (at::randn({16384, 2048}, fp8t::test::on_cuda(at::kFloat))).to(at::kBFloat16);
   const at::Tensor w0 = at::randn({50304, 2048}, fp8t::test::on_cuda(at::kFloat)) * 0.02;
   const at::Tensor t = at::randint(0, 50304, {16384}, fp8t::test::on_cuda(at::kLong));
-  auto measure = [&](const char* name, auto&& step) {
-    at::Tensor x = leaf(x0), w = leaf(w0);
-    step(x, w);  // warm-up: GEMM plans, workspaces
-    x.mutable_grad().reset();
-    w.mutable_grad().reset();
-    torch::cuda::synchronize();
-    fp8t::release_cached_memory(cuda);
-    const int64_t before = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
-    fp8t::reset_peak_memory(cuda);
-    constexpr int kSteps = 5;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kSteps; ++i) {
-      step(x, w);
-      x.mutable_grad().reset();
-      w.mutable_grad().reset();
-    }
-    torch::cuda::synchronize();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kSteps;
-    const double peak = static_cast<double>(fp8t::peak_memory_bytes(cuda) - before) / (1 << 20);
-    std::printf("1.3B head + loss, forward + backward, %s: %.2f ms, peak %.0f MiB above x and W\n", name, ms, peak);
-    return peak;
-  };
-  const double fused_peak = measure("chunked", [&](at::Tensor& x, at::Tensor& w) {
-    linear_cross_entropy(x, w, t).backward();
+  const HeadRun fused = time_head(x0, w0, [&](at::Tensor& x, at::Tensor& w) {
+    return linear_cross_entropy(x, w, t);
   });
-  const double unfused_peak = measure("unchunked", [&](at::Tensor& x, at::Tensor& w) {
-    fp8t::ops::cross_entropy(at::linear(x, w.to(at::kBFloat16)), t, fp8t::ops::LogitsAfterBackward::kOverwriteLogits)
-        .backward();
+  const HeadRun unfused = time_head(x0, w0, [&](at::Tensor& x, at::Tensor& w) {
+    return fp8t::ops::cross_entropy(at::linear(x, w.to(at::kBFloat16)), t,
+                                    fp8t::ops::LogitsAfterBackward::kOverwriteLogits);
   });
+  std::printf("1.3B head + loss, forward + backward: chunked %.2f ms, peak %.0f MiB above x and W; unchunked "
+              "%.2f ms, %.0f MiB\n", fused.ms, fused.peak_mib, unfused.ms, unfused.peak_mib);
   // Unchunked: the 1.53 GiB logits, the head's BF16 weight copy, dW in BF16 and FP32 (2423 MiB seen
   // in GPU run 5). Chunked: one 245.6 MiB chunk, the weight copy (196 MiB), dW (393 MiB, FP32,
   // accumulated in the GEMM), dx (64 MiB): about 0.9 GiB (1295 MiB seen while each chunk's product
   // was a 393 MiB temporary added to dW).
-  CHECK(fused_peak < unfused_peak - 512.0);
+  CHECK(fused.peak_mib < unfused.peak_mib - 512.0);
+}
+
+TEST_CASE("linear_cross_entropy timing: the LLaMA-1B head per train.loss_chunk_mib, and its three GEMMs "
+          "(runs with FP8T_TEST_REPORT)", "[ops][cuda][timing]") {
+  fp8t::test::require_gpu();
+  if (!fp8t::test::reporting()) SKIP("set FP8T_TEST_REPORT=1 to time the LLaMA-1B head");
+  // B8 T2048 tokens, d 2048, vocab 128256 (the tied Llama 3 head): 1024 rows per chunk at the
+  // default 256 MiB, 16 chunks.
+  constexpr int64_t kRows = 16384, kD = 2048, kVocab = 128256;
+  at::manual_seed(17);
+  const at::Tensor x0 = at::randn({kRows, kD}, fp8t::test::on_cuda(at::kFloat)).to(at::kBFloat16);
+  const at::Tensor w0 = at::randn({kVocab, kD}, fp8t::test::on_cuda(at::kFloat)) * 0.02;
+  const at::Tensor t = at::randint(0, kVocab, {kRows}, fp8t::test::on_cuda(at::kLong));
+  const double head_tflop = 6.0 * kRows * kD * kVocab / 1e12;
+  std::vector<HeadRun> runs;
+  const std::vector<int64_t> budgets_mib = {128, 256, 512, 1024, 2048};
+  for (const int64_t mib : budgets_mib) {
+    runs.push_back(time_head(x0, w0, [&](at::Tensor& x, at::Tensor& w) {
+      return linear_cross_entropy(x, w, t, /*chunk_rows=*/0, mib << 20);
+    }));
+    const HeadRun& r = runs.back();
+    std::printf("LLaMA-1B head + loss, loss_chunk_mib %lld (%lld rows per chunk): %.2f ms (%.0f TFLOP/s), peak %.0f "
+                "MiB above x and W, loss %.6f\n",
+                static_cast<long long>(mib),
+                static_cast<long long>(fp8t::ops::linear_cross_entropy_chunk_rows(kRows, kVocab, 2, mib << 20)),
+                r.ms, head_tflop / (r.ms * 1e-3), r.peak_mib, r.loss);
+  }
+  for (size_t i = 1; i < runs.size(); ++i) {
+    CAPTURE(budgets_mib[i]);
+    // Each doubling doubles the one chunk of logits kept (128 MiB at the smallest budget).
+    CHECK(runs[i].peak_mib > runs[i - 1].peak_mib + 0.9 * static_cast<double>(budgets_mib[i - 1]));
+    // The same rows and GEMMs in other chunks: a logit may round one BF16 ulp apart (2^-8
+    // relative; the logits here have std 0.9) where another kernel runs, which moves a row's loss
+    // (lse minus the target's logit) by at most about 2 x 2^-8 x 1.5; the mean loss (about 11.8)
+    // by 7e-4 relative when every row moved the same way.
+    CHECK(std::fabs(runs[i].loss - runs[0].loss) <= 7e-4 * std::fabs(runs[0].loss));
+  }
+
+  // The three GEMMs of one chunk, each alone, as the op runs them (at::mm for the logits and dx,
+  // lib/gemm's BF16 GEMM accumulating dW in FP32) and dx through lib/gemm instead.
+  const at::Tensor w = w0.to(at::kBFloat16);
+  at::Tensor dw = at::zeros({kVocab, kD}, fp8t::test::on_cuda(at::kFloat));
+  for (const int64_t rows : {int64_t{1024}, int64_t{4096}}) {
+    const at::Tensor xc = x0.narrow(0, 0, rows);
+    at::Tensor logits = at::empty({rows, kVocab}, fp8t::test::on_cuda(at::kBFloat16));
+    at::Tensor dx = at::empty({rows, kD}, fp8t::test::on_cuda(at::kBFloat16));
+    const double tflop = 2.0 * rows * kD * kVocab / 1e12;
+    const double fwd = gemm_ms([&] { at::mm_out(logits, xc, w.t()); });
+    logits.mul_(1e-3);  // gradient-sized values
+    const double dgrad = gemm_ms([&] { at::mm_out(dx, logits, w); });
+    const at::Tensor dx_mm = dx.clone();
+    at::Tensor dx_lt;
+    const double dgrad_lt = gemm_ms([&] { dx_lt = fp8t::gemm::bf16_gemm(logits, w.t(), at::Tensor(), at::kBFloat16, "dx"); });
+    const double wgrad = gemm_ms([&] { fp8t::gemm::bf16_gemm_accumulate(logits.t(), xc.t(), dw, "head wgrad"); });
+    std::printf("LLaMA-1B head GEMMs, chunk of %lld rows (%.3f TFLOP each): logits %.3f ms (%.0f TFLOP/s), dx at::mm "
+                "%.3f ms (%.0f), dx lib/gemm %.3f ms (%.0f), dW += lib/gemm FP32 %.3f ms (%.0f)\n",
+                static_cast<long long>(rows), tflop, fwd, tflop / (fwd * 1e-3), dgrad, tflop / (dgrad * 1e-3),
+                dgrad_lt, tflop / (dgrad_lt * 1e-3), wgrad, tflop / (wgrad * 1e-3));
+    // Both dx GEMMs sum FP32 products of the same BF16 operands and round once to BF16; only the
+    // order of the sums differs: a relative norm within two BF16 ulps (2^-7).
+    CHECK(rel_norm(dx_lt, dx_mm) <= std::ldexp(1.0, -7));
+  }
 }
 
 TEST_CASE("linear_cross_entropy on CUDA replays in a CUDA graph with the eager results", "[ops][cuda]") {
