@@ -168,6 +168,9 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens here)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", default="", help="also write the results here")
+    p.add_argument("--profile", type=int, default=0,
+                   help="then profile N more steps (torch.profiler) and add each GPU kernel's time per step to "
+                        "the JSON, as `fp8train bench --profile N` does (scripts/kernel_breakdown.py groups both)")
     a = p.parse_args()
     for k, v in PRESETS[a.model].items():
         if getattr(a, k, None) is None:
@@ -211,6 +214,28 @@ def train_step(step_fn, model, opt, x, y, dev, graphs):
     opt.step()
     opt.zero_grad(set_to_none=True)
     return loss
+
+
+def profile_kernels(run_step, steps, sync):
+    """GPU time per step of every kernel (and memcpy/memset) name over `steps` profiled steps,
+    longest first, in the schema of fp8train bench's JSON: name, ms_per_step, calls_per_step."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            run_step()
+        sync()
+    totals = {}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        t = totals.setdefault(e.name, [0.0, 0])
+        t[0] += e.time_range.elapsed_us()
+        t[1] += 1
+    kernels = [{"name": n, "ms_per_step": us / 1e3 / steps, "calls_per_step": c / steps}
+               for n, (us, c) in totals.items()]
+    kernels.sort(key=lambda k: -k["ms_per_step"])
+    return {"steps": steps, "device_ms_per_step": sum(k["ms_per_step"] for k in kernels), "kernels": kernels}
 
 
 def main():
@@ -272,6 +297,16 @@ def main():
           f"tokens/step: {res['step_ms']:.1f} ms/step, {res['tokens_per_s']:.0f} tokens/s, "
           f"{res['model_tflops']:.1f} TFLOP/s, peak {res['peak_memory_gib'] or 0:.2f} GiB, loss {res['final_loss']:.3f} "
           f"(warm-up {compile_s:.0f} s)")
+    if a.profile > 0 and dev.type == "cuda":
+        try:
+            res["profile"] = profile_kernels(lambda: train_step(step_fn, model, opt, x, y, dev, graphs), a.profile,
+                                             sync)
+        except Exception as e:  # the timing stands without it
+            print(f"reference_bench.py: --profile failed ({e}); the timed figures are written without it",
+                  file=sys.stderr)
+    if "profile" in res:
+        print(f"profiled {a.profile} steps: {res['profile']['device_ms_per_step']:.2f} ms of GPU kernels per step, "
+              f"{len(res['profile']['kernels'])} kernel names")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -21,6 +21,9 @@
 #include "lib/util/error.h"         // FP8T_INPUT_CHECK
 #include "lib/util/memory.h"        // peak_memory_bytes, resident_memory_bytes
 #include "lib/util/timer.h"         // Stopwatch
+#if defined(FP8T_WITH_CUDA)
+#include "lib/gemm/gemm_engine.h"   // gemm::GemmEngine::tuning_log
+#endif
 
 namespace fp8t::train {
 
@@ -34,6 +37,31 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// GEMM plans tuned so far in this process (train.gemm_autotune; 0 without CUDA).
+size_t tuned_gemm_plans() {
+#if defined(FP8T_WITH_CUDA)
+  return gemm::GemmEngine::instance().tuning_log().size();
+#else
+  return 0;
+#endif
+}
+
+// The plans tuned since `before` (the row's warm-up makes them), summed into the row.
+void record_gemm_tuning(size_t before, BenchResult& r) {
+#if defined(FP8T_WITH_CUDA)
+  const std::vector<gemm::TuneRecord> log = gemm::GemmEngine::instance().tuning_log();
+  for (size_t i = before; i < log.size(); ++i) {
+    ++r.gemm_plans_tuned;
+    if (log[i].chosen_rank != 0) ++r.gemm_plans_changed;
+    r.gemm_heuristic_ms += log[i].heuristic_ms;
+    r.gemm_chosen_ms += log[i].chosen_ms;
+  }
+#else
+  (void)before;
+  (void)r;
+#endif
 }
 
 // Runs `steps` calls of run_step under the Kineto profiler and sums the duration of every GPU
@@ -149,8 +177,10 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
   const double lr = cfg.train.lr;
 
+  const size_t tuned_before = tuned_gemm_plans();
   for (int64_t i = 0; i < options.warmup; ++i) session.step(next, lr, loss_sum);
   synchronize(device);
+  record_gemm_tuning(tuned_before, r);
   std::vector<double> ms;
   Stopwatch watch;
   for (int64_t i = 0; i < options.steps; ++i) {

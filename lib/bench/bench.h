@@ -90,6 +90,13 @@ struct BenchResult {
   // by category and the activations of one micro-batch, next to the measured peak.
   MemoryEstimate memory;
   std::vector<std::pair<std::string, double>> phase_ms;  // median per phase (breakdown only)
+  // train.gemm_autotune (CUDA): the GEMM plans this row tuned (lib/gemm/gemm_autotune.h), how
+  // many kept another algorithm than the heuristic's first, and the sum over the tuned plans of
+  // one call's time with the heuristic's choice and with the kept one.
+  int gemm_plans_tuned = 0;
+  int gemm_plans_changed = 0;
+  double gemm_heuristic_ms = 0;
+  double gemm_chosen_ms = 0;
   std::vector<KernelTime> kernels;  // profile only: longest total first
   double profiled_device_ms_per_step = 0;  // profile only: sum over `kernels`
   bool profiled_gpu = false;               // profile only: `kernels` are GPU kernels (else CPU operators)

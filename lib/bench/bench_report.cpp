@@ -12,9 +12,10 @@ namespace fp8t::train {
 
 namespace {
 
-// A kernel name short enough for a table row: no return type, no argument list, at most
-// `width` characters.
-std::string short_kernel_name(std::string name, size_t width) {
+// A kernel name short enough for a table row, written to `out`: no return type, no argument
+// list, at most `width` characters. (Written, not returned: GCC 12 reports a false
+// -Warray-bounds for the returned string once this is inlined into the table.)
+void write_kernel_name(std::ostream& out, std::string name, size_t width) {
   if (name.rfind("void ", 0) == 0) name = name.substr(5);
   int depth = 0;
   for (size_t i = 0; i < name.size(); ++i) {
@@ -29,7 +30,11 @@ std::string short_kernel_name(std::string name, size_t width) {
       break;
     }
   }
-  return name.size() <= width ? name : name.substr(0, width - 3) + "...";
+  if (name.size() <= width) {
+    out << name;
+  } else {
+    out.write(name.data(), static_cast<std::streamsize>(width - 3)) << "...";
+  }
 }
 
 // Whether each row's timed steps replayed a CUDA graph: one statement when all rows agree.
@@ -167,6 +172,14 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     s << std::setw(12) << std::setprecision(4) << r.final_loss << std::setw(9) << r.skipped_steps << "\n";
   }
   s << cuda_graphs_line(results);
+  for (const auto& r : results) {
+    if (r.gemm_plans_tuned == 0) continue;
+    s << "GEMM autotune (" << r.label() << "): " << r.gemm_plans_tuned << " plans timed, " << r.gemm_plans_changed
+      << " kept another algorithm than the heuristic's first; one call of each: " << std::setprecision(3)
+      << r.gemm_heuristic_ms << " ms with the heuristic's choices, " << r.gemm_chosen_ms << " ms tuned ("
+      << std::showpos << std::setprecision(1) << 100.0 * (r.gemm_chosen_ms / r.gemm_heuristic_ms - 1.0)
+      << std::noshowpos << "%)\n";
+  }
   s << memory_section(cfg, results);
   for (const auto& r : results) {
     if (r.phase_ms.empty()) continue;
@@ -186,7 +199,9 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
       const KernelTime& k = r.kernels[i];
       s << std::right << std::setw(10) << std::setprecision(3) << k.ms_per_step << std::setw(8) << std::setprecision(1)
         << 100.0 * k.ms_per_step / std::max(r.profiled_device_ms_per_step, 1e-12) << std::setw(8)
-        << std::setprecision(0) << k.calls_per_step << "  " << std::left << short_kernel_name(k.name, 110) << "\n";
+        << std::setprecision(0) << k.calls_per_step << "  " << std::left;
+      write_kernel_name(s, k.name, 110);
+      s << "\n";
     }
     if (r.kernels.size() > shown) s << "  ... " << r.kernels.size() - shown << " more in the JSON\n";
   }
@@ -226,6 +241,12 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
     if (!r.recipe.empty()) rows.back()["recipe"] = r.recipe;
     if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
     if (!r.cuda_graph_off_reason.empty()) rows.back()["cuda_graph_off_reason"] = r.cuda_graph_off_reason;
+    if (r.gemm_plans_tuned > 0) {
+      rows.back()["gemm_autotune"] = {{"plans_tuned", r.gemm_plans_tuned},
+                                      {"plans_changed", r.gemm_plans_changed},
+                                      {"heuristic_ms", r.gemm_heuristic_ms},
+                                      {"chosen_ms", r.gemm_chosen_ms}};
+    }
     if (!r.phase_ms.empty()) {
       nlohmann::json phases = nlohmann::json::object();
       for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;

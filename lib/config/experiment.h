@@ -109,7 +109,10 @@ struct TrainSection {
   bool cuda_graphs = true;
   // bf16/fp8: the LM head and the loss run in chunks of rows holding at most this many MiB of
   // BF16 logits (lib/ops/linear_cross_entropy.h); larger: fewer, larger head GEMMs, more memory.
-  int64_t loss_chunk_mib = 256;
+  int64_t loss_chunk_mib = 512;
+  // CUDA: time the cuBLASLt heuristic's first candidates for each FP8/BF16 GEMM of lib/gemm on its
+  // first use and keep the fastest (lib/gemm/gemm_autotune.h); off: the heuristic's first choice.
+  bool gemm_autotune = false;
 };
 
 // Data-parallel settings (used only when launched by torchrun, lib/dist/launch.h).

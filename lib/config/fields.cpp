@@ -217,6 +217,11 @@ std::vector<Field> build_table() {
                         "bf16/fp8: the LM head and the loss run in chunks of rows holding at most this many MiB "
                         "of BF16 logits (at most 1048576, 1 TiB); larger chunks mean fewer, larger head GEMMs and more memory",
                         [](auto& c) -> auto& { return c.train.loss_chunk_mib; }, Range{1.0, 1048576.0}));
+  t.push_back(bool_field("train.gemm_autotune",
+                         "CUDA: time the cuBLASLt heuristic's first 8 algorithms for each FP8/BF16 GEMM of the step "
+                         "on its first use and keep the fastest (if 3% faster than the first); a GEMM's algorithm "
+                         "sets its accumulation order, so two runs may then differ in the last bits",
+                         [](auto& c) -> auto& { return c.train.gemm_autotune; }));
   // precision
   // dist
   t.push_back(int_field("dist.timeout_s",

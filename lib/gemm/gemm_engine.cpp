@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>  // at::empty
 #include <cublasLt.h>    // cublasLt*
+#include <spdlog/spdlog.h>  // spdlog::debug
 
 #include <functional>     // std::hash
 #include <mutex>          // std::mutex, std::lock_guard
@@ -9,6 +10,7 @@
 #include <vector>         // std::vector
 
 #include "lib/gemm/cublas_check.h"    // FP8T_CUBLAS_CHECK
+#include "lib/gemm/gemm_autotune.h"   // pick_candidate, CandidateTime, kAutotune*
 #include "lib/util/status_check.h"    // FP8T_CUDA_CHECK
 #include "lib/util/error.h"           // FP8T_CHECK, FP8T_INPUT_CHECK
 
@@ -104,6 +106,26 @@ void set_scale_pointers(cublasLtMatmulDesc_t op, const GemmOperands& ops, const 
                     what);
 }
 
+// The per-call pointers of a cached descriptor (scales, bias); cublasLtMatmul reads them at
+// enqueue time.
+void bind_pointers(Plan& plan, const GemmProblem& p, const GemmOperands& ops, const std::string& what) {
+  if (p.fp8()) set_scale_pointers(plan.op, ops, what);
+  if (p.has_bias) {
+    const void* bias = ops.bias;
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                      what);
+  }
+}
+
+// Whether a problem's candidates may be timed on its own operands now: its output is about to be
+// overwritten anyway (beta = 0) and the stream is not being captured into a CUDA graph.
+bool may_time(const GemmProblem& p, cudaStream_t stream) {
+  if (p.accumulate) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FP8T_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "gemm autotune: stream capture status");
+  return capture == cudaStreamCaptureStatusNone;
+}
+
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
   at::Tensor workspace;  // kWorkspaceBytes, from the caching allocator, held forever
@@ -111,10 +133,38 @@ struct DeviceState {
   std::string name;
 };
 
+// ms per run of one candidate algorithm on the problem's operands (beta = 0: out is overwritten),
+// the mean of kAutotuneRepeats runs after one untimed run; -1 when cuBLASLt refuses to run it.
+// Synchronizes the stream.
+double time_algorithm(DeviceState& dev, Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmOperands& ops,
+                      cudaStream_t stream, const std::string& what) {
+  const float alpha = 1.0f, beta = 0.0f;
+  auto launch = [&] {
+    return cublasLtMatmul(dev.handle, plan.op, &alpha, ops.b, plan.a, ops.a, plan.b, &beta, ops.out, plan.c, ops.out,
+                          plan.d, &algo, dev.workspace.data_ptr(), GemmEngine::kWorkspaceBytes, stream);
+  };
+  if (launch() != CUBLAS_STATUS_SUCCESS) return -1.0;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  FP8T_CUDA_CHECK(cudaEventCreate(&start), what, ": autotune timing");
+  FP8T_CUDA_CHECK(cudaEventCreate(&stop), what, ": autotune timing");
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  FP8T_CUDA_CHECK(cudaEventRecord(start, stream), what, ": autotune timing");
+  for (int i = 0; i < kAutotuneRepeats && st == CUBLAS_STATUS_SUCCESS; ++i) st = launch();
+  FP8T_CUDA_CHECK(cudaEventRecord(stop, stream), what, ": autotune timing");
+  FP8T_CUDA_CHECK(cudaEventSynchronize(stop), what, ": autotune timing");
+  float ms = 0.0f;
+  FP8T_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), what, ": autotune timing");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return st == CUBLAS_STATUS_SUCCESS ? static_cast<double>(ms) / kAutotuneRepeats : -1.0;
+}
+
 }  // namespace
 
 struct GemmEngine::Impl {
   mutable std::mutex mutex;
+  bool autotune = false;
+  std::vector<TuneRecord> tuned;  // one per tuned plan, in the order they were made
   std::vector<std::unique_ptr<DeviceState>> devices;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
 
@@ -135,11 +185,9 @@ struct GemmEngine::Impl {
     return *devices[device];
   }
 
-  Plan& plan_for(const PlanKey& key, const GemmProblem& p, const GemmOperands& ops, DeviceState& dev) {
-    auto it = plans.find(key);
-    if (it != plans.end()) return *it->second;
-
-    const std::string what = describe(p);
+  // The descriptors and layouts of problem p (block scale pointers set: the heuristic needs them).
+  static std::unique_ptr<Plan> make_descriptors(const GemmProblem& p, const GemmOperands& ops,
+                                                const std::string& what) {
     auto plan = std::make_unique<Plan>();
     FP8T_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
     // Row-major out[M,N] = A[M,K]·B[N,K]ᵀ is column-major D[N,M] = op(B)·op(A): cuBLAS "A" is our
@@ -179,7 +227,14 @@ struct GemmEngine::Impl {
     // only when accumulating (beta = 1), else unused but it must have a supported type.
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(p.out_type), p.n, p.m, p.n), what);
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(p.out_type), p.n, p.m, p.n), what);
+    return plan;
+  }
 
+  // The heuristic's algorithms for the plan's problem, best first: one, or up to
+  // kAutotuneCandidates when tuning. Throws when there is none.
+  static std::vector<cublasLtMatmulHeuristicResult_t> heuristics(const Plan& plan_ref, const PlanKey& key,
+                                                                 DeviceState& dev, bool tune, const std::string& what) {
+    const Plan* plan = &plan_ref;
     cublasLtMatmulPreference_t pref = nullptr;
     FP8T_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
     const uint64_t ws = kWorkspaceBytes;
@@ -190,18 +245,46 @@ struct GemmEngine::Impl {
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_cd, sizeof(al_cd));
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_cd, sizeof(al_cd));
-    cublasLtMatmulHeuristicResult_t result{};
+    const int wanted = tune ? kAutotuneCandidates : 1;
+    std::vector<cublasLtMatmulHeuristicResult_t> results(wanted);
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasLtMatmulAlgoGetHeuristic(dev.handle, plan->op, plan->a, plan->b, plan->c, plan->d, pref, 1,
-                                          &result, &found);
+      st = cublasLtMatmulAlgoGetHeuristic(dev.handle, plan->op, plan->a, plan->b, plan->c, plan->d, pref, wanted,
+                                          results.data(), &found);
     }
     cublasLtMatmulPreferenceDestroy(pref);
     FP8T_CUBLAS_CHECK(st, what, " (cuBLASLt heuristic; alignment A/B/out ", key.align_a, "/", key.align_b, "/",
                       key.align_out, " bytes)");
     FP8T_CHECK(found > 0, what, ": cuBLASLt found no algorithm (alignment A/B/out ", key.align_a, "/", key.align_b,
                "/", key.align_out, " bytes, device ", dev.name, ")");
-    plan->algo = result.algo;
+    results.resize(found);
+    return results;
+  }
+
+  // The cached plan of `key`, made on first use: descriptors and the heuristic's first algorithm,
+  // or, when autotuning and the problem may be timed (its output may be overwritten, the stream
+  // is not capturing), the fastest of the heuristic's first candidates on these operands.
+  Plan& plan_for(const PlanKey& key, const GemmProblem& p, const GemmOperands& ops, DeviceState& dev,
+                 cudaStream_t stream) {
+    auto it = plans.find(key);
+    if (it != plans.end()) return *it->second;
+    const std::string what = describe(p);
+    auto plan = make_descriptors(p, ops, what);
+    const bool tune = autotune && may_time(p, stream);
+    const std::vector<cublasLtMatmulHeuristicResult_t> found = heuristics(*plan, key, dev, tune, what);
+    plan->algo = found[0].algo;
+    if (tune && found.size() > 1) {
+      bind_pointers(*plan, p, ops, what);
+      std::vector<CandidateTime> times;
+      for (size_t i = 0; i < found.size(); ++i) {
+        times.push_back({static_cast<int>(i), time_algorithm(dev, *plan, found[i].algo, ops, stream, what)});
+      }
+      const int chosen = pick_candidate(times);
+      plan->algo = found[chosen].algo;
+      tuned.push_back({what, times[0].ms, times[chosen].ms, chosen, static_cast<int>(times.size())});
+      spdlog::debug("gemm autotune: {}: heuristic's first {:.4f} ms, chosen #{} of {} {:.4f} ms", what, times[0].ms,
+                    chosen + 1, times.size(), times[chosen].ms);
+    }
     Plan& ref = *plan;
     plans.emplace(key, std::move(plan));
     return ref;
@@ -214,6 +297,21 @@ GemmEngine::~GemmEngine() = default;
 GemmEngine& GemmEngine::instance() {
   static GemmEngine* engine = new GemmEngine();  // intentionally leaked, see the header
   return *engine;
+}
+
+void GemmEngine::set_autotune(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->autotune = on;
+}
+
+bool GemmEngine::autotune() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->autotune;
+}
+
+std::vector<TuneRecord> GemmEngine::tuning_log() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->tuned;
 }
 
 size_t GemmEngine::cached_plans() const {
@@ -244,15 +342,8 @@ void GemmEngine::run(const GemmProblem& p, const GemmOperands& ops, cudaStream_t
     FP8T_INPUT_CHECK(key.align_a >= 16 && key.align_b >= 16, describe(p),
                      ": FP8 operands must be 16-byte aligned (a view at an odd offset?); pass a contiguous copy");
   }
-  Plan& plan = impl_->plan_for(key, p, ops, dev);
-
-  // Per-call pointers live in the (cached) descriptor; cublasLtMatmul reads them at enqueue time.
-  if (p.fp8()) set_scale_pointers(plan.op, ops, describe(p));
-  if (p.has_bias) {
-    const void* bias = ops.bias;
-    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-                      describe(p));
-  }
+  Plan& plan = impl_->plan_for(key, p, ops, dev, stream);
+  bind_pointers(plan, p, ops, describe(p));
   // accumulate: C is D (the same layout and pointer), so the product is added to what out holds.
   const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
   FP8T_CUBLAS_CHECK(cublasLtMatmul(dev.handle, plan.op, &alpha, ops.b, plan.a, ops.a, plan.b, &beta, ops.out, plan.c,

@@ -7,7 +7,11 @@
 //
 // Descriptors, layouts and the heuristic's algorithm are built once per (device, shape, types,
 // layout, epilogue, fast-accum, alignment) and cached: a repeated GEMM costs one descriptor
-// attribute update (the scale and bias pointers) and the cublasLtMatmul call. Each device has one
+// attribute update (the scale and bias pointers) and the cublasLtMatmul call. With autotuning on
+// (train.gemm_autotune), a plan made outside CUDA-graph capture for a GEMM that overwrites its
+// output times the heuristic's first kAutotuneCandidates algorithms on that call's operands and
+// keeps the fastest by lib/gemm/gemm_autotune.h's rule (accumulating GEMMs and plans first made
+// during capture keep the heuristic's first choice). Each device has one
 // cuBLASLt handle and one 32 MiB workspace. Work runs on the current LibTorch CUDA stream; the
 // shared workspace assumes GEMMs of one device are issued to one stream at a time (as the trainer
 // does).
@@ -19,9 +23,11 @@
 #include <cstddef>  // size_t
 #include <memory>   // std::unique_ptr
 #include <string>   // std::string
+#include <vector>   // std::vector
 
-#include "lib/fp8/math/format.h"    // fp8::Format
-#include "lib/gemm/gemm_problem.h"  // GemmProblem, DataType
+#include "lib/fp8/math/format.h"     // fp8::Format
+#include "lib/gemm/gemm_autotune.h"  // TuneRecord
+#include "lib/gemm/gemm_problem.h"   // GemmProblem, DataType
 
 namespace fp8t {
 namespace gemm {
@@ -50,6 +56,12 @@ class GemmEngine {
   void run(const GemmProblem& problem, const GemmOperands& ops, cudaStream_t stream);
 
   size_t cached_plans() const;
+
+  // Autotuning of the plans made from now on (made plans keep their algorithm). Off by default.
+  void set_autotune(bool on);
+  bool autotune() const;
+  // One record per tuned plan, in the order they were made.
+  std::vector<TuneRecord> tuning_log() const;
 
   GemmEngine(const GemmEngine&) = delete;
   GemmEngine& operator=(const GemmEngine&) = delete;

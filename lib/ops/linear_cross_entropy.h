@@ -28,10 +28,11 @@ namespace ops {
 
 // The chunk rule: as many rows as fit chunk_bytes of logits (train.loss_chunk_mib; default
 // kLinearCrossEntropyChunkBytes), rounded down to a multiple of 128 (whole GEMM tiles) when that
-// many fit, at least 1, at most `rows`. At the 1.3B (vocab 50304, BF16) and 256 MiB: 2560 rows,
-// 245.6 MiB per chunk, 7 chunks of a 16384-row batch. Depends on the shapes only, so a captured
-// CUDA graph replays the same chunks.
-constexpr int64_t kLinearCrossEntropyChunkBytes = int64_t{256} << 20;
+// many fit, at least 1, at most `rows`. At the 1.3B (vocab 50304, BF16) and 512 MiB: 5248 rows,
+// 503.5 MiB per chunk, 4 chunks of a 16384-row batch; at LLaMA-1B's vocab 128256: 2048 rows, 8
+// chunks. Depends on the shapes only, so a captured CUDA graph replays the same chunks. Why 512:
+// the LLaMA-1B step measured fastest per MiB there (docs/benchmarks.md, 2026-12-03 (second)).
+constexpr int64_t kLinearCrossEntropyChunkBytes = int64_t{512} << 20;
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t element_bytes,
                                         int64_t chunk_bytes = kLinearCrossEntropyChunkBytes);
 

@@ -20,6 +20,9 @@
 #include "lib/util/error.h"                   // FP8T_CHECK
 #include "lib/util/memory.h"                  // release_cached_memory
 #include "lib/util/torch_compat.h"            // compat::AutocastGuard
+#if defined(FP8T_WITH_CUDA)
+#include "lib/gemm/gemm_engine.h"  // gemm::GemmEngine::set_autotune
+#endif
 
 namespace fp8t {
 namespace train {
@@ -116,6 +119,10 @@ void Session::build() {
   gpt_->to(device_);
   gpt_->set_recompute(cfg_.train.recompute);  // activations recomputed in the backward (lib/model/recompute.h)
   gpt_->set_loss_chunk_bytes(cfg_.train.loss_chunk_mib << 20);
+#if defined(FP8T_WITH_CUDA)
+  // train.gemm_autotune: lib/gemm times each new GEMM plan's candidate algorithms (process-wide).
+  if (device_.is_cuda()) gemm::GemmEngine::instance().set_autotune(cfg_.train.gemm_autotune);
+#endif
   if (cfg_.precision == Precision::kFp8) {
     auto rewritten = fp8::rewrite_to_fp8(*gpt_, cfg_.fp8, device_);
     scaling_ = rewritten.scaling;

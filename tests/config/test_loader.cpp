@@ -73,6 +73,7 @@ train:
   recompute: none  # the only value allowed with the model's dropout 0.25
   cuda_graphs: false
   loss_chunk_mib: 64
+  gemm_autotune: true
   loss_scale_init: 1024
   loss_scale_growth_factor: 4
   loss_scale_backoff: 0.25
@@ -167,6 +168,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.train.recompute == fp8t::Recompute::kNone);
   CHECK_FALSE(c.train.cuda_graphs);
   CHECK(c.train.loss_chunk_mib == 64);
+  CHECK(c.train.gemm_autotune);
 
   CHECK(c.dist.timeout_s == 30);
   CHECK(c.dist.bucket_mb == 4.5);
@@ -205,8 +207,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:70");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:82");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:71");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:83");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {

@@ -98,8 +98,8 @@ TEST_CASE("resources: bf16 and fp8 count one chunk of the logits, fp32 and fp16 
   const double blocks = 16384.0 * 2.0 * (3 * 128 + 2 * 512);
   for (Precision p : {Precision::kBf16, Precision::kFp8}) {
     c.precision = p;
-    // The chunked head (lib/ops/linear_cross_entropy.h): 2560 of the 16384 rows at a time.
-    CHECK(estimate_training_memory(c).activation_bytes == (blocks + 2560.0 * 50304) * 2);
+    // The chunked head (lib/ops/linear_cross_entropy.h): 5248 of the 16384 rows at a time.
+    CHECK(estimate_training_memory(c).activation_bytes == (blocks + 5248.0 * 50304) * 2);
   }
   c.precision = Precision::kFp16;
   CHECK(estimate_training_memory(c).activation_bytes == (blocks + 16384.0 * 50304) * 2);
