@@ -273,7 +273,7 @@ struct GemmEngine::Impl {
     const bool tune = autotune && may_time(p, stream);
     const std::vector<cublasLtMatmulHeuristicResult_t> found = heuristics(*plan, key, dev, tune, what);
     plan->algo = found[0].algo;
-    if (tune && found.size() > 1) {
+    if (tune) {  // every tuned plan is timed and logged, one candidate too
       bind_pointers(*plan, p, ops, what);
       std::vector<CandidateTime> times;
       for (size_t i = 0; i < found.size(); ++i) {
