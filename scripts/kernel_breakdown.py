@@ -48,8 +48,8 @@ def columns_of(path):
     with open(path) as f:
         data = json.load(f)
     cols = []
-    if isinstance(data.get("rows"), list):  # fp8train bench
-        for row in data["rows"]:
+    if isinstance(data.get("results"), list):  # fp8train bench
+        for row in data["results"]:
             if row.get("profile"):
                 label = row.get("precision", "?") + (":" + row["recipe"] if row.get("recipe") else "")
                 cols.append(("fp8train " + label, row["profile"]))

@@ -108,6 +108,9 @@ at::Tensor block_fp8_gemm(const BlockScaledOperand& a, const BlockScaledOperand&
 // it transposed, no copy). bias: [N] or undefined. out_dtype: kBFloat16 or kFloat.
 at::Tensor bf16_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias,
                      at::ScalarType out_dtype, const std::string& label);
+// out = a · bᵀ written into a given contiguous [M, N] float32 or bfloat16 tensor on a's device
+// (bf16_gemm without the allocation: e.g. a chunk of a preallocated buffer).
+void bf16_gemm_into(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, const std::string& label);
 // out += a · bᵀ in the same GEMM (cuBLASLt beta = 1): out is a contiguous [M, N] float32 or
 // bfloat16 tensor on a's device; the sum is formed in FP32 and rounded once to out's dtype.
 void bf16_gemm_accumulate(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, const std::string& label);

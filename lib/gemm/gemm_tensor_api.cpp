@@ -224,6 +224,10 @@ at::Tensor bf16_gemm(const at::Tensor& a_in, const at::Tensor& b_in, const at::T
   return out;
 }
 
+void bf16_gemm_into(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, const std::string& label) {
+  run_bf16(a, b, at::Tensor(), out, /*accumulate=*/false, label);
+}
+
 void bf16_gemm_accumulate(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, const std::string& label) {
   run_bf16(a, b, at::Tensor(), out, /*accumulate=*/true, label);
 }

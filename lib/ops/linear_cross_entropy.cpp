@@ -48,6 +48,16 @@ void cross_entropy_chunk(at::Tensor& logits, const at::Tensor& targets, const at
   cross_entropy_chunk_cpu(logits, targets, loss_rows, grad_scale);
 }
 
+// out = a · bᵀ into the contiguous `out`: on CUDA in BF16 through lib/gemm (plans that
+// train.gemm_autotune may tune), else (the CPU, FP32 GEMMs) ATen's.
+void head_gemm(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* label) {
+#if defined(FP8T_WITH_CUDA)
+  if (out.is_cuda() && out.scalar_type() == at::kBFloat16) return detail::head_gemm_cuda(out, a, b, label);
+#endif
+  (void)label;
+  at::mm_out(out, a, b.t());
+}
+
 // dw += gᵀ · x in FP32 (dw = gᵀ · x while dw is undefined: the first chunk).
 void accumulate_weight_grad(at::Tensor& dw, const at::Tensor& g, const at::Tensor& x) {
 #if defined(FP8T_WITH_CUDA)
@@ -81,12 +91,12 @@ ChunkResults run_chunks(const at::Tensor& x, const at::Tensor& w, const at::Tens
     const int64_t c = std::min(chunk, rows - r0);
     const at::Tensor xc = x.narrow(0, r0, c);
     at::Tensor logits = logits_buf.narrow(0, 0, c);  // leading rows: contiguous
-    at::mm_out(logits, xc, w.t());
+    head_gemm(logits, xc, w, "head logits");
     cross_entropy_chunk(logits, targets.narrow(0, r0, c), loss_rows.narrow(0, r0, c), lse_buf.narrow(0, 0, c),
                         grad_scale);
     if (need_dx) {
       at::Tensor dxc = out.dx.narrow(0, r0, c);
-      at::mm_out(dxc, logits, w);
+      head_gemm(dxc, logits, w.t(), "head dgrad");
     }
     if (need_dw) accumulate_weight_grad(out.dw, logits, xc);
   }

@@ -63,6 +63,9 @@ namespace detail {
 // (softmax - onehot) * grad_scale. logits: contiguous [rows, vocab] float32 or bfloat16.
 void cross_entropy_chunk_cuda(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& loss_rows,
                               const at::Tensor& lse, const at::Tensor& grad_scale);
+// out (contiguous bfloat16) = a · bᵀ through lib/gemm's BF16 GEMM (the chunk's logits x_c · Wᵀ
+// and input gradient g_c · W).
+void head_gemm_cuda(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* label);
 // dw (float32 [vocab, d]) += gᵀ · x for g [rows, vocab] and x [rows, d] of one dtype; while dw is
 // undefined (the first chunk) dw = gᵀ · x.
 void accumulate_weight_grad_cuda(at::Tensor& dw, const at::Tensor& g, const at::Tensor& x);

@@ -1,12 +1,12 @@
 // The CUDA parts of ops::linear_cross_entropy: one chunk's cross-entropy through
-// kernels/cross_entropy.cu (forward and gradient in place over the chunk's logits) and the FP32
-// accumulation of the head's weight gradient.
+// kernels/cross_entropy.cu (forward and gradient in place over the chunk's logits), the chunk's
+// BF16 GEMMs and the FP32 accumulation of the head's weight gradient, all three through lib/gemm.
 //
 // Everything is enqueued on the current LibTorch CUDA stream; nothing is read back to the host.
 #include <c10/cuda/CUDAGuard.h>  // c10::cuda::CUDAGuard
 
 #include "fp8t_kernels.h"                // fp8t_cross_entropy_forward / _backward
-#include "lib/gemm/gemm_engine.h"        // gemm::bf16_gemm, bf16_gemm_accumulate
+#include "lib/gemm/gemm_engine.h"        // gemm::bf16_gemm, bf16_gemm_into, bf16_gemm_accumulate
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/util/cuda_tensors.h"       // stream_of, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"              // FP8T_CHECK
@@ -34,6 +34,10 @@ void cross_entropy_chunk_cuda(const at::Tensor& logits, const at::Tensor& target
                                                 targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
                                                 grad_scale.data_ptr<float>(), rows, vocab, logits.data_ptr(), stream),
                     "linear_cross_entropy chunk gradient, logits ", rows, "x", vocab, " ", logits.scalar_type());
+}
+
+void head_gemm_cuda(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* label) {
+  gemm::bf16_gemm_into(a, b, out, label);
 }
 
 void accumulate_weight_grad_cuda(at::Tensor& dw, const at::Tensor& g, const at::Tensor& x) {

@@ -139,6 +139,21 @@ TEST_CASE("bf16 gemm vs float64, row-major and transposed views, odd K, bias", "
   }
 }
 
+TEST_CASE("bf16 gemm into: the product written into the leading rows of a buffer, the rest untouched",
+          "[gemm][cuda]") {
+  require_gpu();
+  const int64_t m = 40, k = 64, n = 96;
+  at::manual_seed(8);
+  const at::Tensor a = at::randn({m, k}).to(at::kBFloat16), b = at::randn({k, n}).to(at::kBFloat16);
+  at::Tensor buf = at::full({m + 24, n}, 7.0, on_cuda(at::kBFloat16));
+  at::Tensor rows = buf.narrow(0, 0, m);  // a chunk of a preallocated buffer, as the LM head's
+  // b as a transposed view of a row-major [K, N] tensor (the head's dgrad reads W so).
+  fp8t::gemm::bf16_gemm_into(a.cuda(), b.cuda().t(), rows, "test");
+  // BF16 output of exact BF16 products summed in FP32: its rounding, 2^-9 per element -> 2^-8.
+  REQUIRE(rel_frobenius(rows, at::mm(a.to(at::kDouble), b.to(at::kDouble))) <= std::ldexp(1.0, -8));
+  REQUIRE(at::equal(buf.narrow(0, m, 24).cpu(), at::full({24, n}, 7.0, at::kBFloat16)));
+}
+
 TEST_CASE("bf16 gemm accumulate: out += a · bᵀ in the GEMM, over transposed views, FP32 and BF16 out",
           "[gemm][cuda]") {
   require_gpu();

@@ -100,8 +100,9 @@ TEST_CASE("linear_cross_entropy: the chunk rule", "[ops]") {
   CHECK(linear_cross_entropy_chunk_rows(16384, 50304, 2) == 5248);
   CHECK(linear_cross_entropy_chunk_rows(16384, 50304, 4) == 2560);
   CHECK(linear_cross_entropy_chunk_rows(37, 50, 4) == 37);             // all rows fit: one chunk
-  CHECK(linear_cross_entropy_chunk_rows(1000, 1 << 28, 2) == 1);       // a row above the budget: 1 row
-  CHECK(linear_cross_entropy_chunk_rows(1000, (1 << 28) / 200, 2) == 100);  // under 128: not rounded
+  const int64_t mib256 = int64_t{256} << 20;
+  CHECK(linear_cross_entropy_chunk_rows(1000, 1 << 28, 2, mib256) == 1);  // a row above the budget: 1 row
+  CHECK(linear_cross_entropy_chunk_rows(1000, (1 << 28) / 200, 2, mib256) == 100);  // under 128: not rounded
   CHECK(linear_cross_entropy_chunk_rows(0, 50, 4) == 1);
   // train.loss_chunk_mib sets the budget: LLaMA-1B (vocab 128256, BF16) at 256 MiB: 1046 rows,
   // 1024 after rounding; at 1 GiB: 4186, 4096; at 1 MiB: 4 rows (under 128: not rounded).
