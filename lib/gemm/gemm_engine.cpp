@@ -232,9 +232,8 @@ struct GemmEngine::Impl {
 
   // The heuristic's algorithms for the plan's problem, best first: one, or up to
   // kAutotuneCandidates when tuning. Throws when there is none.
-  static std::vector<cublasLtMatmulHeuristicResult_t> heuristics(const Plan& plan_ref, const PlanKey& key,
+  static std::vector<cublasLtMatmulHeuristicResult_t> heuristics(const Plan& plan, const PlanKey& key,
                                                                  DeviceState& dev, bool tune, const std::string& what) {
-    const Plan* plan = &plan_ref;
     cublasLtMatmulPreference_t pref = nullptr;
     FP8T_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
     const uint64_t ws = kWorkspaceBytes;
@@ -249,7 +248,7 @@ struct GemmEngine::Impl {
     std::vector<cublasLtMatmulHeuristicResult_t> results(wanted);
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasLtMatmulAlgoGetHeuristic(dev.handle, plan->op, plan->a, plan->b, plan->c, plan->d, pref, wanted,
+      st = cublasLtMatmulAlgoGetHeuristic(dev.handle, plan.op, plan.a, plan.b, plan.c, plan.d, pref, wanted,
                                           results.data(), &found);
     }
     cublasLtMatmulPreferenceDestroy(pref);
@@ -302,11 +301,6 @@ GemmEngine& GemmEngine::instance() {
 void GemmEngine::set_autotune(bool on) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->autotune = on;
-}
-
-bool GemmEngine::autotune() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->autotune;
 }
 
 std::vector<TuneRecord> GemmEngine::tuning_log() const {

@@ -59,7 +59,6 @@ class GemmEngine {
 
   // Autotuning of the plans made from now on (made plans keep their algorithm). Off by default.
   void set_autotune(bool on);
-  bool autotune() const;
   // One record per tuned plan, in the order they were made.
   std::vector<TuneRecord> tuning_log() const;
 

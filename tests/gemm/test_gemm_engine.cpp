@@ -1,5 +1,7 @@
-// lib/gemm/gemm_engine.cpp on the GPU: FP8 and BF16 GEMMs against float64 products of the
-// dequantized operands, bias epilogue, odd-but-legal shapes, plan caching, shape errors.
+// lib/gemm/gemm_engine.cpp and its tensor-level API (lib/gemm/gemm_tensor_api.cpp: fp8_gemm,
+// bf16_gemm, bf16_gemm_into, bf16_gemm_accumulate) on the GPU: FP8 and BF16 GEMMs against float64
+// products of the dequantized operands, bias epilogue, odd-but-legal shapes, plan caching, shape
+// errors.
 #if defined(FP8T_WITH_CUDA)
 
 #include <cmath>   // std::ldexp
