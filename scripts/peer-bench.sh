@@ -75,6 +75,20 @@ start_peer() {
   echo $! >"$OUTDIR/peer-$n.pid"
 }
 
+# A peer that gave no result (stopped at the deadline, or failed) leaves a record saying so, with
+# how long it had been compiling: scripts/peer_table.py lists it as not run instead of dropping it.
+not_run() {
+  local spec=$1 reason=$2 kind=${1%%:*} cmode=${1#*:} mode recipe=null n started secs=null
+  n=$(name_of "$spec")
+  mode=${kind%%-*}
+  [ "$mode" = float8 ] && recipe='"tensorwise"'
+  [[ "$kind" == *-* ]] && recipe="\"${kind#*-}\""
+  started=$(stat -c %Y "$OUTDIR/peer-$n.pid" 2>/dev/null) && secs=$(( $(date +%s) - started ))
+  printf '{"mode": "%s", "float8_recipe": %s, "compile_mode": "%s", "cuda_graphs": %s, "not_run": "%s", "seconds_before_stop": %s}\n' \
+    "$mode" "$recipe" "$cmode" "$([[ "$cmode" == reduce-overhead || "$cmode" == max-autotune ]] && echo true || echo false)" \
+    "$reason" "$secs" >"$OUTDIR/peer-$n.json"
+}
+
 wait_pid() { while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; }
 # Whether peer `n` waits at its gate (or has ended).
 settled() { [ -e "$OUTDIR/go-$1.ready" ] || ! kill -0 "$(cat "$OUTDIR/peer-$1.pid" 2>/dev/null || echo 0)" 2>/dev/null; }
@@ -111,6 +125,7 @@ for spec in "${early[@]}"; do
       log "$spec not ready by the deadline: stopped, not run"
       kill "$(cat "$OUTDIR/launcher.pid" 2>/dev/null || echo 0)" 2>/dev/null
       [ -e "$OUTDIR/peer-$n.pid" ] && kill "$(cat "$OUTDIR/peer-$n.pid")" 2>/dev/null
+      not_run "$spec" "still compiling at the deadline"
       break
     fi
     sleep 1
@@ -119,11 +134,15 @@ done
 for spec in "${early[@]}"; do
   [ -n "$spec" ] || continue
   n=$(name_of "$spec")
-  [ -e "$OUTDIR/go-$n.ready" ] && kill -0 "$(cat "$OUTDIR/peer-$n.pid")" 2>/dev/null || continue
+  if ! { [ -e "$OUTDIR/go-$n.ready" ] && kill -0 "$(cat "$OUTDIR/peer-$n.pid")" 2>/dev/null; }; then
+    [ -s "$OUTDIR/peer-$n.json" ] || not_run "$spec" "ended before its timed steps (see peer-$n.log)"
+    continue
+  fi
   log "timing $spec"
   touch "$OUTDIR/go-$n"
   wait_pid "$(cat "$OUTDIR/peer-$n.pid")"
   tail -1 "$OUTDIR/peer-$n.log"
+  [ -s "$OUTDIR/peer-$n.json" ] || not_run "$spec" "failed (see peer-$n.log)"
 done
 IFS=, read -ra all <<<"$PEERS"
 for spec in "${all[@]}"; do
@@ -134,6 +153,7 @@ for spec in "${all[@]}"; do
   start_peer "$spec" ""
   wait_pid "$(cat "$OUTDIR/peer-$n.pid")"
   tail -1 "$OUTDIR/peer-$n.log"
+  [ -s "$OUTDIR/peer-$n.json" ] || not_run "$spec" "failed (see peer-$n.log)"
 done
 
 rc=0

@@ -21,14 +21,34 @@ NEAREST = {"fp8:delayed": "nearest: torchao has no delayed scaling", "fp8:block"
            "fp8": "the config's recipe"}
 
 
+def measured(p):
+    """A peer that ran; scripts/peer-bench.sh writes {"not_run": reason, ...} for one that did not."""
+    return "not_run" not in p
+
+
+def same_recipe(p, mode, recipe):
+    return p["mode"] == mode and p.get("float8_recipe") == recipe
+
+
 def best_peer(peers, mode, recipe):
-    runs = [p for p in peers if p["mode"] == mode and p.get("float8_recipe") == recipe]
+    runs = [p for p in peers if measured(p) and same_recipe(p, mode, recipe)]
     return max(runs, key=lambda p: p["tokens_per_s"]) if runs else None
 
 
 def peer_name(p):
     name = "PyTorch bf16" if p["mode"] == "compile" else f"torchao float8 {p['float8_recipe']}"
     return f"{name} + torch.compile {p['compile_mode']} (CUDA graphs {'on' if p['cuda_graphs'] else 'off'})"
+
+
+def not_run_note(p):
+    secs = p.get("seconds_before_stop")
+    return f"not run: {p['not_run']}" + (f" ({secs} s after it started)" if secs is not None else "")
+
+
+def unmeasured_modes(peers, mode, recipe):
+    """'; not run: max-autotune (why)' for the peer recipe's modes that gave no result."""
+    missing = [p for p in peers if not measured(p) and same_recipe(p, mode, recipe)]
+    return "".join(f"; {p['compile_mode']} {not_run_note(p)}" for p in missing)
 
 
 def rows(bench, peers):
@@ -38,14 +58,19 @@ def rows(bench, peers):
         mode, recipe = PEER_OF.get(label, (None, None))
         p = best_peer(peers, mode, recipe) if mode else None
         gib = r["peak_memory_bytes"] / 2**30
+        name = peer_name(p) + (f" [{NEAREST[label]}]" if label in NEAREST else "") if p else "none measured"
         out.append({
             "row": f"fp8train {label} (CUDA graphs {'on' if r.get('cuda_graph') else 'off'})",
             "step_ms": r["median_step_ms"], "tokens_per_s": r["tokens_per_s"], "peak_gib": gib,
-            "peer": peer_name(p) + (f" [{NEAREST[label]}]" if label in NEAREST else "") if p else "not run",
+            "peer": name + (unmeasured_modes(peers, mode, recipe) if mode else ""),
             "speed_ratio": r["tokens_per_s"] / p["tokens_per_s"] if p else None,
             "memory_ratio": gib / p["peak_memory_gib"] if p and p.get("peak_memory_gib") else None,
         })
     for p in sorted(peers, key=lambda p: (p["mode"], str(p.get("float8_recipe")), p["compile_mode"] or "")):
+        if not measured(p):
+            out.append({"row": peer_name(p), "step_ms": None, "tokens_per_s": None, "peak_gib": None,
+                        "peer": not_run_note(p), "speed_ratio": None, "memory_ratio": None})
+            continue
         out.append({"row": peer_name(p), "step_ms": p["step_ms"], "tokens_per_s": p["tokens_per_s"],
                     "peak_gib": p["peak_memory_gib"], "peer": "", "speed_ratio": None, "memory_ratio": None})
     return out
