@@ -84,7 +84,7 @@ not_run() {
   [ "$mode" = float8 ] && recipe='"tensorwise"'
   [[ "$kind" == *-* ]] && recipe="\"${kind#*-}\""
   started=$(stat -c %Y "$OUTDIR/peer-$n.pid" 2>/dev/null) && secs=$(( $(date +%s) - started ))
-  printf '{"mode": "%s", "float8_recipe": %s, "compile_mode": "%s", "cuda_graphs": %s, "not_run": "%s", "seconds_before_stop": %s}\n' \
+  printf '{"mode": "%s", "float8_recipe": %s, "compile_mode": "%s", "cuda_graphs": %s, "not_run": "%s", "seconds_since_start": %s}\n' \
     "$mode" "$recipe" "$cmode" "$([[ "$cmode" == reduce-overhead || "$cmode" == max-autotune ]] && echo true || echo false)" \
     "$reason" "$secs" >"$OUTDIR/peer-$n.json"
 }

@@ -41,7 +41,7 @@ def peer_name(p):
 
 
 def not_run_note(p):
-    secs = p.get("seconds_before_stop")
+    secs = p.get("seconds_since_start")
     return f"not run: {p['not_run']}" + (f" ({secs} s after it started)" if secs is not None else "")
 
 
