@@ -59,12 +59,22 @@ log() { echo "[peer-bench $(date +%H:%M:%S)] $*"; }
 contains() { [[ ",$1," == *",$2,"* ]]; }
 name_of() { echo "$1" | tr ':' '_'; }
 
+# A spec MODE[-RECIPE]:COMPILE_MODE into the caller's locals mode, recipe (torchao's; tensorwise
+# unless named) and cmode.
+parse_spec() {
+  local kind=${1%%:*}
+  cmode=${1#*:}
+  mode=${kind%%-*}
+  recipe=tensorwise
+  [[ "$kind" == *-* ]] && recipe=${kind#*-}
+  return 0
+}
+
 # Starts one peer in the background; gate: the file it waits for before timing ("" = none).
 start_peer() {
-  local spec=$1 gate=$2 kind=${1%%:*} cmode=${1#*:} mode recipe=tensorwise n
+  local spec=$1 gate=$2 mode recipe cmode n
+  parse_spec "$spec"
   n=$(name_of "$spec")
-  mode=${kind%%-*}
-  [[ "$kind" == *-* ]] && recipe=${kind#*-}
   local args=(scripts/reference_bench.py --model "$MODEL" --mode "$mode" --compile-mode "$cmode"
               --float8-recipe "$recipe" --steps "$STEPS" --warmup "$WARMUP" --json "$OUTDIR/peer-$n.json")
   [ -n "$BATCH" ] && args+=(--micro-batch "$BATCH")
@@ -77,16 +87,17 @@ start_peer() {
 
 # A peer that gave no result (stopped at the deadline, or failed) leaves a record saying so, with
 # how long it had been compiling: scripts/peer_table.py lists it as not run instead of dropping it.
+# The fields are reference_bench.py's (float8_recipe null for PyTorch bf16; CUDA graphs in the
+# modes its COMPILE_MODES replays).
 not_run() {
-  local spec=$1 reason=$2 kind=${1%%:*} cmode=${1#*:} mode recipe=null n started secs=null
+  local spec=$1 reason=$2 mode recipe cmode n started secs=null graphs=false
+  parse_spec "$spec"
   n=$(name_of "$spec")
-  mode=${kind%%-*}
-  [ "$mode" = float8 ] && recipe='"tensorwise"'
-  [[ "$kind" == *-* ]] && recipe="\"${kind#*-}\""
+  [ "$mode" = float8 ] && recipe="\"$recipe\"" || recipe=null
+  [[ "$cmode" == reduce-overhead || "$cmode" == max-autotune ]] && graphs=true
   started=$(stat -c %Y "$OUTDIR/peer-$n.pid" 2>/dev/null) && secs=$(( $(date +%s) - started ))
   printf '{"mode": "%s", "float8_recipe": %s, "compile_mode": "%s", "cuda_graphs": %s, "not_run": "%s", "seconds_since_start": %s}\n' \
-    "$mode" "$recipe" "$cmode" "$([[ "$cmode" == reduce-overhead || "$cmode" == max-autotune ]] && echo true || echo false)" \
-    "$reason" "$secs" >"$OUTDIR/peer-$n.json"
+    "$mode" "$recipe" "$cmode" "$graphs" "$reason" "$secs" >"$OUTDIR/peer-$n.json"
 }
 
 wait_pid() { while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; }
