@@ -15,16 +15,16 @@
 // The last CTA to finish (a ticket counter) reads the final amax, writes it, computes the scale
 // with scaling_math.h current_scale (the one formula of the CPU and the GPU), and zeroes the
 // accumulator and ticket for the next call: one launch per cast, no memset, no scale kernel.
-#include <atomic>  // std::atomic
-
 #include "activation.cuh"               // gelu_tanh, gelu_tanh_backward, DtypeRound
 #include "dispatch.cuh"                 // dispatch_dtype, IntTag
 #include "fp8_device.cuh"               // abs_bits, warp_max_int, load_elem, store_elem, quotient
 #include "fp8t_kernels.h"               // the C API
 #include "lib/fp8/math/scaling_math.h"  // fp8t::fp8::current_scale
-#include "lib/fp8/math/swiglu_math.h"   // swiglu, swiglu_backward
+#include "launch.cuh"                   // sm_count, allow_dynamic_smem
+#include "lib/fp8/math/swiglu_math.h"   // swiglu_given, swiglu_backward_given
 #include "packed.cuh"                   // Packed128, elem_bytes, stg_floats
 #include "precondition.cuh"             // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
+#include "silu_table.cuh"               // GateSilu, build_gate_silu, silu_table_bytes
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -103,9 +103,24 @@ __device__ __forceinline__ const void* input_base(const AmaxArgs& a, int i) {
   return i == 0 ? a.x : a.h;                 // x; or dy = x, then h (GELU) or gate and up (SwiGLU)
 }
 
+// The SwiGLU ops' silu(gate): the bf16 table each block builds in shared memory, or the formula
+// (kernels/silu_table.cuh); unused by the other ops.
+template <int kOp>
+constexpr bool uses_silu() {
+  return kOp == kSwiglu || kOp == kDswiglu;
+}
+template <int kDtype, int kOp>
+using OpSilu = GateSilu<kDtype, kOp == kDswiglu>;
+
+template <int kDtype, int kOp>
+constexpr size_t op_smem_bytes() {
+  return uses_silu<kOp>() ? silu_table_bytes<kDtype, kOp == kDswiglu>() : 0;
+}
+
 // The value(s) of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.
 template <int kDtype, int kOp>
-__device__ __forceinline__ void point_values(const float (&in)[3], float (&v)[n_values<kOp>()]) {
+__device__ __forceinline__ void point_values(const float (&in)[3], const OpSilu<kDtype, kOp>& silu,
+                                             float (&v)[n_values<kOp>()]) {
   if constexpr (kOp == kNone) {
     v[0] = in[0];
   } else if constexpr (kOp == kGelu) {
@@ -113,9 +128,10 @@ __device__ __forceinline__ void point_values(const float (&in)[3], float (&v)[n_
   } else if constexpr (kOp == kDgelu) {
     v[0] = round_to_dtype<kDtype>(gelu_tanh_backward(in[0], in[1]));
   } else if constexpr (kOp == kSwiglu) {
-    v[0] = fp8t::fp8::swiglu(in[0], in[1], DtypeRound<kDtype>{});
+    v[0] = fp8t::fp8::swiglu_given(silu(in[0]).silu, in[1], DtypeRound<kDtype>{});
   } else {
-    const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward(in[0], in[1], in[2], DtypeRound<kDtype>{});
+    const fp8t::fp8::SwigluGrad g =
+        fp8t::fp8::swiglu_backward_given(in[0], in[1], in[2], silu(in[1]), DtypeRound<kDtype>{});
     v[0] = g.gate;
     v[1] = g.up;
   }
@@ -134,7 +150,7 @@ __device__ __forceinline__ int max_abs_bits(const float (&v)[n_values<kOp>()]) {
 template <int kDtype, int kOp>
 __device__ __forceinline__ int value_bits(const float (&in)[3]) {
   float v[n_values<kOp>()];
-  point_values<kDtype, kOp>(in, v);
+  point_values<kDtype, kOp>(in, OpSilu<kDtype, kOp>{}, v);
   return max_abs_bits<kOp>(v);
 }
 
@@ -156,14 +172,14 @@ __device__ __forceinline__ void store_values(const AmaxArgs& a, int64_t p, const
 
 // One point, scalar loads (any alignment); kStore also writes its value(s).
 template <int kDtype, int kOp, bool kStore>
-__device__ __forceinline__ int point_bits(const AmaxArgs& a, int64_t p) {
+__device__ __forceinline__ int point_bits(const AmaxArgs& a, const OpSilu<kDtype, kOp>& silu, int64_t p) {
   int64_t off[3];
   input_offsets<kOp>(p, a.cols, off);
   float in[3] = {0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < n_inputs<kOp>(); ++i) in[i] = load_elem<kDtype>(input_base<kOp>(a, i), off[i]);
   float v[n_values<kOp>()];
-  point_values<kDtype, kOp>(in, v);
+  point_values<kDtype, kOp>(in, silu, v);
   if constexpr (kStore) {
     float w[n_values<kOp>()][1];
 #pragma unroll
@@ -187,8 +203,8 @@ __device__ __forceinline__ void load_group(const AmaxArgs& a, int64_t g, Packed1
 
 // The group's max |value| bits; kStore also writes its values (16-byte stores).
 template <int kDtype, int kOp, bool kStore>
-__device__ __forceinline__ int group_bits(const AmaxArgs& a, int64_t g, const Packed128 (&q)[3],
-                                          const int64_t (&off)[3]) {
+__device__ __forceinline__ int group_bits(const AmaxArgs& a, const OpSilu<kDtype, kOp>& silu, int64_t g,
+                                          const Packed128 (&q)[3], const int64_t (&off)[3]) {
   constexpr int kVec = Packed128::elems<kDtype>();
   float v[3][kVec];
 #pragma unroll
@@ -199,7 +215,7 @@ __device__ __forceinline__ int group_bits(const AmaxArgs& a, int64_t g, const Pa
   for (int j = 0; j < kVec; ++j) {
     const float in[3] = {v[0][j], n_inputs<kOp>() > 1 ? v[1][j] : 0.0f, n_inputs<kOp>() > 2 ? v[2][j] : 0.0f};
     float pv[n_values<kOp>()];
-    point_values<kDtype, kOp>(in, pv);
+    point_values<kDtype, kOp>(in, silu, pv);
 #pragma unroll
     for (int i = 0; i < n_values<kOp>(); ++i) out[i][j] = pv[i], m = max(m, abs_bits(pv[i]));
   }
@@ -278,14 +294,16 @@ __device__ __forceinline__ int thread_bits_skip(const AmaxArgs& a) {
     m = warp_max_int(m);
   }
   for (; g < groups; g += stride) m = skip_group_bits<kDtype, kOp>(a, g, Packed128::ldg(x + g * 16), m);
-  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp, false>(a, p));
+  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) {
+    m = max(m, point_bits<kDtype, kOp, false>(a, OpSilu<kDtype, kOp>{}, p));
+  }
   return m;
 }
 
 // This thread's max over its vector groups (grid-stride, kUnroll groups' loads issued before the
 // first is evaluated), then over the scalar tail points n_groups * kVec .. n.
 template <int kDtype, int kOp, bool kStore>
-__device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a) {
+__device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a, const OpSilu<kDtype, kOp>& silu) {
   constexpr int kVec = Packed128::elems<kDtype>();
   constexpr int kUnroll = unroll<kOp>();
   const int64_t groups = a.n / kVec;
@@ -299,24 +317,26 @@ __device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) load_group<kDtype, kOp>(a, g + u * stride, q[u], off[u]);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) m = max(m, group_bits<kDtype, kOp, kStore>(a, g + u * stride, q[u], off[u]));
+    for (int u = 0; u < kUnroll; ++u) {
+      m = max(m, group_bits<kDtype, kOp, kStore>(a, silu, g + u * stride, q[u], off[u]));
+    }
   }
   for (; g < groups; g += stride) {
     Packed128 q[3];
     int64_t off[3];
     load_group<kDtype, kOp>(a, g, q, off);
-    m = max(m, group_bits<kDtype, kOp, kStore>(a, g, q, off));
+    m = max(m, group_bits<kDtype, kOp, kStore>(a, silu, g, q, off));
   }
-  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp, kStore>(a, p));
+  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp, kStore>(a, silu, p));
   return m;
 }
 
 template <int kDtype, int kOp, bool kStore>
-__device__ __forceinline__ int thread_bits_scalar(const AmaxArgs& a) {
+__device__ __forceinline__ int thread_bits_scalar(const AmaxArgs& a, const OpSilu<kDtype, kOp>& silu) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int m = 0;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < a.n; p += stride) {
-    m = max(m, point_bits<kDtype, kOp, kStore>(a, p));
+    m = max(m, point_bits<kDtype, kOp, kStore>(a, silu, p));
   }
   return m;
 }
@@ -349,13 +369,16 @@ __device__ __forceinline__ void commit_and_finish(int v, const AmaxArgs& a) {
 template <int kDtype, int kOp, bool kStore>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a) {
   static_assert(valid_store<kOp, kStore>(), "only the SwiGLU ops write their value");
+  extern __shared__ __align__(16) unsigned char table_smem[];  // op_smem_bytes<kDtype, kOp>()
+  OpSilu<kDtype, kOp> silu{};
+  if constexpr (uses_silu<kOp>()) silu = build_gate_silu<kDtype, kOp == kDswiglu>(table_smem);
   int v;
   if (!a.vec) {
-    v = thread_bits_scalar<kDtype, kOp, kStore>(a);
+    v = thread_bits_scalar<kDtype, kOp, kStore>(a, silu);
   } else if constexpr (skips<kOp>()) {
     v = thread_bits_skip<kDtype, kOp>(a);  // a skipped element is not evaluated: never kStore
   } else {
-    v = thread_bits_vec<kDtype, kOp, kStore>(a);
+    v = thread_bits_vec<kDtype, kOp, kStore>(a, silu);
   }
   commit_and_finish(v, a);
 }
@@ -369,19 +392,6 @@ void dispatch_op(int op, F&& f) {
     case kDswiglu: f(IntTag<kDswiglu>{}); break;
     default: f(IntTag<kNone>{}); break;
   }
-}
-
-// SMs of the current device, asked once per device.
-int sm_count() {
-  static std::atomic<int> counts[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  int c = counts[dev].load(std::memory_order_relaxed);
-  if (c == 0) {
-    if (cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c <= 0) c = 132;
-    counts[dev].store(c, std::memory_order_relaxed);
-  }
-  return c;
 }
 
 // CTAs: one thread per vector group (or point) at most, a few CTAs per SM at most, at least 1 (an
@@ -398,6 +408,14 @@ unsigned grid_size(int64_t work) {
 // ---- launchers ------------------------------------------------------------------------------
 
 namespace {
+
+// One launch with `smem` bytes of dynamic shared memory (the SwiGLU ops' table); a failed opt-in
+// is left for the launcher's cudaGetLastError (the launch then fails too).
+template <auto kKernel>
+void launch_amax(unsigned grid, size_t smem, cudaStream_t stream, const AmaxArgs& args) {
+  (void)allow_dynamic_smem<kKernel>(smem);
+  kKernel<<<grid, kThreads, smem, stream>>>(args);
+}
 
 // The checks and the launch behind both launchers (`launcher` names the entry point in a failed
 // check); want_value (SwiGLU ops only) also writes the value to out.
@@ -434,13 +452,14 @@ cudaError_t amax_scale_impl(const char* launcher, int act, const void* x, const 
     dispatch_dtype(dtype, [&](auto dt) {
       constexpr int kOp = decltype(op)::value;
       constexpr int kDt = decltype(dt)::value;
+      constexpr size_t kSmem = op_smem_bytes<kDt, kOp>();
       if constexpr (valid_store<kOp, true>()) {
         if (out != nullptr) {
-          amax_kernel<kDt, kOp, true><<<grid, kThreads, 0, stream>>>(args);
+          launch_amax<amax_kernel<kDt, kOp, true>>(grid, kSmem, stream, args);
           return;
         }
       }
-      amax_kernel<kDt, kOp, false><<<grid, kThreads, 0, stream>>>(args);
+      launch_amax<amax_kernel<kDt, kOp, false>>(grid, kSmem, stream, args);
     });
   });
   return cudaGetLastError();

@@ -14,7 +14,8 @@
 // gate and up) and writing both gradient halves from the same registers:
 // - bf16 without dbias (the LLaMA MLP): the 128x64 tiles of kernels/transpose_tile.cuh (grid-stride,
 //   the forward's next tile loaded while the current one is evaluated, column words in shared
-//   memory, 16-byte transposed stores, one amax atomic per block);
+//   memory, 16-byte transposed stores, one amax atomic per block), with silu(gate) read from the
+//   table of kernels/silu_table.cuh that each block builds first;
 // - with dbias, or fp32 inputs (whose tiles would need twice the registers): the 64x64 tiles of
 //   kernels/cast_tile.cuh. Its dbias partials follow cast_transpose's summation order exactly, so
 //   dbias equals fp8t_cast_transpose_dbias of the materialised gradient bit for bit.
@@ -26,8 +27,10 @@
 #include "dispatch.cuh"                // dispatch_dtype_format, dispatch_bool
 #include "fp8_device.cuh"              // round_to_dtype, to_fp8x2, abs_bits, block_amax_commit
 #include "fp8t_kernels.h"              // the C API
-#include "lib/fp8/math/swiglu_math.h"  // swiglu, swiglu_backward
+#include "launch.cuh"                  // allow_dynamic_smem
+#include "lib/fp8/math/swiglu_math.h"  // swiglu, swiglu_backward, swiglu_given, swiglu_backward_given
 #include "precondition.cuh"            // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
+#include "silu_table.cuh"              // GateSilu, build_gate_silu, silu_table_bytes
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -179,7 +182,8 @@ __device__ __forceinline__ void load_swiglu_tile(const SwigluArgs& a, const ttil
 
 // The values the cast sees in the thread's row rr: y (kOut = 1) or [dgate, dup] (kOut = 2).
 template <int kDtype, bool kBackward, int kOut>
-__device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& in, int rr,
+__device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& in,
+                                           const GateSilu<kDtype, kBackward>& silu, int rr,
                                            float (&v)[kOut][ttile::kChunk]) {
   float gate[ttile::kChunk], up[ttile::kChunk];
   ttile::unpack_row<kDtype>(in.gate, rr, gate);
@@ -190,26 +194,27 @@ __device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& 
     ttile::unpack_row<kDtype>(in.dy, rr, dy);
 #pragma unroll
     for (int j = 0; j < ttile::kChunk; ++j) {
-      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward(dy[j], gate[j], up[j], round);
+      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward_given(dy[j], gate[j], up[j], silu(gate[j]), round);
       v[0][j] = g.gate;
       v[kOut - 1][j] = g.up;
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < ttile::kChunk; ++j) v[0][j] = fp8t::fp8::swiglu(gate[j], up[j], round);
+    for (int j = 0; j < ttile::kChunk; ++j) v[0][j] = fp8t::fp8::swiglu_given(silu(gate[j]).silu, up[j], round);
   }
 }
 
 // Encodes the thread's 4 rows of the tile (each output half) and returns their amax. A row whose
 // max is NaN has its codes repaired and its amax taken without the NaNs (ttile::fix_nan_codes).
 template <int kDtype, int kFormat, bool kBackward, int kOut>
-__device__ __forceinline__ float encode_swiglu_tile(const SwigluTile<kDtype, kBackward>& in, float scale,
+__device__ __forceinline__ float encode_swiglu_tile(const SwigluTile<kDtype, kBackward>& in,
+                                                    const GateSilu<kDtype, kBackward>& silu, float scale,
                                                     uint32_t (&codes)[kOut][ttile::kRowsPerThread][2]) {
   float m = 0.0f;
 #pragma unroll
   for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
     float v[kOut][ttile::kChunk];
-    swiglu_row<kDtype, kBackward, kOut>(in, rr, v);
+    swiglu_row<kDtype, kBackward, kOut>(in, silu, rr, v);
 #pragma unroll
     for (int o = 0; o < kOut; ++o) {
       const float row_max = ttile::encode_row<kFormat>(v[o], scale, codes[o][rr]);
@@ -236,6 +241,8 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
   constexpr int kOut = kBackward ? 2 : 1;
   constexpr bool kPrefetch = !kBackward;
   __shared__ __align__(16) uint32_t words[2][kOut][ttile::kCols * ttile::kWordsPerCol];
+  extern __shared__ __align__(16) unsigned char table_smem[];  // silu_table_bytes<kDtype, kBackward>()
+  const GateSilu<kDtype, kBackward> silu = build_gate_silu<kDtype, kBackward>(table_smem);
   const float scale = a.scale != nullptr ? *a.scale : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale != nullptr && a.scale_inv_out != nullptr) {
     *a.scale_inv_out = 1.0f / scale;
@@ -259,7 +266,7 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
       }
     }
     uint32_t codes[kOut][ttile::kRowsPerThread][2];
-    m = fmaxf(m, encode_swiglu_tile<kDtype, kFormat, kBackward, kOut>(cur, scale, codes));
+    m = fmaxf(m, encode_swiglu_tile<kDtype, kFormat, kBackward, kOut>(cur, silu, scale, codes));
     if (a.out_row != nullptr) {
       const int64_t row0 = ttile::thread_row0(p);
       const int64_t col = ttile::thread_col(p);
@@ -291,6 +298,11 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
   block_amax_commit(__float_as_int(m), a.amax);
 }
 
+// Waves of resident blocks of the tiled kernel: two, not transpose_tile.cuh's four, since every
+// block first builds its silu table (8192 evaluations of the formula); two still halve the time a
+// block delayed by another stream's kernels adds.
+constexpr int64_t kTableWaves = 2;
+
 // The tiled kernel (bf16 inputs). Its vector path also needs 16-byte transposed stores: rows a
 // multiple of 16 and the columnwise output 16-byte aligned (a.vec has the 16-byte inputs and the
 // 8-byte code rows).
@@ -298,10 +310,12 @@ void launch_tiled(bool backward, int fp8_format, cudaStream_t stream, const Swig
   const bool vec = a.vec && a.rows % 16 == 0 && (a.out_col == nullptr || aligned(a.out_col, 16));
   dispatch_bool(backward, [&](auto backward_tag) {
     dispatch_format(fp8_format, [&](auto format) {
-      constexpr auto kKernel =
-          swiglu_cast_tiled_kernel<FP8T_DTYPE_BF16, decltype(format)::value, decltype(backward_tag)::value>;
-      const ttile::TiledGrid g = ttile::tiled_grid(a.rows, a.cols, ttile::resident_blocks<kKernel>());
-      kKernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, 0, stream>>>(a, g.row_tiles, g.col_tiles, vec);
+      constexpr bool kBackward = decltype(backward_tag)::value;
+      constexpr auto kKernel = swiglu_cast_tiled_kernel<FP8T_DTYPE_BF16, decltype(format)::value, kBackward>;
+      constexpr size_t kSmem = silu_table_bytes<FP8T_DTYPE_BF16, kBackward>();
+      (void)allow_dynamic_smem<kKernel>(kSmem);  // a failed opt-in fails the launch: swiglu_impl's cudaGetLastError
+      const ttile::TiledGrid g = ttile::tiled_grid(a.rows, a.cols, ttile::resident_blocks<kKernel>(kSmem), kTableWaves);
+      kKernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, kSmem, stream>>>(a, g.row_tiles, g.col_tiles, vec);
     });
   });
 }

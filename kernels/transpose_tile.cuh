@@ -22,12 +22,13 @@
 // Only included by kernels/*.cu (nvcc); no LibTorch.
 #pragma once
 
-#include <cuda_runtime.h>  // cudaOccupancyMaxActiveBlocksPerMultiprocessor, cudaDeviceGetAttribute
 #include <math.h>          // fabsf, fmaxf
+#include <stddef.h>        // size_t
 #include <stdint.h>        // uint8_t, uint32_t, int64_t
 
 #include "fp8_device.cuh"         // bf16_bits_to_float, float_to_bf16_bits, load_elem
 #include "fp8t_kernels.h"         // FP8T_DTYPE_*, FP8T_FORMAT_*
+#include "launch.cuh"             // kern::resident_blocks
 #include "lib/fp8/math/format.h"  // fp8::encode_e4m3 / encode_e5m2 (pre-sm_89 fallback)
 #include "packed.cuh"             // Packed128, elem_bytes
 
@@ -314,25 +315,11 @@ __device__ __forceinline__ void stage_columns(const uint32_t (&codes)[kRowsPerTh
 
 // ---- launch geometry (host) ------------------------------------------------------------------
 
-// Blocks of the tiled kernel `kKernel` that fit on the current device at once. The per-SM count
-// depends only on the kernel (registers, shared memory), so it is asked once per kernel.
+// Blocks of the tiled kernel `kKernel` that fit on the current device at once (kernels/launch.cuh),
+// with `dynamic_smem` bytes of dynamic shared memory per block.
 template <auto kKernel>
-int64_t resident_blocks() {
-  static const int per_sm = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();  // not the launch's error: fall back to one block per SM
-      n = 1;
-    }
-    return n < 1 ? 1 : n;
-  }();
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    sms = 1;
-  }
-  return static_cast<int64_t>(per_sm) * (sms < 1 ? 1 : sms);
+int64_t resident_blocks(size_t dynamic_smem = 0) {
+  return kern::resident_blocks<kKernel>(kThreads, dynamic_smem);
 }
 
 // Waves of resident blocks per launch. Each block walks a fixed share of the tiles, so a launch
@@ -343,17 +330,17 @@ int64_t resident_blocks() {
 constexpr int64_t kWaves = 4;
 
 // The tiled grid over [rows, cols]: row and column tiles (0 and 1 for an empty tensor, which walks
-// no tile and divides by no zero) and the number of blocks.
+// no tile and divides by no zero) and the number of blocks: at most `waves` waves of `resident`.
 struct TiledGrid {
   int64_t row_tiles, col_tiles, blocks;
 };
 
-inline TiledGrid tiled_grid(int64_t rows, int64_t cols, int64_t resident) {
+inline TiledGrid tiled_grid(int64_t rows, int64_t cols, int64_t resident, int64_t waves = kWaves) {
   const int64_t n_tiles = n_row_tiles(rows) * n_col_tiles(cols);
   TiledGrid g;
   g.row_tiles = n_tiles == 0 ? 0 : n_row_tiles(rows);
   g.col_tiles = n_tiles == 0 ? 1 : n_col_tiles(cols);
-  const int64_t cap = kWaves * resident;
+  const int64_t cap = waves * resident;
   g.blocks = n_tiles < 1 ? 1 : (n_tiles < cap ? n_tiles : cap);
   return g;
 }

@@ -73,6 +73,17 @@ inline at::Tensor math_swiglu_backward(const at::Tensor& dy, const at::Tensor& h
 }
 
 // Number of elements whose float bits differ (NaN == NaN whatever the payload), and the first one.
+// h = [gate | up] of 65536 / f rows whose gates are every bf16 value once (bit patterns 0 ..
+// 0xFFFF in order: zeros, subnormals, each binade, inf and the NaNs) and whose up values are
+// 3 * N(0, 1): the silu table of kernels/silu_table.cuh and each of its closed forms, on the GPU.
+// f divides 65536.
+inline at::Tensor every_bf16_gate_h(int64_t f) {
+  const int64_t rows = 65536 / f;
+  const at::Tensor gate = at::arange(65536, at::kInt).bitwise_left_shift(16).view(at::kFloat).view({rows, f});
+  at::manual_seed(65536 + f);
+  return at::cat({gate, at::randn({rows, f}) * 3.0}, 1).to(at::kBFloat16);
+}
+
 struct BitDiff {
   int64_t count = 0;
   int64_t first = -1;

@@ -343,6 +343,27 @@ TEST_CASE("amax pass with the SwiGLU value: the value is swiglu_math.h's on the 
   }
 }
 
+TEST_CASE("amax pass with the SwiGLU value: every bf16 gate (the silu table and its closed forms) gives the "
+          "host's value and amax",
+          "[kernels][cuda]") {
+  require_gpu();
+  const int64_t f = 256, rows = 65536 / f;
+  const at::Tensor hc = every_bf16_gate_h(f);
+  at::manual_seed(7);
+  const at::Tensor dyc = (at::randn({rows, f}) * at::pow(2.0, at::randint(-8, 8, {rows, f}))).to(at::kBFloat16);
+  const at::Tensor hg = hc.cuda(), dyg = dyc.cuda();
+  const at::Tensor y = math_swiglu(hc), dh = math_swiglu_backward(dyc, hc);
+  const at::Tensor buf_y = at::full({rows * f}, -3.0, on_cuda(at::kBFloat16));
+  const at::Tensor buf_dh = at::full({rows * 2 * f}, -3.0, on_cuda(at::kBFloat16));
+  AmaxRun r;
+  REQUIRE(run_with_value(r, false, at::Tensor(), hg, at::kBFloat16, rows, f, buf_y, 0) == cudaSuccess);
+  require_result(r, host_amax(y, 0.0f));
+  require_same_value(buf_y, 0, y);
+  REQUIRE(run_with_value(r, true, dyg, hg, at::kBFloat16, rows, f, buf_dh, 0) == cudaSuccess);
+  require_result(r, host_amax(dh, 0.0f));
+  require_same_value(buf_dh, 0, dh);
+}
+
 TEST_CASE("amax pass: precondition violations return cudaErrorInvalidValue and are named", "[kernels][cuda]") {
   require_gpu();
   const at::Tensor x = at::ones({16, 16}, on_cuda(at::kFloat));

@@ -62,6 +62,25 @@ TEST_CASE("swiglu: the GPU SwiGLU equals the CPU's bits, forward and backward", 
   }
 }
 
+TEST_CASE("swiglu: every bf16 gate (the silu table and its closed forms) gives the CPU's bits, forward and "
+          "backward",
+          "[kernels][cuda]") {
+  require_gpu();
+  const int64_t f = 256, rows = 65536 / f;
+  const at::Tensor h = every_bf16_gate_h(f);
+  at::manual_seed(11);
+  const at::Tensor dy = (at::randn({rows, f}) * at::pow(2.0, at::randint(-8, 8, {rows, f}))).to(at::kBFloat16);
+  const at::Tensor hg = h.cuda().requires_grad_();
+  const at::Tensor y = ops::swiglu(hg);
+  y.backward(dy.cuda());
+  const BitDiff dy_bits = bit_diff(y.detach().cpu(), math_swiglu(h));
+  const BitDiff dh_bits = bit_diff(hg.grad().cpu(), math_swiglu_backward(dy, h));
+  INFO("y: " << dy_bits.count << " differ (first " << dy_bits.first << "); dh: " << dh_bits.count << " differ (first "
+             << dh_bits.first << ")");
+  CHECK(dy_bits.count == 0);
+  CHECK(dh_bits.count == 0);
+}
+
 TEST_CASE("swiglu: between forward and backward only h is kept, not silu(gate)", "[kernels][cuda]") {
   require_gpu();
   const int64_t rows = 256, f = 512, h_bytes = rows * 2 * f * 2, y_bytes = rows * f * 2;

@@ -190,6 +190,33 @@ TEST_CASE("swiglu cast: backward codes (both layouts) and amax bit-exact against
   }
 }
 
+TEST_CASE("swiglu cast: every bf16 gate (the silu table and its closed forms) gives the CPU emulation's codes and "
+          "amax, forward and backward",
+          "[kernels][cuda]") {
+  require_gpu();
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  const int64_t f = 256, rows = 65536 / f;  // whole 128x64 tiles: the tiled kernel's vector path
+  const at::Tensor h = every_bf16_gate_h(f), dy = make_dy(rows, f, at::kBFloat16);
+  const at::Tensor hg = h.cuda(), dyg = dy.cuda();
+  const at::Tensor scale_t = at::full({}, 8.0f, on_cuda(at::kFloat));
+  for (const bool backward : {false, true}) {
+    CAPTURE(backward);
+    const at::Tensor want = backward ? math_swiglu_backward(dy, h) : math_swiglu(h);
+    const Format fmt = backward ? Format::kE5M2 : Format::kE4M3;
+    Outputs o = sentinel_outputs(rows, want.size(1));
+    REQUIRE((backward ? fp8t_dswiglu_cast_transpose(dyg.data_ptr(), hg.data_ptr(), FP8T_DTYPE_BF16, rows, f,
+                                                    scale_t.data_ptr<float>(), format_code(fmt),
+                                                    o.row.data_ptr<uint8_t>(), o.col.data_ptr<uint8_t>(),
+                                                    o.amax.data_ptr<float>(), o.scale_inv.data_ptr<float>(), nullptr,
+                                                    nullptr, s)
+                      : fp8t_swiglu_cast_transpose(hg.data_ptr(), FP8T_DTYPE_BF16, rows, f, scale_t.data_ptr<float>(),
+                                                   format_code(fmt), o.row.data_ptr<uint8_t>(),
+                                                   o.col.data_ptr<uint8_t>(), o.amax.data_ptr<float>(),
+                                                   o.scale_inv.data_ptr<float>(), s)) == cudaSuccess);
+    require_outputs(o, want, 8.0f, fmt);
+  }
+}
+
 TEST_CASE("swiglu cast: NaN and infinite inputs give format.h's NaN code and an amax without the NaNs, as on the CPU",
           "[kernels][cuda]") {
   require_gpu();

@@ -129,11 +129,33 @@ struct IdentityRound {
   FP8T_HOST_DEVICE float operator()(float v) const { return v; }
 };
 
+// What the SwiGLU needs of the gate alone, from one exp: silu(gate) rounded to the dtype (the
+// forward multiplies it by up; the backward's dup is dy times it) and the sigmoid in FP32 (the
+// backward's dgate).
+struct SiluOfGate {
+  float silu;  // round(gate / (1 + exp(-gate)))
+  float sig;   // 1 / (1 + exp(-gate))
+};
+
+template <typename Round>
+FP8T_HOST_DEVICE SiluOfGate silu_of_gate(float gate, Round round) {
+  const float e = vector_exp(-gate);
+  SiluOfGate s;
+  s.silu = round(gate / (1.0f + e));
+  s.sig = 1.0f / (1.0f + e);
+  return s;
+}
+
 // y = silu(gate) * up in the activation dtype: at::silu rounds its result to the dtype, then the
-// product is rounded again (at::mul).
+// product is rounded again (at::mul). swiglu_given takes the rounded silu(gate).
+template <typename Round>
+FP8T_HOST_DEVICE float swiglu_given(float silu_gate, float up, Round round) {
+  return round(silu_gate * up);
+}
+
 template <typename Round>
 FP8T_HOST_DEVICE float swiglu(float gate, float up, Round round) {
-  return round(round(silu(gate)) * up);
+  return swiglu_given(round(silu(gate)), up, round);
 }
 
 struct SwigluGrad {
@@ -145,16 +167,71 @@ struct SwigluGrad {
 //   MulBackward:  dsilu = dy * up,  dup = dy * silu(gate)   (silu(gate) as the forward stored it)
 //   SiluBackward: dgate = at::silu_backward(dsilu, gate)
 // with exp(-gate) evaluated once for both (ATen evaluates it twice, identically).
+// swiglu_backward_given takes silu_of_gate(gate, round).
+template <typename Round>
+FP8T_HOST_DEVICE SwigluGrad swiglu_backward_given(float dy, float gate, float up, SiluOfGate s, Round round) {
+  const float dsilu = round(dy * up);
+  SwigluGrad g;
+  g.gate = round(dsilu * s.sig * swiglu_detail::fma_rn(gate, 1.0f - s.sig, 1.0f));
+  g.up = round(dy * s.silu);
+  return g;
+}
+
 template <typename Round>
 FP8T_HOST_DEVICE SwigluGrad swiglu_backward(float dy, float gate, float up, Round round) {
-  const float e = vector_exp(-gate);
-  const float s = round(gate / (1.0f + e));
-  const float dsilu = round(dy * up);
-  const float sig = 1.0f / (1.0f + e);
-  SwigluGrad g;
-  g.gate = round(dsilu * sig * swiglu_detail::fma_rn(gate, 1.0f - sig, 1.0f));
-  g.up = round(dy * s);
-  return g;
+  return swiglu_backward_given(dy, gate, up, silu_of_gate(gate, round), round);
+}
+
+// ---- silu_of_gate of a bf16 gate, from a table -----------------------------------------------
+// A bf16 gate has 65536 values, so silu_of_gate is a function of 16 bits: the GPU kernels look it
+// up instead of evaluating vector_exp and the IEEE divisions per element (those made the SwiGLU
+// kernels bound by instructions, not bytes). The table holds the gates with the exponent field
+// in [kSiluTableExpLo, kSiluTableExpHi], 2^-25 <= |gate| < 128, both signs (8192 entries); the
+// others have closed forms, the same bits as the formula:
+//   |gate| < 2^-25 (zeros and subnormals too): exp(-gate) rounds to 1, so silu = round(gate / 2)
+//     (gate / 2 is exact: 0.5 * gate) and sig = 1 / 2;
+//   |gate| >= 128, finite: exp(-gate) is 0 (below -104) for a positive gate: silu = gate, sig = 1;
+//     +inf for a negative one: silu = gate / inf = -0, sig = 0;
+//   inf and NaN: the formula itself.
+// tests/fp8/math/test_swiglu_math.cpp compares every bf16 gate with the formula, bit for bit.
+constexpr int kSiluTableExpLo = 102;                                            // |gate| >= 2^-25
+constexpr int kSiluTableExpHi = 133;                                            // |gate| < 2^7
+constexpr int kSiluTableHalf = (kSiluTableExpHi - kSiluTableExpLo + 1) * 128;  // entries per sign
+constexpr int kSiluTableSize = 2 * kSiluTableHalf;                              // 8192
+
+// The gate of table entry i in [0, kSiluTableSize): the sign is i / kSiluTableHalf, the bf16
+// exponent and mantissa bits i % kSiluTableHalf past the first tabulated gate.
+FP8T_HOST_DEVICE float silu_table_gate(int i) {
+  const uint32_t u = static_cast<uint32_t>(i);
+  const uint32_t sign = u / kSiluTableHalf;
+  const uint32_t magnitude = u % kSiluTableHalf + kSiluTableExpLo * 128;
+  return detail::bits_float(((sign << 15) | magnitude) << 16);
+}
+
+// silu_of_gate(gate, round) for a bf16 gate (a float whose low 16 bits are zero) and round the
+// bf16 rounding, where table(i) returns silu_of_gate(silu_table_gate(i), round) (its sig may be
+// left out where the caller uses only the silu). The table is read at a clamped index whatever
+// the class, so the classes cost selects, not branches; only inf and NaN branch to the formula.
+template <typename Table, typename Round>
+FP8T_HOST_DEVICE SiluOfGate silu_of_bf16_gate(float gate, const Table& table, Round round) {
+  const uint32_t b = detail::float_bits(gate) >> 16;
+  const uint32_t magnitude = b & 0x7FFFu;
+  if (magnitude >= 0x7F80u) return silu_of_gate(gate, round);  // inf, NaN
+  const int t = static_cast<int>(magnitude) - kSiluTableExpLo * 128;
+  const int clamped = t < 0 ? 0 : (t >= kSiluTableHalf ? kSiluTableHalf - 1 : t);
+  const bool negative = (b >> 15) != 0;
+  const SiluOfGate tabulated = table(clamped + (negative ? kSiluTableHalf : 0));
+  SiluOfGate s;
+  if (t < 0) {
+    s.silu = round(0.5f * gate);
+    s.sig = 0.5f;
+  } else if (t >= kSiluTableHalf) {
+    s.silu = negative ? -0.0f : gate;
+    s.sig = negative ? 0.0f : 1.0f;
+  } else {
+    s = tabulated;
+  }
+  return s;
 }
 
 }  // namespace fp8

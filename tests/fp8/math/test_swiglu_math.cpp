@@ -61,6 +61,8 @@ void require_matches_aten(const at::Tensor& got, const at::Tensor& aten, const c
   }
 }
 
+bool same_bits(float a, float b) { return fp8::detail::float_bits(a) == fp8::detail::float_bits(b); }
+
 }  // namespace
 
 TEST_CASE("swiglu math: vector_exp is within 1 ulp of exp, with ATen's limits", "[fp8]") {
@@ -138,4 +140,48 @@ TEST_CASE("swiglu math: forward and backward are the autograd of at::silu(gate) 
       require_matches_aten(test::math_swiglu_backward(dy, h), test::unfused_swiglu_backward(dy, h), "backward");
     }
   }
+}
+
+TEST_CASE("swiglu math: the bf16 gate table and its closed forms give the formula's bits for every bf16 gate",
+          "[fp8]") {
+  const test::Bf16Round round;
+  std::vector<fp8::SiluOfGate> table(fp8::kSiluTableSize);
+  for (int i = 0; i < fp8::kSiluTableSize; ++i) table[i] = fp8::silu_of_gate(fp8::silu_table_gate(i), round);
+  const auto lookup = [&](int i) { return table.at(static_cast<size_t>(i)); };
+
+  // Entry i is the one silu_of_bf16_gate reads for silu_table_gate(i): a table of markers.
+  const auto marker = [](int i) { return fp8::SiluOfGate{static_cast<float>(i), 0.0f}; };
+  int64_t misplaced = 0;
+  for (int i = 0; i < fp8::kSiluTableSize; ++i) {
+    misplaced += fp8::silu_of_bf16_gate(fp8::silu_table_gate(i), marker, round).silu != static_cast<float>(i);
+  }
+  REQUIRE(misplaced == 0);
+
+  // Every bf16 gate: silu and sig bit for bit (inf and NaN take the formula, so even NaN bits
+  // match), and through the forward and the backward at a few up and dy values.
+  const float ups[] = {1.5f, -0.375f, 3.0e38f, 0.0f};
+  int64_t differ = 0, first = -1, tiny = 0, large = 0, tabulated = 0;
+  for (uint32_t b = 0; b < 65536u; ++b) {
+    const float g = fp8::detail::bits_float(b << 16);
+    const fp8::SiluOfGate want = fp8::silu_of_gate(g, round), got = fp8::silu_of_bf16_gate(g, lookup, round);
+    bool same = same_bits(got.silu, want.silu) && same_bits(got.sig, want.sig);
+    for (const float u : ups) {
+      const fp8::SwigluGrad wg = fp8::swiglu_backward(u * 0.25f, g, u, round);
+      const fp8::SwigluGrad gg = fp8::swiglu_backward_given(u * 0.25f, g, u, got, round);
+      same = same && same_bits(fp8::swiglu_given(got.silu, u, round), fp8::swiglu(g, u, round)) &&
+             same_bits(gg.gate, wg.gate) && same_bits(gg.up, wg.up);
+    }
+    if (!same && first < 0) first = b;
+    differ += !same;
+    const uint32_t e = (b >> 7) & 0xFFu;
+    tiny += e < fp8::kSiluTableExpLo;
+    tabulated += e >= fp8::kSiluTableExpLo && e <= fp8::kSiluTableExpHi;
+    large += e > fp8::kSiluTableExpHi && e < 255u;
+  }
+  INFO(differ << " bf16 gates differ from the formula, the first with bits " << first);
+  REQUIRE(differ == 0);
+  // The classes as the table's range makes them: every bf16 gate is in one.
+  CHECK(tabulated == fp8::kSiluTableSize);
+  CHECK(tiny == 2 * 102 * 128);
+  CHECK(large == 2 * (254 - 133) * 128);
 }
