@@ -118,8 +118,15 @@ constexpr size_t op_smem_bytes() {
 }
 
 // The value(s) of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.
+// The input that holds the gate (SwiGLU ops): dy comes first in the backward.
+template <int kOp>
+constexpr int gate_input() {
+  return kOp == kDswiglu ? 1 : 0;
+}
+
+// sg: silu_of_gate of the point's gate (SwiGLU ops; ignored by the others).
 template <int kDtype, int kOp>
-__device__ __forceinline__ void point_values(const float (&in)[3], const OpSilu<kDtype, kOp>& silu,
+__device__ __forceinline__ void point_values(const float (&in)[3], const fp8t::fp8::SiluOfGate& sg,
                                              float (&v)[n_values<kOp>()]) {
   if constexpr (kOp == kNone) {
     v[0] = in[0];
@@ -128,10 +135,9 @@ __device__ __forceinline__ void point_values(const float (&in)[3], const OpSilu<
   } else if constexpr (kOp == kDgelu) {
     v[0] = round_to_dtype<kDtype>(gelu_tanh_backward(in[0], in[1]));
   } else if constexpr (kOp == kSwiglu) {
-    v[0] = fp8t::fp8::swiglu_given(silu(in[0]).silu, in[1], DtypeRound<kDtype>{});
+    v[0] = fp8t::fp8::swiglu_given(sg.silu, in[1], DtypeRound<kDtype>{});
   } else {
-    const fp8t::fp8::SwigluGrad g =
-        fp8t::fp8::swiglu_backward_given(in[0], in[1], in[2], silu(in[1]), DtypeRound<kDtype>{});
+    const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward_given(in[0], in[1], in[2], sg, DtypeRound<kDtype>{});
     v[0] = g.gate;
     v[1] = g.up;
   }
@@ -150,7 +156,7 @@ __device__ __forceinline__ int max_abs_bits(const float (&v)[n_values<kOp>()]) {
 template <int kDtype, int kOp>
 __device__ __forceinline__ int value_bits(const float (&in)[3]) {
   float v[n_values<kOp>()];
-  point_values<kDtype, kOp>(in, OpSilu<kDtype, kOp>{}, v);
+  point_values<kDtype, kOp>(in, fp8t::fp8::SiluOfGate{}, v);
   return max_abs_bits<kOp>(v);
 }
 
@@ -179,7 +185,9 @@ __device__ __forceinline__ int point_bits(const AmaxArgs& a, const OpSilu<kDtype
 #pragma unroll
   for (int i = 0; i < n_inputs<kOp>(); ++i) in[i] = load_elem<kDtype>(input_base<kOp>(a, i), off[i]);
   float v[n_values<kOp>()];
-  point_values<kDtype, kOp>(in, silu, v);
+  fp8t::fp8::SiluOfGate sg{};
+  if constexpr (uses_silu<kOp>()) sg = silu(in[gate_input<kOp>()]);
+  point_values<kDtype, kOp>(in, sg, v);
   if constexpr (kStore) {
     float w[n_values<kOp>()][1];
 #pragma unroll
@@ -209,13 +217,15 @@ __device__ __forceinline__ int group_bits(const AmaxArgs& a, const OpSilu<kDtype
   float v[3][kVec];
 #pragma unroll
   for (int i = 0; i < n_inputs<kOp>(); ++i) q[i].unpack<kDtype>(v[i]);
+  fp8t::fp8::SiluOfGate sg[kVec];
+  if constexpr (uses_silu<kOp>()) silu(v[gate_input<kOp>()], sg);
   float out[n_values<kOp>()][kVec];
   int m = 0;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     const float in[3] = {v[0][j], n_inputs<kOp>() > 1 ? v[1][j] : 0.0f, n_inputs<kOp>() > 2 ? v[2][j] : 0.0f};
     float pv[n_values<kOp>()];
-    point_values<kDtype, kOp>(in, silu, pv);
+    point_values<kDtype, kOp>(in, uses_silu<kOp>() ? sg[j] : fp8t::fp8::SiluOfGate{}, pv);
 #pragma unroll
     for (int i = 0; i < n_values<kOp>(); ++i) out[i][j] = pv[i], m = max(m, abs_bits(pv[i]));
   }

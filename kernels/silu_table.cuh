@@ -47,6 +47,8 @@ constexpr size_t silu_table_bytes() {
 template <int kDtype, bool kSig>
 struct GateSilu {
   SiluTable<kSig> table;  // bf16 only
+
+  // One gate (the kernels' scalar paths).
   __device__ __forceinline__ fp8t::fp8::SiluOfGate operator()(float gate) const {
     const DtypeRound<kDtype> round;
     if constexpr (kDtype == FP8T_DTYPE_BF16) {
@@ -54,6 +56,25 @@ struct GateSilu {
     } else {
       return fp8t::fp8::silu_of_gate(gate, round);
     }
+  }
+
+  // kN gates (a thread's vector of them): when all are finite, the common case and one check per
+  // vector, the table reads of all kN without a branch between them; otherwise one at a time.
+  template <int kN>
+  __device__ __forceinline__ void operator()(const float (&gate)[kN], fp8t::fp8::SiluOfGate (&s)[kN]) const {
+    if constexpr (kDtype == FP8T_DTYPE_BF16) {
+      bool finite = true;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) finite = finite && fp8t::fp8::is_finite_bits(gate[j]);
+      if (finite) {
+        const DtypeRound<kDtype> round;
+#pragma unroll
+        for (int j = 0; j < kN; ++j) s[j] = fp8t::fp8::silu_of_finite_bf16_gate(gate[j], table, round);
+        return;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kN; ++j) s[j] = (*this)(gate[j]);
   }
 };
 

@@ -49,6 +49,8 @@ __device__ __forceinline__ void swiglu_columns(const SwigluPlainArgs& a, const G
     gate[0] = load_elem<kDtype>(a.h, g0);
     up[0] = load_elem<kDtype>(a.h, u0);
   }
+  fp8t::fp8::SiluOfGate sg[kN];
+  silu(gate, sg);
   if constexpr (kBackward) {
     float dy[kN], dgate[kN], dup[kN];
     if constexpr (kN > 1) {
@@ -58,7 +60,7 @@ __device__ __forceinline__ void swiglu_columns(const SwigluPlainArgs& a, const G
     }
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward_given(dy[j], gate[j], up[j], silu(gate[j]), round);
+      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward_given(dy[j], gate[j], up[j], sg[j], round);
       dgate[j] = g.gate;
       dup[j] = g.up;
     }
@@ -72,7 +74,7 @@ __device__ __forceinline__ void swiglu_columns(const SwigluPlainArgs& a, const G
   } else {
     float y[kN];
 #pragma unroll
-    for (int j = 0; j < kN; ++j) y[j] = fp8t::fp8::swiglu_given(silu(gate[j]).silu, up[j], round);
+    for (int j = 0; j < kN; ++j) y[j] = fp8t::fp8::swiglu_given(sg[j].silu, up[j], round);
     if constexpr (kN > 1) {
       stg_floats<kDtype, kN>(a.out, y0, y);
     } else {

@@ -189,18 +189,20 @@ __device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& 
   ttile::unpack_row<kDtype>(in.gate, rr, gate);
   ttile::unpack_row<kDtype>(in.up, rr, up);
   const DtypeRound<kDtype> round;
+  fp8t::fp8::SiluOfGate sg[ttile::kChunk];
+  silu(gate, sg);
   if constexpr (kBackward) {
     float dy[ttile::kChunk];
     ttile::unpack_row<kDtype>(in.dy, rr, dy);
 #pragma unroll
     for (int j = 0; j < ttile::kChunk; ++j) {
-      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward_given(dy[j], gate[j], up[j], silu(gate[j]), round);
+      const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward_given(dy[j], gate[j], up[j], sg[j], round);
       v[0][j] = g.gate;
       v[kOut - 1][j] = g.up;
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < ttile::kChunk; ++j) v[0][j] = fp8t::fp8::swiglu_given(silu(gate[j]).silu, up[j], round);
+    for (int j = 0; j < ttile::kChunk; ++j) v[0][j] = fp8t::fp8::swiglu_given(sg[j].silu, up[j], round);
   }
 }
 

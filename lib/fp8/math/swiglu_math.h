@@ -208,30 +208,34 @@ FP8T_HOST_DEVICE float silu_table_gate(int i) {
   return detail::bits_float(((sign << 15) | magnitude) << 16);
 }
 
-// silu_of_gate(gate, round) for a bf16 gate (a float whose low 16 bits are zero) and round the
-// bf16 rounding, where table(i) returns silu_of_gate(silu_table_gate(i), round) (its sig may be
-// left out where the caller uses only the silu). The table is read at a clamped index whatever
-// the class, so the classes cost selects, not branches; only inf and NaN branch to the formula.
+// silu_of_gate(gate, round) for a finite bf16 gate (a float whose low 16 bits are zero) and round
+// the bf16 rounding, where table(i) returns silu_of_gate(silu_table_gate(i), round) (its sig may
+// be left out where the caller uses only the silu). Written without branches: the table is read
+// at a clamped index whatever the class and the class picks by selects, so that the GPU kernels
+// issue the table reads of several elements together instead of one after another.
+template <typename Table, typename Round>
+FP8T_HOST_DEVICE SiluOfGate silu_of_finite_bf16_gate(float gate, const Table& table, Round round) {
+  const uint32_t b = detail::float_bits(gate) >> 16;
+  const int t = static_cast<int>(b & 0x7FFFu) - kSiluTableExpLo * 128;
+  const bool negative = (b >> 15) != 0;
+  const int clamped = t < 0 ? 0 : (t >= kSiluTableHalf ? kSiluTableHalf - 1 : t);
+  const SiluOfGate tabulated = table(clamped + (negative ? kSiluTableHalf : 0));
+  const float tiny_silu = round(0.5f * gate);  // |gate| < 2^-25
+  const float large_silu = negative ? -0.0f : gate, large_sig = negative ? 0.0f : 1.0f;  // |gate| >= 128
+  SiluOfGate s;
+  s.silu = t < 0 ? tiny_silu : (t >= kSiluTableHalf ? large_silu : tabulated.silu);
+  s.sig = t < 0 ? 0.5f : (t >= kSiluTableHalf ? large_sig : tabulated.sig);
+  return s;
+}
+
+// Whether a float is finite (not inf, not NaN).
+FP8T_HOST_DEVICE bool is_finite_bits(float v) { return (detail::float_bits(v) & 0x7F800000u) != 0x7F800000u; }
+
+// silu_of_gate(gate, round) for any bf16 gate: the table (silu_of_finite_bf16_gate), or the
+// formula itself for inf and NaN.
 template <typename Table, typename Round>
 FP8T_HOST_DEVICE SiluOfGate silu_of_bf16_gate(float gate, const Table& table, Round round) {
-  const uint32_t b = detail::float_bits(gate) >> 16;
-  const uint32_t magnitude = b & 0x7FFFu;
-  if (magnitude >= 0x7F80u) return silu_of_gate(gate, round);  // inf, NaN
-  const int t = static_cast<int>(magnitude) - kSiluTableExpLo * 128;
-  const int clamped = t < 0 ? 0 : (t >= kSiluTableHalf ? kSiluTableHalf - 1 : t);
-  const bool negative = (b >> 15) != 0;
-  const SiluOfGate tabulated = table(clamped + (negative ? kSiluTableHalf : 0));
-  SiluOfGate s;
-  if (t < 0) {
-    s.silu = round(0.5f * gate);
-    s.sig = 0.5f;
-  } else if (t >= kSiluTableHalf) {
-    s.silu = negative ? -0.0f : gate;
-    s.sig = negative ? 0.0f : 1.0f;
-  } else {
-    s = tabulated;
-  }
-  return s;
+  return is_finite_bits(gate) ? silu_of_finite_bf16_gate(gate, table, round) : silu_of_gate(gate, round);
 }
 
 }  // namespace fp8
