@@ -9,7 +9,8 @@
 // this pass has nothing to store, so it streams the inputs flat: a grid of a few CTAs per SM
 // strides over 16-byte vectors, several loads in flight per thread, every value through
 // kernels/activation.cuh / lib/fp8/math/swiglu_math.h exactly as the cast computes it (GELU values
-// only where they could raise the max: see "skipping" below). Each CTA
+// only where they could raise the max: see "skipping" below; a bf16 SwiGLU's silu(gate) from the
+// table of kernels/silu_table.cuh, built by each CTA in shared memory, as in the casts). Each CTA
 // reduces to one max (warp shuffles), then one atomicMax into the workspace accumulator (|x| as
 // int bits: fp8_device.cuh abs_bits, so NaN elements are ignored and inf counts, amax_combine).
 // The last CTA to finish (a ticket counter) reads the final amax, writes it, computes the scale
