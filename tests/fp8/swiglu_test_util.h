@@ -84,6 +84,13 @@ inline at::Tensor every_bf16_gate_h(int64_t f) {
   return at::cat({gate, at::randn({rows, f}) * 3.0}, 1).to(at::kBFloat16);
 }
 
+// The incoming gradient for every_bf16_gate_h(f): [65536 / f, f] bf16 spread over 2^-8 .. 2^8.
+inline at::Tensor every_bf16_gate_dy(int64_t f) {
+  const int64_t rows = 65536 / f;
+  at::manual_seed(7 * f);
+  return (at::randn({rows, f}) * at::pow(2.0, at::randint(-8, 8, {rows, f}))).to(at::kBFloat16);
+}
+
 struct BitDiff {
   int64_t count = 0;
   int64_t first = -1;

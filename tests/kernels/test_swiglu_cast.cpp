@@ -196,7 +196,7 @@ TEST_CASE("swiglu cast: every bf16 gate (the silu table and its closed forms) gi
   require_gpu();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   const int64_t f = 256, rows = 65536 / f;  // whole 128x64 tiles: the tiled kernel's vector path
-  const at::Tensor h = every_bf16_gate_h(f), dy = make_dy(rows, f, at::kBFloat16);
+  const at::Tensor h = every_bf16_gate_h(f), dy = every_bf16_gate_dy(f);
   const at::Tensor hg = h.cuda(), dyg = dy.cuda();
   const at::Tensor scale_t = at::full({}, 8.0f, on_cuda(at::kFloat));
   for (const bool backward : {false, true}) {
