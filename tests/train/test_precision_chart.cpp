@@ -55,7 +55,7 @@ void check_fp32_state(const train::PrecisionChart& chart, size_t params) {
   size_t counted = 0;
   for (const ChartGroup& g : chart.row("weights").groups) counted += g.names.size();
   REQUIRE(counted == params);  // every parameter once (the tied LM head shares wte)
-  const ChartGroup& emb = group(chart.row("weights"), "FP32", "embeddings");
+  const ChartGroup emb = group(chart.row("weights"), "FP32", "embeddings");
   REQUIRE(has(emb.names, "wte.weight"));
   REQUIRE(has(emb.names, "wpe.weight"));
 }
@@ -73,7 +73,7 @@ TEST_CASE("precision chart: fp32, bf16 and fp16 run every GEMM in the autocast d
   const train::PrecisionChart chart = train::precision_chart(session);
   const ChartRow& compute = chart.row("compute_gemm");
   REQUIRE(compute.summary() == dtype);
-  const ChartGroup& linears = group(compute, dtype, "Linear");
+  const ChartGroup linears = group(compute, dtype, "Linear");
   REQUIRE(linears.names.size() == kBlockLinears.size() + 1);
   for (const auto& n : kBlockLinears) REQUIRE(has(linears.names, n));
   REQUIRE(has(linears.names, "lm_head"));
@@ -100,11 +100,11 @@ TEST_CASE("precision chart: fp8 names the FP8 layers, the skipped layers and the
   const ChartRow& compute = chart.row("compute_gemm");
   REQUIRE(compute.summary() == "FP8 / FP32");  // the CPU emulation keeps the rest in FP32
 
-  const ChartGroup& fp8 = group(compute, "FP8", "fprop E4M3 x E4M3, dgrad E5M2 x E4M3, wgrad FP32 (override)");
+  const ChartGroup fp8 = group(compute, "FP8", "fprop E4M3 x E4M3, dgrad E5M2 x E4M3, wgrad FP32 (override)");
   REQUIRE(fp8.detail.find("emulated") != std::string::npos);
   REQUIRE(fp8.names.size() == 7);
   REQUIRE_FALSE(has(fp8.names, "h1.mlp.c_fc"));
-  const ChartGroup& kept = group(compute, "FP32", "kept out of FP8 (listed in fp8.skip_layers)");
+  const ChartGroup kept = group(compute, "FP32", "kept out of FP8 (listed in fp8.skip_layers)");
   REQUIRE(kept.names == std::vector<std::string>{"h1.mlp.c_fc", "lm_head"});
   REQUIRE(group(compute, "FP32", "attention").names.size() == 2);
 
