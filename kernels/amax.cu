@@ -118,13 +118,13 @@ constexpr size_t op_smem_bytes() {
   return uses_silu<kOp>() ? silu_table_bytes<kDtype, kOp == kDswiglu>() : 0;
 }
 
-// The value(s) of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.
 // The input that holds the gate (SwiGLU ops): dy comes first in the backward.
 template <int kOp>
 constexpr int gate_input() {
   return kOp == kDswiglu ? 1 : 0;
 }
 
+// The value(s) of one point from its input values (in[0..n_inputs)): the cast kernels' formulas.
 // sg: silu_of_gate of the point's gate (SwiGLU ops; ignored by the others).
 template <int kDtype, int kOp>
 __device__ __forceinline__ void point_values(const float (&in)[3], const fp8t::fp8::SiluOfGate& sg,
