@@ -51,6 +51,10 @@ struct SwigluArgs {
   float* scale_inv_out;
   float* partial;  // dbias partial sums [n_tiles(rows), 2 * cols] (kDbias only)
   bool vec;
+  // The tiled backward only (fp8t_dswiglu_cast_transpose_value): the forward value y's columnwise
+  // E4M3 codes [cols, rows], cast with *value_scale, no amax. Null: not written.
+  const float* value_scale = nullptr;
+  uint8_t* value_col = nullptr;
 };
 
 // The values the cast sees at (row, col..col+7): y (kOut = 1) or [dgate, dup] (kOut = 2).
@@ -226,6 +230,28 @@ __device__ __forceinline__ float encode_swiglu_tile(const SwigluTile<kDtype, kBa
   return m;
 }
 
+// The backward's companion output: the thread's 4 rows of the forward value y = silu(gate) * up
+// (swiglu_given, the forward kernel's bits) encoded in E4M3 with the value's scale, from the same
+// loaded gate and up; NaN rows repaired as encode_swiglu_tile repairs them. Its own phase, after
+// the gradient's codes are staged, so that their registers are free again.
+template <int kDtype>
+__device__ __forceinline__ void encode_value_tile(const SwigluTile<kDtype, true>& in, const GateSilu<kDtype, true>& silu,
+                                                  float scale, uint32_t (&codes)[ttile::kRowsPerThread][2]) {
+  const DtypeRound<kDtype> round;
+#pragma unroll
+  for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
+    float gate[ttile::kChunk], up[ttile::kChunk], y[ttile::kChunk];
+    ttile::unpack_row<kDtype>(in.gate, rr, gate);
+    ttile::unpack_row<kDtype>(in.up, rr, up);
+    fp8t::fp8::SiluOfGate sg[ttile::kChunk];
+    silu(gate, sg);
+#pragma unroll
+    for (int j = 0; j < ttile::kChunk; ++j) y[j] = fp8t::fp8::swiglu_given(sg[j].silu, up[j], round);
+    const float row_max = ttile::encode_row<FP8T_FORMAT_E4M3>(y, scale, codes[rr]);
+    if (row_max != row_max) (void)ttile::fix_nan_codes(y, codes[rr]);
+  }
+}
+
 // Blocks per SM the register budget is cut for (__launch_bounds__): two, the most without spills
 // for bf16 inputs (nvcc 13, sm_90a: forward 108 registers with the next tile's inputs in flight,
 // backward 115 with one tile of three inputs; at three blocks, 80 registers, the forward spills
@@ -237,14 +263,20 @@ constexpr int kTiledMinBlocks = 2;
 // would double an already large register set, loads after the store. Output half o of the
 // rowwise codes starts at column o * F of [rows, kOut * F], of the columnwise codes at row o * F
 // of [kOut * F, rows]. amax: one atomic per block. null outputs are skipped (scale null: amax only).
-template <int kDtype, int kFormat, bool kBackward>
+template <int kDtype, int kFormat, bool kBackward, bool kValue>
 __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
     swiglu_cast_tiled_kernel(const SwigluArgs a, int64_t row_tiles, int64_t col_tiles, bool vec) {
+  static_assert(kBackward || !kValue, "the value companion is a backward output");
   constexpr int kOut = kBackward ? 2 : 1;
   constexpr bool kPrefetch = !kBackward;
-  __shared__ __align__(16) uint32_t words[2][kOut][ttile::kCols * ttile::kWordsPerCol];
-  extern __shared__ __align__(16) unsigned char table_smem[];  // silu_table_bytes<kDtype, kBackward>()
+  constexpr int kTileWords = ttile::kCols * ttile::kWordsPerCol;
+  __shared__ __align__(16) uint32_t words[2][kOut][kTileWords];
+  // Dynamic: silu_table_bytes<kDtype, kBackward>() of table, then (kValue) the value's two
+  // buffers of column words (static shared memory would pass 48 KiB with them).
+  extern __shared__ __align__(16) unsigned char table_smem[];
+  uint32_t* value_words = reinterpret_cast<uint32_t*>(table_smem + silu_table_bytes<kDtype, kBackward>());
   const GateSilu<kDtype, kBackward> silu = build_gate_silu<kDtype, kBackward>(table_smem);
+  const float value_scale = kValue ? *a.value_scale : 1.0f;
   const float scale = a.scale != nullptr ? *a.scale : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale != nullptr && a.scale_inv_out != nullptr) {
     *a.scale_inv_out = 1.0f / scale;
@@ -280,13 +312,25 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
         }
       }
     }
-    if (a.out_col != nullptr) {
+    if (a.out_col != nullptr || kValue) {
+      if (a.out_col != nullptr) {
 #pragma unroll
-      for (int o = 0; o < kOut; ++o) ttile::stage_columns(codes[o], words[buf][o]);
+        for (int o = 0; o < kOut; ++o) ttile::stage_columns(codes[o], words[buf][o]);
+      }
+      if constexpr (kValue) {
+        uint32_t vcodes[ttile::kRowsPerThread][2];
+        encode_value_tile<kDtype>(cur, silu, value_scale, vcodes);
+        ttile::stage_columns(vcodes, value_words + buf * kTileWords);
+      }
       __syncthreads();  // the other buffer's readers finished before the previous tile's barrier
+      if (a.out_col != nullptr) {
 #pragma unroll
-      for (int o = 0; o < kOut; ++o) {
-        ttile::store_transposed(words[buf][o], a.out_col + o * a.cols * a.rows, a.rows, a.cols, p.r0, p.c0, fast);
+        for (int o = 0; o < kOut; ++o) {
+          ttile::store_transposed(words[buf][o], a.out_col + o * a.cols * a.rows, a.rows, a.cols, p.r0, p.c0, fast);
+        }
+      }
+      if constexpr (kValue) {
+        ttile::store_transposed(value_words + buf * kTileWords, a.value_col, a.rows, a.cols, p.r0, p.c0, fast);
       }
       buf ^= 1;
     }
@@ -308,16 +352,26 @@ constexpr int64_t kTableWaves = 2;
 // The tiled kernel (bf16 inputs). Its vector path also needs 16-byte transposed stores: rows a
 // multiple of 16 and the columnwise output 16-byte aligned (a.vec has the 16-byte inputs and the
 // 8-byte code rows).
+// Its instances: forward, backward, and the backward with the value companion (a.value_col).
 void launch_tiled(bool backward, int fp8_format, cudaStream_t stream, const SwigluArgs& a) {
-  const bool vec = a.vec && a.rows % 16 == 0 && (a.out_col == nullptr || aligned(a.out_col, 16));
+  const bool vec = a.vec && a.rows % 16 == 0 && (a.out_col == nullptr || aligned(a.out_col, 16)) &&
+                   (a.value_col == nullptr || aligned(a.value_col, 16));
+  const bool value = a.value_col != nullptr;
   dispatch_bool(backward, [&](auto backward_tag) {
-    dispatch_format(fp8_format, [&](auto format) {
-      constexpr bool kBackward = decltype(backward_tag)::value;
-      constexpr auto kKernel = swiglu_cast_tiled_kernel<FP8T_DTYPE_BF16, decltype(format)::value, kBackward>;
-      constexpr size_t kSmem = silu_table_bytes<FP8T_DTYPE_BF16, kBackward>();
-      (void)allow_dynamic_smem<kKernel>(kSmem);  // a failed opt-in fails the launch: swiglu_impl's cudaGetLastError
-      const ttile::TiledGrid g = ttile::tiled_grid(a.rows, a.cols, ttile::resident_blocks<kKernel>(kSmem), kTableWaves);
-      kKernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, kSmem, stream>>>(a, g.row_tiles, g.col_tiles, vec);
+    dispatch_bool(value, [&](auto value_tag) {
+      constexpr bool kBackward = decltype(backward_tag)::value, kValue = decltype(value_tag)::value;
+      if constexpr (kBackward || !kValue) {
+        dispatch_format(fp8_format, [&](auto format) {
+          constexpr auto kKernel = swiglu_cast_tiled_kernel<FP8T_DTYPE_BF16, decltype(format)::value, kBackward, kValue>;
+          constexpr size_t kValueWords = 2 * ttile::kCols * ttile::kWordsPerCol * sizeof(uint32_t);
+          constexpr size_t kSmem = silu_table_bytes<FP8T_DTYPE_BF16, kBackward>() + (kValue ? kValueWords : 0);
+          (void)allow_dynamic_smem<kKernel>(kSmem);  // a failed opt-in fails the launch: swiglu_impl's cudaGetLastError
+          const ttile::TiledGrid g =
+              ttile::tiled_grid(a.rows, a.cols, ttile::resident_blocks<kKernel>(kSmem), kTableWaves);
+          kKernel<<<static_cast<unsigned>(g.blocks), ttile::kThreads, kSmem, stream>>>(a, g.row_tiles, g.col_tiles,
+                                                                                       vec);
+        });
+      }
     });
   });
 }
@@ -346,11 +400,18 @@ void launch_64x64(bool backward, int dtype, bool want_dbias, int fp8_format, cud
 
 // The checks and the launch behind both launchers; `launcher` names the entry point in a failed
 // check. backward: dy is read and the outputs are [rows, 2 * cols].
+// value_scale, value_col: the backward's value companion (bf16, no dbias: the tiled kernel).
 cudaError_t swiglu_impl(const char* launcher, bool backward, const void* dy, const void* h, int dtype,
                         int64_t rows, int64_t cols, const float* scale, int fp8_format, uint8_t* out_row,
                         uint8_t* out_col, float* amax, float* scale_inv_out, float* dbias, void* workspace,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const float* value_scale = nullptr, uint8_t* value_col = nullptr) {
   FP8T_LAUNCHER(launcher);
+  if (value_col != nullptr) {
+    FP8T_KERNEL_REQUIRE(backward && dtype == FP8T_DTYPE_BF16 && dbias == nullptr,
+                        "the value companion needs the bf16 backward without dbias");
+    FP8T_KERNEL_REQUIRE(value_scale != nullptr, "no scale for the value companion");
+    FP8T_KERNEL_REQUIRE(aligned(value_col, 8), "the value companion's codes are not 8-byte aligned");
+  }
   const bool want_dbias = dbias != nullptr;
   FP8T_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "a dimension is negative");
   FP8T_KERNEL_REQUIRE(scale != nullptr || (out_row == nullptr && out_col == nullptr), "no scale for an FP8 output");
@@ -367,7 +428,8 @@ cudaError_t swiglu_impl(const char* launcher, bool backward, const void* dy, con
   const bool vec = cols % kChunk == 0 && rows % kChunk == 0 && aligned(h, 16) && (dy == nullptr || aligned(dy, 16)) &&
                    (out_row == nullptr || aligned(out_row, 8)) && (out_col == nullptr || aligned(out_col, 8));
   float* partial = want_dbias ? static_cast<float*>(workspace) : nullptr;
-  const SwigluArgs args{dy, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec};
+  const SwigluArgs args{dy, h, rows, cols, scale, out_row, out_col, amax, scale_inv_out, partial, vec, value_scale,
+                        value_col};
   if (dtype == FP8T_DTYPE_BF16 && !want_dbias) {
     launch_tiled(backward, fp8_format, stream, args);
   } else {
@@ -402,4 +464,14 @@ extern "C" cudaError_t fp8t_dswiglu_cast_transpose(const void* dy, const void* h
                                                    cudaStream_t stream) {
   return swiglu_impl("fp8t_dswiglu_cast_transpose", true, dy, h, dtype, rows, cols, scale, fp8_format, out_rowwise,
                      out_columnwise, amax, scale_inv_out, dbias, workspace, stream);
+}
+
+extern "C" cudaError_t fp8t_dswiglu_cast_transpose_value(const void* dy, const void* h, int dtype, int64_t rows,
+                                                         int64_t cols, const float* scale, int fp8_format,
+                                                         uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                                         float* scale_inv_out, const float* value_scale,
+                                                         uint8_t* value_columnwise, cudaStream_t stream) {
+  return swiglu_impl("fp8t_dswiglu_cast_transpose_value", true, dy, h, dtype, rows, cols, scale, fp8_format,
+                     out_rowwise, out_columnwise, amax, scale_inv_out, nullptr, nullptr, stream, value_scale,
+                     value_columnwise);
 }

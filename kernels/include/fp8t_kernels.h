@@ -174,6 +174,17 @@ cudaError_t fp8t_dswiglu_cast_transpose(const void* dy, const void* h, int dtype
                                         float* scale_inv_out, float* dbias, void* workspace,
                                         cudaStream_t stream);
 
+// fp8t_dswiglu_cast_transpose (bf16, no dbias) that also writes, from the same read of h, the
+// forward value y = silu(gate) * up (fp8t_swiglu_cast_transpose's values) as E4M3 codes cast with
+// *value_scale, columnwise: value_columnwise [cols, rows] (non-null, 8-byte aligned). No amax of y
+// is taken and no scale_inv written for it: the codes are those a columnwise forward cast with that
+// scale writes, for the consumer Linear's wgrad when its forward did not keep them.
+cudaError_t fp8t_dswiglu_cast_transpose_value(const void* dy, const void* h, int dtype, int64_t rows,
+                                              int64_t cols, const float* scale, int fp8_format,
+                                              uint8_t* out_rowwise, uint8_t* out_columnwise, float* amax,
+                                              float* scale_inv_out, const float* value_scale,
+                                              uint8_t* value_columnwise, cudaStream_t stream);
+
 // ---- normalisation (kernels/norm_forward.cu, norm_backward.cu) -----------------------------
 // LayerNorm (rms = 0) or RMSNorm (rms = 1) over the last dim of x[rows, cols] (fp32 or bf16),
 // FP32 statistics:

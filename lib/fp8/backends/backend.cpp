@@ -42,6 +42,16 @@ Fp8Tensor Backend::dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor&
   return quantize_grad(swiglu_gradient(dy, h), slot, want_dbias, dbias);
 }
 
+Fp8Tensor Backend::dswiglu_quantize_grad_with_value(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                                    bool want_dbias, at::Tensor* dbias, const ValueCompanion& value) {
+  FP8T_CHECK(value.columnwise != nullptr, "dswiglu_quantize_grad_with_value: no output for the value's codes");
+  Fp8Tensor out = dswiglu_quantize_grad(dy, h, slot, want_dbias, dbias);
+  SlotRef v = value.slot;
+  v.amax = at::zeros({}, h.options().dtype(at::kFloat));  // recorded nowhere
+  *value.columnwise = swiglu_quantize(h, v, /*rowwise=*/false, /*columnwise=*/true).columnwise;
+  return out;
+}
+
 at::Tensor materialize(const CastSource& src) {
   switch (src.op) {
     case CastOp::kIdentity: return src.x;
@@ -54,7 +64,11 @@ at::Tensor materialize(const CastSource& src) {
 }
 
 Fp8Tensor Backend::cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise,
-                        at::Tensor* dbias) {
+                        at::Tensor* dbias, const ValueCompanion* value) {
+  if (value != nullptr) {
+    FP8T_CHECK(src.op == CastOp::kDswiglu, "fp8 cast: only a SwiGLU gradient cast writes the value's codes too");
+    return dswiglu_quantize_grad_with_value(src.x, src.h, slot, dbias != nullptr, dbias, *value);
+  }
   switch (src.op) {
     case CastOp::kIdentity:
       return dbias != nullptr ? quantize_grad(src.x, slot, true, dbias) : quantize(src.x, slot, rowwise, columnwise);

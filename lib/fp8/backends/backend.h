@@ -87,6 +87,16 @@ struct Fp8Tensor {
   Fp8Operand columnwise;  // x[M,N] transposed, as [N,M] (what dgrad/wgrad need on Hopper)
 };
 
+// A SwiGLU gradient cast's companion output (kDswiglu only): the columnwise codes of the forward
+// value silu(gate) * up, cast with slot.scale in slot.format and recording nothing (slot.amax is
+// not used), written to *columnwise from the same read of h. They are the codes a columnwise cast of
+// the value with that scale gives: the consumer Linear's wgrad operand, which its forward then
+// need not keep until the backward.
+struct ValueCompanion {
+  SlotRef slot;
+  Fp8Operand* columnwise = nullptr;
+};
+
 // Which Linear GEMM a product belongs to (selects fast accumulation, names errors).
 enum class GemmKind { kFprop, kDgrad, kWgrad };
 const char* to_string(GemmKind k);
@@ -135,9 +145,16 @@ class Backend {
   virtual Fp8Tensor dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
                                           bool want_dbias, at::Tensor* dbias);
 
+  // dswiglu_quantize_grad with the value companion (ValueCompanion above). The default casts the
+  // gradient, then the value; CUDA writes both in one kernel for bf16 without dbias.
+  virtual Fp8Tensor dswiglu_quantize_grad_with_value(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                                     bool want_dbias, at::Tensor* dbias, const ValueCompanion& value);
+
   // The per-tensor cast of any source (one read of the source): routes to quantize,
-  // quantize_grad (when dbias is given) or the fused activation casts above.
-  Fp8Tensor cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias);
+  // quantize_grad (when dbias is given) or the fused activation casts above; `value` (kDswiglu
+  // only, nullable) adds the value companion.
+  Fp8Tensor cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias,
+                 const ValueCompanion* value = nullptr);
 
   // max-accumulates max|value of src| into amax (0-d float32 on src's device; NaN elements
   // ignored, inf counted: amax_combine) without writing the value: current scaling's amax pass.

@@ -65,6 +65,15 @@ class CudaBackend final : public Backend {
     return swiglu_cast(dy, h, &slot, true, true, want_dbias ? dbias : nullptr, at::Tensor());
   }
 
+  Fp8Tensor dswiglu_quantize_grad_with_value(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
+                                             bool want_dbias, at::Tensor* dbias, const ValueCompanion& value) override {
+    if (h.scalar_type() != at::kBFloat16 || want_dbias || value.slot.format != Format::kE4M3) {
+      return Backend::dswiglu_quantize_grad_with_value(dy, h, slot, want_dbias, dbias, value);
+    }
+    FP8T_CHECK(value.columnwise != nullptr, "dswiglu_quantize_grad_with_value: no output for the value's codes");
+    return swiglu_cast(dy, h, &slot, true, true, nullptr, at::Tensor(), &value);
+  }
+
   // The tiled byte transpose of the cast kernels (1 byte read and 1 written per code).
   at::Tensor transpose_codes(const at::Tensor& codes_in) override {
     FP8T_CHECK(codes_in.dim() == 2 && codes_in.is_cuda() && codes_in.scalar_type() == at::kByte,
@@ -239,9 +248,11 @@ class CudaBackend final : public Backend {
 
   // One launch of kernels/swiglu_cast.cu: the forward of h [rows, 2F] when dy is undefined, else
   // the backward of dy [rows, F] at h, cast with the slot's scale. Without a slot: the amax pass of
-  // current scaling into amax_only (no codes, no scale).
+  // current scaling into amax_only (no codes, no scale). value (backward, bf16, no dbias): also the
+  // value's columnwise E4M3 codes (fp8t_dswiglu_cast_transpose_value).
   static Fp8Tensor swiglu_cast(const at::Tensor& dy_in, const at::Tensor& h_in, const SlotRef* slot, bool rowwise,
-                               bool columnwise, at::Tensor* dbias, const at::Tensor& amax_only) {
+                               bool columnwise, at::Tensor* dbias, const at::Tensor& amax_only,
+                               const ValueCompanion* value = nullptr) {
     const bool backward = dy_in.defined();
     const char* what = backward ? "fp8 swiglu-backward cast" : "fp8 swiglu cast";
     FP8T_CHECK(h_in.is_cuda() && h_in.dim() == 2 && h_in.size(1) % 2 == 0, what,
@@ -268,14 +279,25 @@ class CudaBackend final : public Backend {
     uint8_t* row = rowwise ? codes.data_ptr<uint8_t>() : nullptr;
     uint8_t* col = columnwise ? codes_t.data_ptr<uint8_t>() : nullptr;
     float* sinv = slot != nullptr ? scale_inv.data_ptr<float>() : nullptr;
-    FP8T_KERNEL_CHECK(backward ? fp8t_dswiglu_cast_transpose(dy.data_ptr(), h.data_ptr(), dtype_code(h), rows, f, scale,
-                                                             format_code(s.format), row, col, amax, sinv,
-                                                             dbias != nullptr ? dbias->data_ptr<float>() : nullptr,
-                                                             dbias != nullptr ? ws.data_ptr() : nullptr, stream_of(h))
-                               : fp8t_swiglu_cast_transpose(h.data_ptr(), dtype_code(h), rows, f, scale,
-                                                            format_code(s.format), row, col, amax, sinv, stream_of(h)),
-                      what, dbias != nullptr ? "+dbias" : "", " of ", h.scalar_type(), " ", h.sizes(), " (slot ",
-                      s.index, ")");
+    if (value != nullptr) {
+      const at::Tensor value_codes = at::empty({f, rows}, bytes_on(h));
+      const float* value_scale = device_scalar(value->slot.scale, h, "value scale", value->slot);
+      FP8T_KERNEL_CHECK(fp8t_dswiglu_cast_transpose_value(dy.data_ptr(), h.data_ptr(), dtype_code(h), rows, f, scale,
+                                                          format_code(s.format), row, col, amax, sinv, value_scale,
+                                                          value_codes.data_ptr<uint8_t>(), stream_of(h)),
+                        what, " with the value's codes of ", h.scalar_type(), " ", h.sizes(), " (slot ", s.index, ")");
+      // A snapshot of the value's scale_inv, as every cast stores one with its codes.
+      *value->columnwise = make_operand(value_codes, at::reciprocal(value->slot.scale.reshape({})), value->slot.format);
+    } else {
+      FP8T_KERNEL_CHECK(
+          backward ? fp8t_dswiglu_cast_transpose(dy.data_ptr(), h.data_ptr(), dtype_code(h), rows, f, scale,
+                                                 format_code(s.format), row, col, amax, sinv,
+                                                 dbias != nullptr ? dbias->data_ptr<float>() : nullptr,
+                                                 dbias != nullptr ? ws.data_ptr() : nullptr, stream_of(h))
+                   : fp8t_swiglu_cast_transpose(h.data_ptr(), dtype_code(h), rows, f, scale, format_code(s.format),
+                                                row, col, amax, sinv, stream_of(h)),
+          what, dbias != nullptr ? "+dbias" : "", " of ", h.scalar_type(), " ", h.sizes(), " (slot ", s.index, ")");
+    }
     Fp8Tensor out;
     if (rowwise) out.rowwise = make_operand(codes, scale_inv, s.format);
     if (columnwise) out.columnwise = make_operand(codes_t, scale_inv, s.format);

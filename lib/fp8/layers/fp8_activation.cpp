@@ -51,14 +51,18 @@ class Fp8ActivationFunction : public torch::autograd::Function<Fp8ActivationFunc
     // Deferred (train.recompute activation): the columnwise copy (c_proj's wgrad operand, as large
     // as the rowwise one) is cast in the backward from h, which this node saves anyway.
     const bool col = consumer->needs_input_columnwise(training);
-    const bool later = col && layer->defers_columnwise();
+    Fp8Linear* producer = layer->producer();
+    const bool from_gradient = col && kind == Kind::kSwiGLU && layer->value_copy_from_gradient_cast() &&
+                               producer != nullptr && producer->takes_fp8_grad_only();
+    const bool later = col && (layer->defers_columnwise() || from_gradient);
     CastOptions opt;
     opt.columnwise = col && !later;
     opt.record = training;
     Fp8Tensor y_fp8 = consumer->scaling().quantize(consumer->slot_input(), value_of(kind, h2), opt);
     at::Tensor carrier = nan_carrier(output_sizes(kind, h.sizes()), h.options());
     consumer->set_pending_input(carrier, std::move(y_fp8),
-                                later ? std::optional<CastSource>(value_of(kind, h2)) : std::nullopt);
+                                later ? std::optional<CastSource>(value_of(kind, h2)) : std::nullopt,
+                                from_gradient ? producer->grad_state() : c10::intrusive_ptr<Fp8LinearGradState>());
     return carrier;
   }
 
@@ -72,6 +76,16 @@ class Fp8ActivationFunction : public torch::autograd::Function<Fp8ActivationFunc
       return {materialize(gradient_of(kind, grads[0], h)), at::Tensor()};
     }
     Fp8LinearGradState& producer = *compat::from_ivalue<Fp8LinearGradState>(found->second);
+    at::Tensor carrier = nan_carrier(h.sizes(), h.options());
+    // The consumer's backward may have cast this gradient already (value_copy_from_gradient_cast),
+    // from the very tensor that arrives here.
+    Fp8LinearGradState::CastByConsumer cast;
+    std::swap(cast, producer.cast_by_consumer);
+    if (cast.dy.defined() && grads[0].defined() && cast.dy.data_ptr() == grads[0].data_ptr() &&
+        cast.dy.numel() == grads[0].numel()) {
+      producer.pending = {carrier, std::move(cast.g_fp8), std::move(cast.dbias)};
+      return {carrier, at::Tensor()};
+    }
     const at::Tensor h2 = h.reshape({-1, h.size(-1)});
     const at::Tensor dy = grads[0].reshape({-1, grads[0].size(-1)});
     at::Tensor dbias;
@@ -79,7 +93,6 @@ class Fp8ActivationFunction : public torch::autograd::Function<Fp8ActivationFunc
     opt.columnwise = true;
     opt.dbias = producer.has_bias ? &dbias : nullptr;
     Fp8Tensor g_fp8 = producer.scaling->quantize(producer.slot_grad, gradient_of(kind, dy, h2), opt);
-    at::Tensor carrier = nan_carrier(h.sizes(), h.options());
     producer.pending = {carrier, std::move(g_fp8), std::move(dbias)};
     return {carrier, at::Tensor()};
   }

@@ -56,8 +56,21 @@ class Fp8Activation : public model::UnaryModule {
   bool defers_columnwise() const { return defer_columnwise_; }
   void set_defers_columnwise(bool on) { defer_columnwise_ = on; }
 
+  // SwiGLU under a per-tensor recipe (the rewrite sets it): the consumer's wgrad copy of act(h) is
+  // neither kept from the forward nor cast in a pass of its own. The consumer's backward, right
+  // after its dgrad, runs the producer's gradient cast itself, and that one kernel, which reads
+  // gate and up anyway, also writes the value's columnwise codes with the forward's scale
+  // (CastOptions::value_columnwise): the same codes, one FP8 copy of act(h) less per layer between
+  // the passes (LLaMA-1B at B8 T2048: 128 MiB per layer) for about as many bytes written in the
+  // backward as the forward no longer writes. This node's backward then hands the gradient the
+  // consumer cast to the producer. Applies while both neighbours run dgrad and wgrad in FP8;
+  // otherwise the copy is kept or deferred as above.
+  bool value_copy_from_gradient_cast() const { return value_from_gradient_; }
+  void set_value_copy_from_gradient_cast(bool on) { value_from_gradient_ = on; }
+
  private:
   bool defer_columnwise_ = false;
+  bool value_from_gradient_ = false;
   model::Activation::Kind kind_;
   std::shared_ptr<Fp8Linear> producer_;
   std::shared_ptr<Fp8Linear> consumer_;

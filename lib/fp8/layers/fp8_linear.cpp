@@ -22,10 +22,12 @@ bool same_storage(const at::Tensor& a, const at::Tensor& b) {
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   // recast_x: the backward casts x's columnwise copy from x itself (Fp8Linear::recasts_input_columnwise;
-  // the caller checked that x is a view of what its producer keeps).
+  // the caller checked that x is a view of what its producer keeps). gradient_producer (nullable):
+  // see Fp8Linear::set_pending_input.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias_opt, Fp8Linear* layer,
-                            const Fp8Tensor* given_x_fp8, const CastSource* x_columnwise_later, bool recast_x) {
+                            const Fp8Tensor* given_x_fp8, const CastSource* x_columnwise_later, bool recast_x,
+                            const c10::intrusive_ptr<Fp8LinearGradState>* gradient_producer) {
     // Optional tensors go in as std::optional: LibTorch's custom functions reject undefined inputs.
     const at::Tensor bias = bias_opt.value_or(at::Tensor());
     const auto& ovr = layer->scaling().recipe().override_linear_precision;
@@ -52,6 +54,9 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     if (training) {
       save_for_backward(ctx, *layer, x, weight, bias.defined(), hp, recast_x);
       save_input_operand(ctx, *layer, x_fp8, x_columnwise_later, recast_x);
+      if (gradient_producer != nullptr && !x_fp8.columnwise.defined() && ctx->saved_data.count("x_scale") != 0) {
+        ctx->saved_data["x_gradient_producer"] = compat::to_ivalue(*gradient_producer);
+      }
       if (gathered) {
         ctx->saved_data["w_gathered"] = true;  // read from the layer's GatheredWeight in the backward
       } else {
@@ -86,11 +91,14 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       if (ovr.wgrad) {
         dw = at::mm(g.dy.to(hp).t(), saved[0].to(hp)).to(at::kFloat);
       } else {
-        dw = backend.gemm(g.dy_fp8.columnwise, saved_input_columnwise(ctx, *state, saved[0]), at::Tensor(), at::kFloat,
-                          GemmKind::kWgrad, scaling.fast_accumulation(GemmKind::kWgrad));
+        Fp8Operand x_col = cast_producer_gradient(ctx, *state, dx);
+        if (!x_col.defined()) x_col = saved_input_columnwise(ctx, *state, saved[0]);
+        dw = backend.gemm(g.dy_fp8.columnwise, x_col, at::Tensor(), at::kFloat, GemmKind::kWgrad,
+                          scaling.fast_accumulation(GemmKind::kWgrad));
       }
     }
-    return {dx, dw, has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx,          dw,          has_bias ? dbias : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -185,6 +193,32 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     return state.scaling->quantize(state.slot_input, src, opt).columnwise;
   }
 
+  // After a fused SwiGLU whose wgrad copy this backward takes from the producer's gradient cast
+  // (Fp8Activation::value_copy_from_gradient_cast): that cast of dx, the SwiGLU gradient at the
+  // saved h = [gate | up], left for the activation's backward (cast_by_consumer), and the value's
+  // columnwise codes it wrote with the forward's scale, returned. Undefined when the forward did
+  // not arrange it or the producer no longer reads FP8 gradients only (then the caller recasts).
+  static Fp8Operand cast_producer_gradient(torch::autograd::AutogradContext* ctx, const Fp8LinearGradState& state,
+                                           const at::Tensor& dx) {
+    const auto found = ctx->saved_data.find("x_gradient_producer");
+    if (found == ctx->saved_data.end() || !dx.defined()) return Fp8Operand{};
+    Fp8LinearGradState& producer = *compat::from_ivalue<Fp8LinearGradState>(found->second);
+    if (!producer.takes_fp8_grad_only()) return Fp8Operand{};
+    Fp8Operand value_col;
+    Fp8LinearGradState::CastByConsumer cast;
+    CastOptions opt;
+    opt.columnwise = true;
+    opt.dbias = producer.has_bias ? &cast.dbias : nullptr;
+    opt.value_columnwise = &value_col;
+    opt.value_scale = ctx->saved_data["x_scale"].toTensor();
+    opt.value_format = state.scaling->slot_format(state.slot_input);
+    const at::Tensor h = ctx->saved_data["x_later"].toTensor();
+    cast.g_fp8 = producer.scaling->quantize(producer.slot_grad, CastSource::dswiglu(dx, h), opt);
+    cast.dy = dx;
+    producer.cast_by_consumer = std::move(cast);
+    return value_col;
+  }
+
   // The gathered weight's codes (GatheredWeight), which must be there while the layer computes.
   static Fp8Tensor gathered_weight(const Fp8Linear& layer) {
     const GatheredWeight& g = *layer.gathered_weight();
@@ -265,10 +299,14 @@ void Fp8Linear::set_gathered_weight(std::shared_ptr<GatheredWeight> gathered) {
   grad_->gathered = std::move(gathered);
 }
 
-void Fp8Linear::set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8, std::optional<CastSource> columnwise_later) {
+void Fp8Linear::set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8, std::optional<CastSource> columnwise_later,
+                                  c10::intrusive_ptr<Fp8LinearGradState> gradient_producer) {
+  FP8T_CHECK(!gradient_producer || (columnwise_later && columnwise_later->op == CastOp::kSwiglu), "fp8 linear ", name_,
+             ": a producer's gradient cast goes with a SwiGLU input whose wgrad copy is left to the backward");
   pending_.y = y;
   pending_.y_fp8 = std::move(y_fp8);
   pending_.columnwise_later = std::move(columnwise_later);
+  pending_.gradient_producer = std::move(gradient_producer);
 }
 
 bool Fp8Linear::needs_input_columnwise(bool training) const {
@@ -309,16 +347,19 @@ at::Tensor Fp8Linear::forward(const at::Tensor& x) {
   const at::Tensor x2 = x.reshape({-1, in_features});
   const Fp8Tensor* given = nullptr;
   const CastSource* later = nullptr;
+  const c10::intrusive_ptr<Fp8LinearGradState>* gradient_producer = nullptr;
   Pending handed;
   if (same_storage(pending_.y, x)) {
     handed = std::move(pending_);
     given = &handed.y_fp8;
     if (handed.columnwise_later) later = &*handed.columnwise_later;
+    if (handed.gradient_producer) gradient_producer = &handed.gradient_producer;
   }
   pending_ = Pending{};
   // A view of what its producer keeps (the flag says it keeps it), never a copy made on the way.
   const bool recast_x = recast_input_columnwise_ && given == nullptr && x.is_view();
-  at::Tensor y = Fp8LinearFunction::apply(x2, weight, optional_tensor(bias), this, given, later, recast_x);
+  at::Tensor y =
+      Fp8LinearFunction::apply(x2, weight, optional_tensor(bias), this, given, later, recast_x, gradient_producer);
   auto out_shape = x.sizes().vec();
   out_shape.back() = out_features;
   return y.view(out_shape);

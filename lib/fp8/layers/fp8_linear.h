@@ -54,6 +54,14 @@ struct Fp8LinearGradState : torch::CustomClassHolder {
     Fp8Tensor dy_fp8;
     at::Tensor dbias;
   } pending;
+  // Set by the backward of the Linear after a fused SwiGLU (Fp8Activation::
+  // value_copy_from_gradient_cast): this layer's output gradient, cast from that Linear's dgrad
+  // output dy. The activation's backward moves it to `pending` when the gradient it receives is dy.
+  struct CastByConsumer {
+    at::Tensor dy;
+    Fp8Tensor g_fp8;
+    at::Tensor dbias;
+  } cast_by_consumer;
 
   // Whether the backward reads only the FP8 copies of the output gradient (dgrad and wgrad in FP8).
   bool takes_fp8_grad_only() const;
@@ -74,7 +82,13 @@ class Fp8Linear : public model::UnaryModule {
   // rowwise copy. The backward then casts the columnwise copy that wgrad reads from it, with the
   // scale of the forward and recording nothing (NoRecordScope), instead of keeping it from the
   // forward to the backward: the same codes, and no FP8 copy of y held between the passes.
-  void set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8, std::optional<CastSource> columnwise_later = {});
+  //
+  // gradient_producer (with a columnwise_later of kSwiglu, whose input h is [gate | up]): the
+  // Linear before the activation (Fp8Activation::value_copy_from_gradient_cast). The backward then
+  // casts that Linear's output gradient, the SwiGLU gradient of its own dgrad output at h, and
+  // takes its wgrad copy of y from the same kernel (Fp8LinearGradState::cast_by_consumer).
+  void set_pending_input(const at::Tensor& y, Fp8Tensor y_fp8, std::optional<CastSource> columnwise_later = {},
+                         c10::intrusive_ptr<Fp8LinearGradState> gradient_producer = {});
   // Whether the backward needs the column-wise FP8 copy of the input (wgrad in FP8).
   bool needs_input_columnwise(bool training) const;
   // Whether no GEMM of this layer reads the high-precision input (fprop, and wgrad when
@@ -137,6 +151,7 @@ class Fp8Linear : public model::UnaryModule {
     at::Tensor y;
     Fp8Tensor y_fp8;
     std::optional<CastSource> columnwise_later;
+    c10::intrusive_ptr<Fp8LinearGradState> gradient_producer;
   } pending_;
 
   c10::intrusive_ptr<Fp8LinearGradState> grad_;

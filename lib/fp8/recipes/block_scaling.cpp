@@ -36,6 +36,8 @@ Fp8Tensor BlockScaling::quantize(int slot, const CastSource& src, const CastOpti
   FP8T_CHECK(slot >= 0 && slot < num_slots(), "bad FP8 slot index ", slot);
   // recast_scale is undefined here: a recast finds its blocks' scales in the values again.
   FP8T_CHECK(!opt.scale.defined(), "fp8 block scaling: a cast takes no per-tensor scale (slot ", slot_name(slot), ")");
+  FP8T_CHECK(opt.value_columnwise == nullptr, "fp8 block scaling: a SwiGLU gradient cast writes no value codes (slot ",
+             slot_name(slot), ")");
   Fp8Tensor out = block_quantize_source(src, block_rows(slot), opt.rowwise, opt.columnwise,
                                         recipe_.block_power_of_2_scales, opt.dbias);
   if (recording(opt.record) && collect_stats()) record_stats(slot, materialize(src), out);

@@ -104,5 +104,15 @@ std::shared_ptr<Scaling> make_scaling(const Recipe& recipe) {
   FP8T_THROW(ExitCode::kBadInput, "fp8.recipe ", to_string(recipe.kind), " is not available in this build");
 }
 
+ValueCompanion Scaling::value_companion(const CastOptions& opt) {
+  ValueCompanion v;
+  if (opt.value_columnwise == nullptr) return v;
+  FP8T_CHECK(opt.value_scale.defined(), "fp8: the value's codes of a SwiGLU gradient cast need the value's scale");
+  v.slot.scale = opt.value_scale;
+  v.slot.format = opt.value_format;
+  v.columnwise = opt.value_columnwise;
+  return v;
+}
+
 }  // namespace fp8
 }  // namespace fp8t

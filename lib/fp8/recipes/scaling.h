@@ -56,6 +56,14 @@ struct CastOptions {
   at::Tensor scale;            // optional 0-d float32 (per-tensor recipes): cast with this scale, an
                                // earlier cast's (recast_scale), and record nothing: a recast of the
                                // same values gives that cast's codes; current scaling skips its amax pass
+  // A SwiGLU gradient cast (kDswiglu) of a per-tensor recipe only, optional: also the columnwise
+  // codes of the forward value silu(gate) * up, cast with value_scale (an earlier cast's
+  // recast_scale) in value_format and recording nothing, into *value_columnwise, from the same read
+  // of h (Backend's ValueCompanion). Current scaling then takes the gradient's amax in a pass that
+  // writes no value.
+  Fp8Operand* value_columnwise = nullptr;
+  at::Tensor value_scale;
+  Format value_format = Format::kE4M3;
 };
 
 // Per-slot FP8 health statistics of the last log interval (read_stats).
@@ -206,6 +214,9 @@ class Scaling {
   std::vector<SlotStats> per_tensor_stats(const at::Tensor& amax, const at::Tensor& scale);
   // fp8_max of every slot's format, float32 [S] on the device.
   at::Tensor fp8_max_tensor() const;
+  // The backend's form of opt's value companion (CastOptions::value_columnwise; meaningful only
+  // when that is set; checked: a kDswiglu cast with a scale).
+  static ValueCompanion value_companion(const CastOptions& opt);
 
   Recipe recipe_;
 
