@@ -184,11 +184,12 @@ __device__ __forceinline__ void load_swiglu_tile(const SwigluArgs& a, const ttil
   if constexpr (kBackward) ttile::load_rows<kDtype>(a.dy, a.cols, a.rows, a.cols, row0, col, fast, in.dy);
 }
 
-// The values the cast sees in the thread's row rr: y (kOut = 1) or [dgate, dup] (kOut = 2).
-template <int kDtype, bool kBackward, int kOut>
+// The values the cast sees in the thread's row rr: y (kOut = 1) or [dgate, dup] (kOut = 2); with
+// kValue (backward) also the forward value y of the row, from the same silu(gate), into *y.
+template <int kDtype, bool kBackward, int kOut, bool kValue = false>
 __device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& in,
                                            const GateSilu<kDtype, kBackward>& silu, int rr,
-                                           float (&v)[kOut][ttile::kChunk]) {
+                                           float (&v)[kOut][ttile::kChunk], float* y = nullptr) {
   float gate[ttile::kChunk], up[ttile::kChunk];
   ttile::unpack_row<kDtype>(in.gate, rr, gate);
   ttile::unpack_row<kDtype>(in.up, rr, up);
@@ -203,6 +204,7 @@ __device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& 
       const fp8t::fp8::SwigluGrad g = fp8t::fp8::swiglu_backward_given(dy[j], gate[j], up[j], sg[j], round);
       v[0][j] = g.gate;
       v[kOut - 1][j] = g.up;
+      if constexpr (kValue) y[j] = fp8t::fp8::swiglu_given(sg[j].silu, up[j], round);
     }
   } else {
 #pragma unroll
@@ -212,44 +214,42 @@ __device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& 
 
 // Encodes the thread's 4 rows of the tile (each output half) and returns their amax. A row whose
 // max is NaN has its codes repaired and its amax taken without the NaNs (ttile::fix_nan_codes).
-template <int kDtype, int kFormat, bool kBackward, int kOut>
+// kValue (backward): also the rows of the forward value y = silu(gate) * up (the forward kernel's
+// bits, from the same silu(gate)) in E4M3 with value_scale into vcodes, repaired alike; no amax.
+// encode false (the amax pass, no output): the amax alone, NaNs left out as above (fmaxf drops a
+// NaN), codes not written.
+template <int kDtype, int kFormat, bool kBackward, int kOut, bool kValue = false>
 __device__ __forceinline__ float encode_swiglu_tile(const SwigluTile<kDtype, kBackward>& in,
                                                     const GateSilu<kDtype, kBackward>& silu, float scale,
-                                                    uint32_t (&codes)[kOut][ttile::kRowsPerThread][2]) {
+                                                    uint32_t (&codes)[kOut][ttile::kRowsPerThread][2], bool encode,
+                                                    float value_scale = 1.0f,
+                                                    uint32_t (*vcodes)[2] = nullptr) {
   float m = 0.0f;
 #pragma unroll
   for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
     float v[kOut][ttile::kChunk];
-    swiglu_row<kDtype, kBackward, kOut>(in, silu, rr, v);
+    float y[kValue ? ttile::kChunk : 1];
+    swiglu_row<kDtype, kBackward, kOut, kValue>(in, silu, rr, v, y);
+    if (!encode) {
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+        for (int j = 0; j < ttile::kChunk; ++j) m = fmaxf(m, fabsf(v[o][j]));
+      }
+      continue;
+    }
 #pragma unroll
     for (int o = 0; o < kOut; ++o) {
       const float row_max = ttile::encode_row<kFormat>(v[o], scale, codes[o][rr]);
       m = fmaxf(m, row_max == row_max ? row_max : ttile::fix_nan_codes(v[o], codes[o][rr]));
     }
+    if constexpr (kValue) {
+      uint32_t(&vc)[2] = vcodes[rr];
+      const float row_max = ttile::encode_row<FP8T_FORMAT_E4M3>(y, value_scale, vc);
+      if (row_max != row_max) (void)ttile::fix_nan_codes(y, vc);
+    }
   }
   return m;
-}
-
-// The backward's companion output: the thread's 4 rows of the forward value y = silu(gate) * up
-// (swiglu_given, the forward kernel's bits) encoded in E4M3 with the value's scale, from the same
-// loaded gate and up; NaN rows repaired as encode_swiglu_tile repairs them. Its own phase, after
-// the gradient's codes are staged, so that their registers are free again.
-template <int kDtype>
-__device__ __forceinline__ void encode_value_tile(const SwigluTile<kDtype, true>& in, const GateSilu<kDtype, true>& silu,
-                                                  float scale, uint32_t (&codes)[ttile::kRowsPerThread][2]) {
-  const DtypeRound<kDtype> round;
-#pragma unroll
-  for (int rr = 0; rr < ttile::kRowsPerThread; ++rr) {
-    float gate[ttile::kChunk], up[ttile::kChunk], y[ttile::kChunk];
-    ttile::unpack_row<kDtype>(in.gate, rr, gate);
-    ttile::unpack_row<kDtype>(in.up, rr, up);
-    fp8t::fp8::SiluOfGate sg[ttile::kChunk];
-    silu(gate, sg);
-#pragma unroll
-    for (int j = 0; j < ttile::kChunk; ++j) y[j] = fp8t::fp8::swiglu_given(sg[j].silu, up[j], round);
-    const float row_max = ttile::encode_row<FP8T_FORMAT_E4M3>(y, scale, codes[rr]);
-    if (row_max != row_max) (void)ttile::fix_nan_codes(y, codes[rr]);
-  }
 }
 
 // Blocks per SM the register budget is cut for (__launch_bounds__): two, the most without spills
@@ -277,6 +277,7 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
   uint32_t* value_words = reinterpret_cast<uint32_t*>(table_smem + silu_table_bytes<kDtype, kBackward>());
   const GateSilu<kDtype, kBackward> silu = build_gate_silu<kDtype, kBackward>(table_smem);
   const float value_scale = kValue ? *a.value_scale : 1.0f;
+  const bool encode = a.out_row != nullptr || a.out_col != nullptr || kValue;  // else the amax pass
   const float scale = a.scale != nullptr ? *a.scale : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale != nullptr && a.scale_inv_out != nullptr) {
     *a.scale_inv_out = 1.0f / scale;
@@ -300,7 +301,9 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
       }
     }
     uint32_t codes[kOut][ttile::kRowsPerThread][2];
-    m = fmaxf(m, encode_swiglu_tile<kDtype, kFormat, kBackward, kOut>(cur, silu, scale, codes));
+    uint32_t vcodes[kValue ? ttile::kRowsPerThread : 1][2];
+    m = fmaxf(m, encode_swiglu_tile<kDtype, kFormat, kBackward, kOut, kValue>(cur, silu, scale, codes, encode,
+                                                                                value_scale, vcodes));
     if (a.out_row != nullptr) {
       const int64_t row0 = ttile::thread_row0(p);
       const int64_t col = ttile::thread_col(p);
@@ -317,11 +320,7 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
 #pragma unroll
         for (int o = 0; o < kOut; ++o) ttile::stage_columns(codes[o], words[buf][o]);
       }
-      if constexpr (kValue) {
-        uint32_t vcodes[ttile::kRowsPerThread][2];
-        encode_value_tile<kDtype>(cur, silu, value_scale, vcodes);
-        ttile::stage_columns(vcodes, value_words + buf * kTileWords);
-      }
+      if constexpr (kValue) ttile::stage_columns(vcodes, value_words + buf * kTileWords);
       __syncthreads();  // the other buffer's readers finished before the previous tile's barrier
       if (a.out_col != nullptr) {
 #pragma unroll
