@@ -55,6 +55,7 @@ const std::vector<ConfigFlag>& config_flags() {
       {"--fp8-amax-history-len", "fp8.amax_history_len", false},
       {"--fp8-amax-compute-algo", "fp8.amax_compute_algo", false},
       {"--fp8-amax-update", "fp8.amax_update", false},
+      {"--fp8-swiglu-wgrad-copy", "fp8.swiglu_wgrad_copy", false},
       {"--fp8-override-linear-precision", "fp8.override_linear_precision", false},
       {"--fp8-stats", "fp8.stats", true},
       {"--zero", "dist.zero", false},

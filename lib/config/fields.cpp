@@ -75,6 +75,11 @@ const EnumNames<Recompute>& recompute_names() {
       {Recompute::kAttention, "attention"}, {Recompute::kMlp, "mlp"},          {Recompute::kBlock, "block"}};
   return n;
 }
+const EnumNames<fp8::SwigluWgradCopy>& swiglu_wgrad_copy_names() {
+  static const EnumNames<fp8::SwigluWgradCopy> n(fp8::kSwigluWgradCopyNames.begin(), fp8::kSwigluWgradCopyNames.end());
+  return n;
+}
+
 const EnumNames<fp8::AmaxComputeAlgo>& algo_names() {
   static const EnumNames<fp8::AmaxComputeAlgo> n(fp8::kAmaxComputeAlgoNames.begin(), fp8::kAmaxComputeAlgoNames.end());
   return n;
@@ -277,6 +282,11 @@ std::vector<Field> build_table() {
                          "step: one scale update per optimizer step (amax over its micro-batches); microbatch: "
                          "one per micro-batch, as TransformerEngine",
                          amax_update_names(), [](auto& c) -> auto& { return c.fp8.amax_update; }));
+  t.push_back(enum_field("fp8.swiglu_wgrad_copy",
+                         "SwiGLU MLPs: c_proj's FP8 wgrad copy of the activation written in the backward by c_fc's "
+                         "gradient cast (backward: 1 byte per hidden element less kept per layer), or cast in the "
+                         "forward and kept (forward); the same codes",
+                         swiglu_wgrad_copy_names(), [](auto& c) -> auto& { return c.fp8.swiglu_wgrad_copy; }));
   t.push_back(bool_field("fp8.reduce_amax", "data-parallel: MAX-reduce amaxes across ranks before each scale update",
                          [](auto& c) -> auto& { return c.fp8.reduce_amax; }));
   t.push_back(gemm_flags_field("fp8.override_linear_precision", "GEMMs of every FP8 Linear that run in high precision instead",

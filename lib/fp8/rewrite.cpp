@@ -132,11 +132,11 @@ void convert_norms(const Containers& containers, const Fp8Linears& fp8_linears, 
 }
 
 // Pass 3: activations (GELU, SwiGLU) next to an Fp8Linear: fused into that Linear's casts.
-// defer: train.recompute activation (Fp8Activation::defers_columnwise). per_tensor: a recipe with
-// one scale per tensor, whose SwiGLU gradient cast can also write c_proj's wgrad copy
-// (Fp8Activation::value_copy_from_gradient_cast).
-void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linears, bool defer, bool per_tensor,
-                      RewriteReport& report) {
+// defer: train.recompute activation (Fp8Activation::defers_columnwise). value_from_gradient:
+// fp8.swiglu_wgrad_copy backward under a recipe with one scale per tensor, whose SwiGLU gradient
+// cast can also write c_proj's wgrad copy (Fp8Activation::value_copy_from_gradient_cast).
+void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linears, bool defer,
+                      bool value_from_gradient, RewriteReport& report) {
   for (const auto& [prefix, container] : containers) {
     for (const auto& slot : container->slots()) {
       auto act = std::dynamic_pointer_cast<model::Activation>(*slot.member);
@@ -156,7 +156,7 @@ void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linear
         const std::shared_ptr<Fp8Activation> fused =
             gelu ? std::shared_ptr<Fp8Activation>(std::make_shared<Fp8Gelu>(producer, consumer))
                  : std::make_shared<Fp8Swiglu>(producer, consumer);
-        const bool from_gradient = !gelu && per_tensor && producer != nullptr && consumer != nullptr;
+        const bool from_gradient = !gelu && value_from_gradient && producer != nullptr && consumer != nullptr;
         fused->set_value_copy_from_gradient_cast(from_gradient);
         fused->set_defers_columnwise(defer && consumer != nullptr && !from_gradient);
         container->replace_slot(slot.name, fused);
@@ -187,7 +187,8 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
   const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, casts, result.report);
   convert_norms(containers, fp8_linears, result.report);
   fuse_activations(containers, fp8_linears, casts || recompute == Recompute::kActivation,
-                   result.scaling->kind() != RecipeKind::kBlock, result.report);
+                   recipe.kind != RecipeKind::kBlock && recipe.swiglu_wgrad_copy == SwigluWgradCopy::kBackward,
+                   result.report);
   result.scaling->finalize(device);
   return result;
 }

@@ -105,6 +105,7 @@ fp8:
   skip_layers: [lm_head, blocks.0.attn.qkv]
   min_features_product: 4096
   stats: true
+  swiglu_wgrad_copy: forward
 )";
 
 }  // namespace
@@ -201,6 +202,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.train.keep_checkpoints == 4);
   CHECK(c.train.max_skipped_steps == 3);
   CHECK(c.fp8.amax_update == fp8t::fp8::AmaxUpdate::kMicrobatch);
+  CHECK(c.fp8.swiglu_wgrad_copy == fp8t::fp8::SwigluWgradCopy::kForward);
   CHECK_FALSE(c.fp8.reduce_amax);
 
   // Every key of the table was given in the file, so every origin is a line of it.

@@ -22,6 +22,9 @@ TEST_CASE("recipe keys: which take effect under which recipe", "[config]") {
   CHECK_FALSE(fp8::recipe_field_applies(RecipeKind::kBlock, "fp8.fast_accumulation"));
   CHECK(fp8::recipe_field_applies(RecipeKind::kBlock, "fp8.block_power_of_2_scales"));
   CHECK_FALSE(fp8::recipe_field_applies(RecipeKind::kDelayed, "fp8.block_power_of_2_scales"));
+  CHECK(fp8::recipe_field_applies(RecipeKind::kDelayed, "fp8.swiglu_wgrad_copy"));
+  CHECK(fp8::recipe_field_applies(RecipeKind::kCurrent, "fp8.swiglu_wgrad_copy"));
+  CHECK_FALSE(fp8::recipe_field_applies(RecipeKind::kBlock, "fp8.swiglu_wgrad_copy"));
   for (const RecipeKind k : {RecipeKind::kDelayed, RecipeKind::kCurrent, RecipeKind::kBlock}) {
     CHECK(fp8::recipe_field_applies(k, "fp8.stats"));  // not recipe-specific
     CHECK(fp8::recipe_field_applies(k, "fp8.override_linear_precision"));
@@ -44,6 +47,14 @@ TEST_CASE("recipe keys: a key without effect given by a flag is exit 2 naming th
   bad_input_message([] {
     fp8t::config::load("", parse_flags({"--precision", "fp8", "--set", "fp8.block_power_of_2_scales=false"}));
   });
+  const std::string swiglu = bad_input_message([] {
+    fp8t::config::load("", parse_flags({"--precision", "fp8", "--fp8-recipe", "block", "--fp8-swiglu-wgrad-copy",
+                                        "forward"}));
+  });
+  CHECK_THAT(swiglu, FP8T_CONTAINS("fp8.swiglu_wgrad_copy (--fp8-swiglu-wgrad-copy) = forward has no effect"));
+  CHECK_THAT(swiglu, FP8T_CONTAINS("always casts c_proj's wgrad copy in the forward"));
+  const auto forward = fp8t::config::load("", parse_flags({"--precision", "fp8", "--fp8-swiglu-wgrad-copy", "forward"}));
+  CHECK(forward.config.fp8.swiglu_wgrad_copy == fp8::SwigluWgradCopy::kForward);
 }
 
 TEST_CASE("recipe keys: in a file, a value other than the default is exit 2 with its line; the default is ignored",

@@ -3,8 +3,10 @@
 //
 //   forward:  h = c_fc(x);  act(h) is cast to FP8 with c_proj's input slot in one kernel
 //             (rowwise and, when training, columnwise, or with train.recompute activation the
-//             columnwise copy for c_proj's wgrad cast from h in the backward: defers_columnwise),
-//             and handed to c_proj; act(h) is never written in high precision.
+//             columnwise copy for c_proj's wgrad cast from h in the backward: defers_columnwise;
+//             SwiGLU under a per-tensor recipe: written by c_fc's gradient cast in the backward,
+//             value_copy_from_gradient_cast), and handed to c_proj; act(h) is never written in
+//             high precision.
 //   backward: c_proj's dgrad gives dy; the gradient of h (dy * gelu'(h), or [dgate | dup]) is
 //             cast to FP8 with c_fc's grad_output slot in one kernel (both layouts, with c_fc's
 //             dbias), and handed to c_fc's backward; the high-precision gradient of h is never

@@ -17,6 +17,12 @@ namespace fp8 {
 // HYBRID: forward tensors (activations, weights) E4M3, gradients E5M2. E4M3: every tensor E4M3.
 enum class RecipeFormat { kHybrid, kE4M3 };
 enum class AmaxComputeAlgo { kMax, kMostRecent };
+// Where a SwiGLU MLP's c_proj gets the FP8 wgrad copy of its input (the activation's columnwise
+// codes), under the per-tensor recipes: written in the backward by c_fc's gradient cast, which
+// reads gate and up anyway (Fp8Activation::value_copy_from_gradient_cast), or cast in the forward
+// beside the rowwise copy and kept until the backward (1 byte per hidden element and token more
+// per layer, the value not evaluated again in the backward kernel). The same codes either way.
+enum class SwigluWgradCopy { kBackward, kForward };
 // When the scales are updated: once per optimizer step (amax = max over its micro-batches), or
 // after every micro-batch's backward as TransformerEngine does.
 enum class AmaxUpdate { kStep, kMicrobatch };
@@ -49,6 +55,7 @@ struct Recipe {
   int amax_history_len = 1024;
   AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
   AmaxUpdate amax_update = AmaxUpdate::kStep;
+  SwigluWgradCopy swiglu_wgrad_copy = SwigluWgradCopy::kBackward;
   bool reduce_amax = true;     // data-parallel: MAX-reduce the amaxes across ranks before each update
   LinearPrecisionOverride override_linear_precision;
   FastAccumulation fast_accumulation;
@@ -76,6 +83,8 @@ inline constexpr EnumSpellings<RecipeKind, 3> kRecipeKindNames = {
     {{RecipeKind::kDelayed, "delayed"}, {RecipeKind::kCurrent, "current"}, {RecipeKind::kBlock, "block"}}};
 inline constexpr EnumSpellings<AmaxUpdate, 2> kAmaxUpdateNames = {
     {{AmaxUpdate::kStep, "step"}, {AmaxUpdate::kMicrobatch, "microbatch"}}};
+inline constexpr EnumSpellings<SwigluWgradCopy, 2> kSwigluWgradCopyNames = {
+    {{SwigluWgradCopy::kBackward, "backward"}, {SwigluWgradCopy::kForward, "forward"}}};
 
 template <class E, size_t N>
 constexpr const char* spelling(const EnumSpellings<E, N>& names, E v) {
@@ -88,6 +97,7 @@ constexpr const char* spelling(const EnumSpellings<E, N>& names, E v) {
 inline const char* to_string(RecipeFormat f) { return spelling(kRecipeFormatNames, f); }
 inline const char* to_string(AmaxComputeAlgo a) { return spelling(kAmaxComputeAlgoNames, a); }
 inline const char* to_string(AmaxUpdate u) { return spelling(kAmaxUpdateNames, u); }
+inline const char* to_string(SwigluWgradCopy w) { return spelling(kSwigluWgradCopyNames, w); }
 inline const char* to_string(RecipeKind k) { return spelling(kRecipeKindNames, k); }
 
 }  // namespace fp8

@@ -12,7 +12,7 @@ struct FieldUse {
   const char* key;
   bool delayed, current, block;
 };
-constexpr std::array<FieldUse, 9> kFieldUse = {{
+constexpr std::array<FieldUse, 10> kFieldUse = {{
     {"fp8.margin", true, true, false},
     {"fp8.fp8_format", true, true, false},
     {"fp8.fast_accumulation", true, true, false},
@@ -21,6 +21,7 @@ constexpr std::array<FieldUse, 9> kFieldUse = {{
     {"fp8.amax_compute_algo", true, false, false},
     {"fp8.amax_update", true, false, false},
     {"fp8.reduce_amax", true, false, false},
+    {"fp8.swiglu_wgrad_copy", true, true, false},
     {"fp8.block_power_of_2_scales", false, false, true},
 }};
 
@@ -76,6 +77,9 @@ std::string why_no_effect(RecipeKind kind, std::string_view key) {
     return "the block-scaled GEMMs always use split accumulation";
   }
   if (kind == RecipeKind::kBlock && k == "fp8.margin") return "block scales map each block's amax onto fp8_max";
+  if (kind == RecipeKind::kBlock && k == "fp8.swiglu_wgrad_copy") {
+    return "the block recipe always casts c_proj's wgrad copy in the forward (its blocks' scales come from the value)";
+  }
   return std::string("the ") + to_string(kind) + " recipe has no amax history and no scale update";
 }
 
