@@ -63,6 +63,30 @@ at::Tensor loss_and_backward(model::Gpt& gpt, const at::Tensor& idx) {
   return loss.detach();
 }
 
+// Trains both twins 3 steps on the same batches: the loss, every gradient, the amax history and the
+// scales must agree bit for bit, and real scales (not 1) must have been in use.
+void train_side_by_side(Twins& t) {
+  torch::manual_seed(4);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    const at::Tensor idx = torch::randint(0, 64, {3, 17});
+    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
+    REQUIRE(at::equal(lf, lp));
+    const auto pp = t.plain->named_parameters();
+    for (const auto& item : t.fused->named_parameters()) {
+      INFO(item.key());
+      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
+    }
+    REQUIRE(at::equal(t.fused_rw.scaling->amax_history(), t.plain_rw.scaling->amax_history()));
+    REQUIRE(at::equal(t.fused_rw.scaling->scale(), t.plain_rw.scaling->scale()));
+    t.fused_rw.scaling->update();
+    t.plain_rw.scaling->update();
+    t.fused->zero_grad();
+    t.plain->zero_grad();
+  }
+  REQUIRE(t.fused_rw.scaling->scale().ne(1.0).any().item<bool>());
+}
+
 // The rewrite report's line for the last block's activation names SwiGLU and both casts it went into.
 void require_report_lists_fused_swiglu(const std::string& report) {
   const size_t pos = report.find("  h1.mlp.act ");
@@ -95,25 +119,8 @@ TEST_CASE("fp8 swiglu: fused into the casts, a LLaMA-shaped model computes bit f
   REQUIRE(act != nullptr);
   REQUIRE(act->kind() == model::Activation::Kind::kSwiGLU);
 
-  torch::manual_seed(4);
-  for (int step = 0; step < 3; ++step) {
-    INFO("step " << step);
-    const at::Tensor idx = torch::randint(0, 64, {3, 17});
-    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
-    // The CPU backend's fused casts are the unfused LibTorch composition followed by the cast.
-    REQUIRE(at::equal(lf, lp));
-    const auto pf = t.fused->named_parameters(), pp = t.plain->named_parameters();
-    for (const auto& item : pf) {
-      INFO(item.key());
-      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
-    }
-    REQUIRE(at::equal(t.fused_rw.scaling->amax_history(), t.plain_rw.scaling->amax_history()));
-    t.fused_rw.scaling->update();
-    t.plain_rw.scaling->update();
-    t.fused->zero_grad();
-    t.plain->zero_grad();
-  }
-  REQUIRE(t.fused_rw.scaling->scale().ne(1.0).any().item<bool>());  // real scales were in use
+  // The CPU backend's fused casts are the unfused LibTorch composition followed by the cast.
+  train_side_by_side(t);
 }
 
 TEST_CASE("fp8 swiglu: the hand-over happens only when the neighbour reads nothing but FP8", "[fp8]") {
@@ -159,25 +166,7 @@ TEST_CASE("fp8 swiglu: c_proj's wgrad copy written by c_fc's gradient cast gives
     REQUIRE_FALSE(off->value_copy_from_gradient_cast());
     mlp.replace_slot("act", off);
   }
-  torch::manual_seed(4);
-  for (int step = 0; step < 3; ++step) {
-    INFO("step " << step);
-    const at::Tensor idx = torch::randint(0, 64, {3, 17});
-    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
-    REQUIRE(at::equal(lf, lp));
-    const auto pp = t.plain->named_parameters();
-    for (const auto& item : t.fused->named_parameters()) {
-      INFO(item.key());
-      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
-    }
-    REQUIRE(at::equal(t.fused_rw.scaling->amax_history(), t.plain_rw.scaling->amax_history()));
-    REQUIRE(at::equal(t.fused_rw.scaling->scale(), t.plain_rw.scaling->scale()));
-    t.fused_rw.scaling->update();
-    t.plain_rw.scaling->update();
-    t.fused->zero_grad();
-    t.plain->zero_grad();
-  }
-  REQUIRE(t.fused_rw.scaling->scale().ne(1.0).any().item<bool>());  // real scales were in use
+  train_side_by_side(t);
   // Where the work happened: c_fc's gradient arrives cast by c_proj's backward (before the
   // activation's node runs, which is when the hook on the activation's output fires).
   for (auto* model : {t.fused.get(), t.plain.get()}) {
