@@ -64,10 +64,10 @@ at::Tensor materialize(const CastSource& src) {
 }
 
 Fp8Tensor Backend::cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise,
-                        at::Tensor* dbias, const ValueCompanion* value) {
-  if (value != nullptr) {
+                        at::Tensor* dbias, const ValueCompanion& value) {
+  if (value.columnwise != nullptr) {
     FP8T_CHECK(src.op == CastOp::kDswiglu, "fp8 cast: only a SwiGLU gradient cast writes the value's codes too");
-    return dswiglu_quantize_grad_with_value(src.x, src.h, slot, dbias != nullptr, dbias, *value);
+    return dswiglu_quantize_grad_with_value(src.x, src.h, slot, dbias != nullptr, dbias, value);
   }
   switch (src.op) {
     case CastOp::kIdentity:
@@ -110,7 +110,8 @@ void Backend::record_amax(const CastSource& src, const at::Tensor& amax) {
 
 at::Tensor Backend::current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
                                        const at::Tensor& scale, const at::Tensor& scale_inv,
-                                       const at::Tensor& /*workspace*/, float fp8_max, float two_pow_margin) {
+                                       const at::Tensor& /*workspace*/, float fp8_max, float two_pow_margin,
+                                       bool /*may_write_value*/) {
   if (known_amax.defined()) {
     amax.copy_(known_amax);
   } else {

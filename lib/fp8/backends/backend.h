@@ -87,11 +87,11 @@ struct Fp8Tensor {
   Fp8Operand columnwise;  // x[M,N] transposed, as [N,M] (what dgrad/wgrad need on Hopper)
 };
 
-// A SwiGLU gradient cast's companion output (kDswiglu only): the columnwise codes of the forward
-// value silu(gate) * up, cast with slot.scale in slot.format and recording nothing (slot.amax is
-// not used), written to *columnwise from the same read of h. They are the codes a columnwise cast of
-// the value with that scale gives: the consumer Linear's wgrad operand, which its forward then
-// need not keep until the backward.
+// A SwiGLU gradient cast's companion output (kDswiglu only; none while `columnwise` is null): the
+// columnwise codes of the forward value silu(gate) * up, cast with slot.scale in slot.format and
+// recording nothing (slot.amax is not used), written to *columnwise from the same read of h. They
+// are the codes a columnwise cast of the value with that scale gives: the consumer Linear's wgrad
+// operand, which its forward then need not keep until the backward.
 struct ValueCompanion {
   SlotRef slot;
   Fp8Operand* columnwise = nullptr;
@@ -152,9 +152,9 @@ class Backend {
 
   // The per-tensor cast of any source (one read of the source): routes to quantize,
   // quantize_grad (when dbias is given) or the fused activation casts above; `value` (kDswiglu
-  // only, nullable) adds the value companion.
+  // only) adds the value companion.
   Fp8Tensor cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias,
-                 const ValueCompanion* value = nullptr);
+                 const ValueCompanion& value = {});
 
   // max-accumulates max|value of src| into amax (0-d float32 on src's device; NaN elements
   // ignored, inf counted: amax_combine) without writing the value: current scaling's amax pass.
@@ -176,9 +176,12 @@ class Backend {
   // Returns the value of src in its dtype when the pass wrote it on the way, else an undefined
   // tensor (the default): CUDA writes SwiGLU's value and its gradient, which cost more to evaluate
   // twice than to read back, so the recipe casts that tensor (the same codes) instead of src.
+  // may_write_value false: the caller's cast reads src itself (a SwiGLU gradient cast that also
+  // writes the value's codes, ValueCompanion), so no value is written and none returned (CUDA:
+  // the tiled SwiGLU kernel's amax pass with no output, then the scale kernel).
   virtual at::Tensor current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
                                   const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
-                                  float fp8_max, float two_pow_margin);
+                                  float fp8_max, float two_pow_margin, bool may_write_value = true);
 
   // out[cols, rows] = codes[rows, cols]^T for uint8 FP8 codes (a layout change, no rounding).
   // The default transposes with ATen (the CPU emulation); CUDA runs kernels/cast_transpose.cu's

@@ -187,7 +187,7 @@ class CudaBackend final : public Backend {
   // would evaluate the activation a second time.
   at::Tensor current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
                                 const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
-                                float fp8_max, float two_pow_margin) override {
+                                float fp8_max, float two_pow_margin, bool may_write_value) override {
     FP8T_CHECK(src.x.is_cuda(), "fp8 amax pass expects a CUDA tensor, got one on ", src.x.device().str());
     const c10::cuda::CUDAGuard guard(src.x.device());
     float* a = device_scalar(amax, src.x, "amax", SlotRef{});
@@ -207,6 +207,12 @@ class CudaBackend final : public Backend {
                    workspace.device() == src.x.device() && workspace.is_contiguous(),
                "fp8 amax pass: the workspace must be a contiguous int32 [2] on ", src.x.device().str());
     unsigned int* ws = reinterpret_cast<unsigned int*>(workspace.data_ptr<int32_t>());
+    if ((in.act == FP8T_ACT_SWIGLU || in.act == FP8T_ACT_DSWIGLU) && !may_write_value) {
+      amax.zero_();
+      record_amax(src, amax);  // the tiled SwiGLU cast kernel with no output
+      current_scale(amax, scale, scale_inv, fp8_max, two_pow_margin);
+      return at::Tensor();
+    }
     if (in.act == FP8T_ACT_SWIGLU || in.act == FP8T_ACT_DSWIGLU) {
       const bool backward = in.act == FP8T_ACT_DSWIGLU;
       const at::Tensor& h = backward ? in.h : in.x;

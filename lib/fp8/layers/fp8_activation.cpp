@@ -79,11 +79,12 @@ class Fp8ActivationFunction : public torch::autograd::Function<Fp8ActivationFunc
     at::Tensor carrier = nan_carrier(h.sizes(), h.options());
     // The consumer's backward may have cast this gradient already (value_copy_from_gradient_cast),
     // from the very tensor that arrives here.
-    Fp8LinearGradState::CastByConsumer cast;
+    Fp8LinearGradState::PendingGrad cast;
     std::swap(cast, producer.cast_by_consumer);
-    if (cast.dy.defined() && grads[0].defined() && cast.dy.data_ptr() == grads[0].data_ptr() &&
-        cast.dy.numel() == grads[0].numel()) {
-      producer.pending = {carrier, std::move(cast.g_fp8), std::move(cast.dbias)};
+    if (cast.carrier.defined() && grads[0].defined() && cast.carrier.data_ptr() == grads[0].data_ptr() &&
+        cast.carrier.numel() == grads[0].numel()) {
+      cast.carrier = carrier;
+      producer.pending = std::move(cast);
       return {carrier, at::Tensor()};
     }
     const at::Tensor h2 = h.reshape({-1, h.size(-1)});

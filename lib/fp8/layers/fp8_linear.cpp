@@ -205,7 +205,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     Fp8LinearGradState& producer = *compat::from_ivalue<Fp8LinearGradState>(found->second);
     if (!producer.takes_fp8_grad_only()) return Fp8Operand{};
     Fp8Operand value_col;
-    Fp8LinearGradState::CastByConsumer cast;
+    Fp8LinearGradState::PendingGrad cast;
     CastOptions opt;
     opt.columnwise = true;
     opt.dbias = producer.has_bias ? &cast.dbias : nullptr;
@@ -213,8 +213,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     opt.value_scale = ctx->saved_data["x_scale"].toTensor();
     opt.value_format = state.scaling->slot_format(state.slot_input);
     const at::Tensor h = ctx->saved_data["x_later"].toTensor();
-    cast.g_fp8 = producer.scaling->quantize(producer.slot_grad, CastSource::dswiglu(dx, h), opt);
-    cast.dy = dx;
+    cast.dy_fp8 = producer.scaling->quantize(producer.slot_grad, CastSource::dswiglu(dx, h), opt);
+    cast.carrier = dx;
     producer.cast_by_consumer = std::move(cast);
     return value_col;
   }

@@ -55,13 +55,10 @@ struct Fp8LinearGradState : torch::CustomClassHolder {
     at::Tensor dbias;
   } pending;
   // Set by the backward of the Linear after a fused SwiGLU (Fp8Activation::
-  // value_copy_from_gradient_cast): this layer's output gradient, cast from that Linear's dgrad
-  // output dy. The activation's backward moves it to `pending` when the gradient it receives is dy.
-  struct CastByConsumer {
-    at::Tensor dy;
-    Fp8Tensor g_fp8;
-    at::Tensor dbias;
-  } cast_by_consumer;
+  // value_copy_from_gradient_cast): this layer's output gradient cast from that Linear's dgrad
+  // output, which `carrier` holds here. The activation's backward moves it to `pending` (with its
+  // own carrier) when the gradient it receives is that tensor.
+  PendingGrad cast_by_consumer;
 
   // Whether the backward reads only the FP8 copies of the output gradient (dgrad and wgrad in FP8).
   bool takes_fp8_grad_only() const;

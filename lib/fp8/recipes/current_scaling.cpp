@@ -43,15 +43,11 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
   CastSource cast_src = src;
   if (opt.scale.defined()) {
     FP8T_CHECK(!recording(opt.record), "fp8: a cast with a given scale records nothing (slot ", slot_name(slot), ")");
-  } else if (opt.value_columnwise != nullptr && !opt.known_amax.defined()) {
-    // The fused cast below also writes the value's codes, so it reads src itself: the amax pass
-    // writes nothing (a pass that wrote the gradient would be read back by a plain cast instead).
-    st.amax.zero_();
-    backend.record_amax(src, st.amax);
-    backend.current_scale(st.amax, st.scale, st.scale_inv, format_max(slot_format(slot)), two_pow_margin_);
   } else {
-    const at::Tensor value = backend.current_amax_scale(src, opt.known_amax, st.amax, st.scale, st.scale_inv,
-                                                        st.workspace, format_max(slot_format(slot)), two_pow_margin_);
+    // With a value companion the cast below reads src itself (and writes the value's codes too).
+    const at::Tensor value =
+        backend.current_amax_scale(src, opt.known_amax, st.amax, st.scale, st.scale_inv, st.workspace,
+                                   format_max(slot_format(slot)), two_pow_margin_, opt.value_columnwise == nullptr);
     if (value.defined()) cast_src = CastSource::tensor(value);  // the pass wrote the value: cast it
   }
   // The cast max-accumulates the same amax again into st.amax (no change): no separate sink needed.
@@ -59,9 +55,8 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
   const SlotRef ref{opt.scale.defined() ? opt.scale : st.scale, st.amax, slot_format(slot), slot};
   // A gradient source always gives both layouts (Backend::cast); its value, a plain tensor, too.
   const bool gradient = src.op == CastOp::kDgelu || src.op == CastOp::kDswiglu;
-  const ValueCompanion value = value_companion(opt);
   Fp8Tensor out = backend.cast(cast_src, ref, opt.rowwise || gradient, opt.columnwise || gradient, opt.dbias,
-                               opt.value_columnwise != nullptr ? &value : nullptr);
+                               value_companion(opt));
   if (recording(opt.record) && collect_stats()) add_stats(slot, backend.saturation_stats(materialize(cast_src), ref));
   return out;
 }

@@ -44,9 +44,7 @@ Fp8Tensor DelayedScaling::quantize(int index, const CastSource& src, const CastO
     ref.scale = opt.scale;
   }
   Backend& backend = backend_for(src.x.device());
-  const ValueCompanion value = value_companion(opt);
-  Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias,
-                               opt.value_columnwise != nullptr ? &value : nullptr);
+  Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias, value_companion(opt));
   if (recording(opt.record) && collect_stats()) add_stats(index, backend.saturation_stats(materialize(src), ref));
   return out;
 }

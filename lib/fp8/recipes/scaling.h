@@ -214,8 +214,8 @@ class Scaling {
   std::vector<SlotStats> per_tensor_stats(const at::Tensor& amax, const at::Tensor& scale);
   // fp8_max of every slot's format, float32 [S] on the device.
   at::Tensor fp8_max_tensor() const;
-  // The backend's form of opt's value companion (CastOptions::value_columnwise; meaningful only
-  // when that is set; checked: a kDswiglu cast with a scale).
+  // The backend's form of opt's value companion (CastOptions::value_columnwise; an empty one when
+  // that is null; checked: a scale with it).
   static ValueCompanion value_companion(const CastOptions& opt);
 
   Recipe recipe_;

@@ -14,6 +14,7 @@
 #include "lib/fp8/rewrite.h"                // rewrite_to_fp8
 #include "lib/model/gpt.h"                  // Gpt
 #include "tests/catch.h"
+#include "tests/fp8/twins_test_util.h"     // Twins, loss_and_backward, train_side_by_side
 #include "tests/fp8/swiglu_test_util.h"     // unfused_swiglu, unfused_swiglu_backward, bit_diff
 
 using namespace fp8t;
@@ -37,55 +38,12 @@ ModelSection tiny_llama(bool bias) {
   return m;
 }
 
-// The same model twice from one seed, both rewritten; in `plain` the activations are put back
-// as the model's own SwiGLU, so its Linears cast the activation's output and gradient themselves.
-struct Twins {
-  std::shared_ptr<model::Gpt> fused, plain;
-  fp8::RewriteResult fused_rw, plain_rw;
-  Twins(const ModelSection& cfg, const fp8::Recipe& recipe, const at::Device& device) {
-    torch::manual_seed(21);
-    fused = std::make_shared<model::Gpt>(cfg);
-    torch::manual_seed(21);
-    plain = std::make_shared<model::Gpt>(cfg);
-    fused->to(device);
-    plain->to(device);
-    fused_rw = fp8::rewrite_to_fp8(*fused, recipe, device);
-    plain_rw = fp8::rewrite_to_fp8(*plain, recipe, device);
-    for (auto& b : plain->blocks) {
-      b->mlp->replace_slot("act", std::make_shared<model::Activation>(model::Activation::Kind::kSwiGLU));
-    }
-  }
+// The twins of tests/fp8/twins_test_util.h with the model's own SwiGLU put back in `plain`, so its
+// Linears cast the activation's output and gradient themselves.
+struct Twins : test::Twins {
+  Twins(const ModelSection& cfg, const fp8::Recipe& recipe, const at::Device& device)
+      : test::Twins(cfg, recipe, device, model::Activation::Kind::kSwiGLU) {}
 };
-
-at::Tensor loss_and_backward(model::Gpt& gpt, const at::Tensor& idx) {
-  const at::Tensor loss = model::Gpt::loss(gpt.forward(idx.narrow(1, 0, 16)), idx.narrow(1, 1, 16));
-  loss.backward();
-  return loss.detach();
-}
-
-// Trains both twins 3 steps on the same batches: the loss, every gradient, the amax history and the
-// scales must agree bit for bit, and real scales (not 1) must have been in use.
-void train_side_by_side(Twins& t) {
-  torch::manual_seed(4);
-  for (int step = 0; step < 3; ++step) {
-    INFO("step " << step);
-    const at::Tensor idx = torch::randint(0, 64, {3, 17});
-    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
-    REQUIRE(at::equal(lf, lp));
-    const auto pp = t.plain->named_parameters();
-    for (const auto& item : t.fused->named_parameters()) {
-      INFO(item.key());
-      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
-    }
-    REQUIRE(at::equal(t.fused_rw.scaling->amax_history(), t.plain_rw.scaling->amax_history()));
-    REQUIRE(at::equal(t.fused_rw.scaling->scale(), t.plain_rw.scaling->scale()));
-    t.fused_rw.scaling->update();
-    t.plain_rw.scaling->update();
-    t.fused->zero_grad();
-    t.plain->zero_grad();
-  }
-  REQUIRE(t.fused_rw.scaling->scale().ne(1.0).any().item<bool>());
-}
 
 // The rewrite report's line for the last block's activation names SwiGLU and both casts it went into.
 void require_report_lists_fused_swiglu(const std::string& report) {
@@ -120,7 +78,7 @@ TEST_CASE("fp8 swiglu: fused into the casts, a LLaMA-shaped model computes bit f
   REQUIRE(act->kind() == model::Activation::Kind::kSwiGLU);
 
   // The CPU backend's fused casts are the unfused LibTorch composition followed by the cast.
-  train_side_by_side(t);
+  test::train_side_by_side(t, at::kCPU, /*recipe_state=*/true);
 }
 
 TEST_CASE("fp8 swiglu: the hand-over happens only when the neighbour reads nothing but FP8", "[fp8]") {
@@ -166,7 +124,7 @@ TEST_CASE("fp8 swiglu: c_proj's wgrad copy written by c_fc's gradient cast gives
     REQUIRE_FALSE(off->value_copy_from_gradient_cast());
     mlp.replace_slot("act", off);
   }
-  train_side_by_side(t);
+  test::train_side_by_side(t, at::kCPU, /*recipe_state=*/true);
   // Where the work happened: c_fc's gradient arrives cast by c_proj's backward (before the
   // activation's node runs, which is when the hook on the activation's output fires).
   for (auto* model : {t.fused.get(), t.plain.get()}) {
@@ -176,12 +134,12 @@ TEST_CASE("fp8 swiglu: c_proj's wgrad copy written by c_fc's gradient cast gives
     const at::Tensor y = mlp.act->forward(mlp.c_fc->forward(x));
     bool cast_by_c_proj = false;
     y.register_hook([&](const at::Tensor& g) {
-      cast_by_c_proj = c_fc->grad_state()->cast_by_consumer.dy.defined();
+      cast_by_c_proj = c_fc->grad_state()->cast_by_consumer.carrier.defined();
       return g;
     });
     mlp.c_proj->forward(y).sum().backward();
     CHECK(cast_by_c_proj == (model == t.fused.get()));
-    CHECK_FALSE(c_fc->grad_state()->cast_by_consumer.dy.defined());  // handed on, not left behind
+    CHECK_FALSE(c_fc->grad_state()->cast_by_consumer.carrier.defined());  // handed on, not left behind
     REQUIRE(x.grad().defined());
   }
 }
@@ -303,7 +261,7 @@ TEST_CASE("fp8 swiglu on CUDA: the fused model agrees with the unfused one", "[f
   for (int step = 0; step < 3; ++step) {
     INFO("step " << step);
     const at::Tensor idx = torch::randint(0, 64, {3, 17}).to(gpu);
-    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
+    const at::Tensor lf = test::loss_and_backward(*t.fused, idx), lp = test::loss_and_backward(*t.plain, idx);
     // The kernels evaluate ATen's CPU silu (its vectorised exp); ATen's CUDA silu uses CUDA's expf,
     // which rounds differently in rare FP32 ulps and can flip a code: agreement to 1e-3 relative on
     // the loss and on every gradient's norm, as for GELU.

@@ -10,6 +10,7 @@
 #include "lib/model/gpt.h"     // Gpt
 #include "lib/util/memory.h"   // peak_memory_bytes, reset_peak_memory
 #include "tests/catch.h"
+#include "tests/fp8/twins_test_util.h"  // Twins, loss_and_backward, train_side_by_side
 
 using namespace fp8t;
 
@@ -26,32 +27,12 @@ ModelSection small_model(bool bias) {
   return m;
 }
 
-// The same model twice from one seed, both rewritten; in `plain` the activations are put back
-// as the model's own GELU, so its Linears cast GELU's output and gradient themselves.
-struct Twins {
-  std::shared_ptr<model::Gpt> fused, plain;
-  fp8::RewriteResult fused_rw, plain_rw;
-  Twins(const ModelSection& cfg, const fp8::Recipe& recipe, const at::Device& device) {
-    torch::manual_seed(21);
-    fused = std::make_shared<model::Gpt>(cfg);
-    torch::manual_seed(21);
-    plain = std::make_shared<model::Gpt>(cfg);
-    fused->to(device);
-    plain->to(device);
-    fused_rw = fp8::rewrite_to_fp8(*fused, recipe, device);
-    plain_rw = fp8::rewrite_to_fp8(*plain, recipe, device);
-    for (auto& b : plain->blocks) {
-      b->mlp->replace_slot("act", std::make_shared<model::Activation>(model::Activation::Kind::kGeluTanh));
-    }
-  }
+// The twins of tests/fp8/twins_test_util.h with the model's own GELU put back in `plain`, so its
+// Linears cast GELU's output and gradient themselves.
+struct Twins : test::Twins {
+  Twins(const ModelSection& cfg, const fp8::Recipe& recipe, const at::Device& device)
+      : test::Twins(cfg, recipe, device, model::Activation::Kind::kGeluTanh) {}
 };
-
-at::Tensor loss_and_backward(model::Gpt& gpt, const at::Tensor& idx) {
-  const at::Tensor loss = model::Gpt::loss(gpt.forward(idx.narrow(1, 0, 16)), idx.narrow(1, 1, 16));
-  loss.backward();
-  return loss.detach();
-}
-
 
 // Trains `later` (c_proj's columnwise input cast in the backward, the default) and `kept` (cast
 // in the forward and kept) side by side for 3 steps: losses, every gradient and the recipe state
@@ -70,22 +51,7 @@ void expect_deferral_changes_nothing(const fp8::Recipe& recipe, const at::Device
     REQUIRE_FALSE(act->defers_columnwise());  // off unless train.recompute is activation
     act->set_defers_columnwise(true);
   }
-  torch::manual_seed(4);
-  for (int step = 0; step < 3; ++step) {
-    INFO("step " << step);
-    const at::Tensor idx = torch::randint(0, 64, {3, 17}).to(device);
-    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
-    REQUIRE(at::equal(lf, lp));
-    const auto pp = t.plain->named_parameters();
-    for (const auto& item : t.fused->named_parameters()) {
-      INFO(item.key());
-      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
-    }
-    t.fused_rw.scaling->update();
-    t.plain_rw.scaling->update();
-    t.fused->zero_grad();
-    t.plain->zero_grad();
-  }
+  test::train_side_by_side(t, device, /*recipe_state=*/false);
 }
 
 }  // namespace
@@ -111,25 +77,8 @@ TEST_CASE("fp8 gelu: fused into the casts, the model computes bit for bit what t
   REQUIRE(t.fused_rw.report.fused_activations == 2);
   REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(t.fused->blocks[0]->mlp->act) != nullptr);
 
-  torch::manual_seed(4);
-  for (int step = 0; step < 3; ++step) {
-    INFO("step " << step);
-    const at::Tensor idx = torch::randint(0, 64, {3, 17});
-    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
-    // The CPU backend's fused casts are the operator followed by the cast: exact equality.
-    REQUIRE(at::equal(lf, lp));
-    const auto pf = t.fused->named_parameters(), pp = t.plain->named_parameters();
-    for (const auto& item : pf) {
-      INFO(item.key());
-      REQUIRE(at::equal(item.value().grad(), pp[item.key()].grad()));
-    }
-    REQUIRE(at::equal(t.fused_rw.scaling->amax_history(), t.plain_rw.scaling->amax_history()));
-    t.fused_rw.scaling->update();
-    t.plain_rw.scaling->update();
-    t.fused->zero_grad();
-    t.plain->zero_grad();
-  }
-  REQUIRE(t.fused_rw.scaling->scale().ne(1.0).any().item<bool>());  // real scales were in use
+  // The CPU backend's fused casts are the operator followed by the cast: exact equality.
+  test::train_side_by_side(t, at::kCPU, /*recipe_state=*/true);
 }
 
 TEST_CASE("fp8 gelu: the hand-over happens only when the neighbour reads nothing but FP8", "[fp8]") {
@@ -220,7 +169,7 @@ TEST_CASE("fp8 gelu on CUDA: the fused kernels give the unfused model's loss and
   for (int step = 0; step < 3; ++step) {
     INFO("step " << step);
     const at::Tensor idx = torch::randint(0, 64, {3, 17}).to(gpu);
-    const at::Tensor lf = loss_and_backward(*t.fused, idx), lp = loss_and_backward(*t.plain, idx);
+    const at::Tensor lf = test::loss_and_backward(*t.fused, idx), lp = test::loss_and_backward(*t.plain, idx);
     // The kernels evaluate GELU and its derivative in FP32 with LibTorch's operation order, so
     // the FP8 codes equal the unfused casts' except where an FP32 rounding difference in tanh
     // flips a code: agreement to 1e-3 relative on the loss and on every gradient's norm.
