@@ -9,8 +9,10 @@
 // this pass has nothing to store, so it streams the inputs flat: a grid of a few CTAs per SM
 // strides over 16-byte vectors, several loads in flight per thread, every value through
 // kernels/activation.cuh / lib/fp8/math/swiglu_math.h exactly as the cast computes it (GELU values
-// only where they could raise the max: see "skipping" below; a bf16 SwiGLU's silu(gate) from the
-// table of kernels/silu_table.cuh, built by each CTA in shared memory, as in the casts). Each CTA
+// only where they could raise the max: see "skipping" below; likewise the SwiGLU values when the
+// pass does not write them, by lib/fp8/math/swiglu_math.h's bounds; the pass that writes a bf16
+// SwiGLU's value reads silu(gate) from the table of kernels/silu_table.cuh, built by each CTA in
+// shared memory, as in the casts). Each CTA
 // reduces to one max (warp shuffles), then one atomicMax into the workspace accumulator (|x| as
 // int bits: fp8_device.cuh abs_bits, so NaN elements are ignored and inf counts, amax_combine).
 // The last CTA to finish (a ticket counter) reads the final amax, writes it, computes the scale
@@ -113,9 +115,24 @@ constexpr bool uses_silu() {
 template <int kDtype, int kOp>
 using OpSilu = GateSilu<kDtype, kOp == kDswiglu>;
 
-template <int kDtype, int kOp>
+// The SwiGLU passes that do not write the value skip by bounds (below) and evaluate few gates:
+// they take silu_of_gate by the formula, the table's bits (tests/fp8/math/test_swiglu_math.cpp),
+// and build no table.
+template <int kOp, bool kStore>
+constexpr bool skips_by_bound() {
+  return uses_silu<kOp>() && !kStore;
+}
+
+template <int kDtype>
+struct FormulaSilu {
+  __device__ __forceinline__ fp8t::fp8::SiluOfGate operator()(float gate) const {
+    return fp8t::fp8::silu_of_gate(gate, DtypeRound<kDtype>{});
+  }
+};
+
+template <int kDtype, int kOp, bool kStore>
 constexpr size_t op_smem_bytes() {
-  return uses_silu<kOp>() ? silu_table_bytes<kDtype, kOp == kDswiglu>() : 0;
+  return uses_silu<kOp>() && kStore ? silu_table_bytes<kDtype, kOp == kDswiglu>() : 0;
 }
 
 // The input that holds the gate (SwiGLU ops): dy comes first in the backward.
@@ -177,9 +194,10 @@ __device__ __forceinline__ void store_values(const AmaxArgs& a, int64_t p, const
   }
 }
 
-// One point, scalar loads (any alignment); kStore also writes its value(s).
-template <int kDtype, int kOp, bool kStore>
-__device__ __forceinline__ int point_bits(const AmaxArgs& a, const OpSilu<kDtype, kOp>& silu, int64_t p) {
+// One point, scalar loads (any alignment); kStore also writes its value(s). silu: OpSilu or
+// FormulaSilu (SwiGLU ops).
+template <int kDtype, int kOp, bool kStore, typename Silu>
+__device__ __forceinline__ int point_bits(const AmaxArgs& a, const Silu& silu, int64_t p) {
   int64_t off[3];
   input_offsets<kOp>(p, a.cols, off);
   float in[3] = {0.0f, 0.0f, 0.0f};
@@ -311,6 +329,76 @@ __device__ __forceinline__ int thread_bits_skip(const AmaxArgs& a) {
   return m;
 }
 
+// ---- SwiGLU without its value: skipping by bounds ----------------------------------------------
+// The same scheme for the SwiGLU ops when the value is not written, with swiglu_math.h's bounds
+// (swiglu_bound, swiglu_backward_bound: kSwigluBoundFactor times |up| max(|gate|, 0.28), or |dy|
+// max(|gate|, |up|, 0.28)): every input is read (the bound needs them all), and a point is
+// evaluated only where its bound may raise the running max. On gradients of a trained model a
+// few percent of the points are evaluated, so the pass runs at the speed of its loads instead of
+// its arithmetic.
+
+// m raised by the points of vector group g (inputs in q, as load_group read them) whose bound
+// may raise it.
+template <int kDtype, int kOp>
+__device__ __forceinline__ int bounded_group_bits(const Packed128 (&q)[3], int m) {
+  constexpr int kVec = Packed128::elems<kDtype>();
+  float v[3][kVec];
+#pragma unroll
+  for (int i = 0; i < n_inputs<kOp>(); ++i) q[i].unpack<kDtype>(v[i]);
+  const float mf = __int_as_float(m);
+  unsigned flags = 0;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float b = kOp == kDswiglu ? fp8t::fp8::swiglu_backward_bound(v[0][j], v[1][j], v[2][j])
+                                    : fp8t::fp8::swiglu_bound(v[0][j], v[1][j]);
+    if (fp8t::fp8::bound_may_raise(b, mf)) flags |= 1u << j;
+  }
+  if (flags == 0) return m;
+  const FormulaSilu<kDtype> silu;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if (!(flags & (1u << j))) continue;
+    const float in[3] = {v[0][j], v[1][j], n_inputs<kOp>() > 2 ? v[2][j] : 0.0f};
+    float pv[n_values<kOp>()];
+    point_values<kDtype, kOp>(in, silu(in[gate_input<kOp>()]), pv);
+    m = max(m, max_abs_bits<kOp>(pv));
+  }
+  return m;
+}
+
+// thread_bits_vec for the SwiGLU ops without their value: kUnroll groups' loads in flight, the
+// running max shared across the warp after each round while every lane has kUnroll groups left
+// (as thread_bits_skip), then the remaining groups and the scalar tail (by the formula).
+template <int kDtype, int kOp>
+__device__ __forceinline__ int thread_bits_bounded(const AmaxArgs& a) {
+  constexpr int kVec = Packed128::elems<kDtype>();
+  constexpr int kUnroll = unroll<kOp>();
+  const int64_t groups = a.n / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int m = 0;
+  int64_t g = tid;
+  for (int64_t last_lane = tid - (threadIdx.x & 31) + 31; last_lane + (kUnroll - 1) * stride < groups;
+       last_lane += kUnroll * stride, g += kUnroll * stride) {
+    Packed128 q[kUnroll][3];
+    int64_t off[kUnroll][3];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load_group<kDtype, kOp>(a, g + u * stride, q[u], off[u]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) m = bounded_group_bits<kDtype, kOp>(q[u], m);
+    m = warp_max_int(m);
+  }
+  for (; g < groups; g += stride) {
+    Packed128 q[3];
+    int64_t off[3];
+    load_group<kDtype, kOp>(a, g, q, off);
+    m = bounded_group_bits<kDtype, kOp>(q, m);
+  }
+  const FormulaSilu<kDtype> silu;
+  for (int64_t p = groups * kVec + tid; p < a.n; p += stride) m = max(m, point_bits<kDtype, kOp, false>(a, silu, p));
+  return m;
+}
+
 // This thread's max over its vector groups (grid-stride, kUnroll groups' loads issued before the
 // first is evaluated), then over the scalar tail points n_groups * kVec .. n.
 template <int kDtype, int kOp, bool kStore>
@@ -342,8 +430,8 @@ __device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a, const OpSilu<k
   return m;
 }
 
-template <int kDtype, int kOp, bool kStore>
-__device__ __forceinline__ int thread_bits_scalar(const AmaxArgs& a, const OpSilu<kDtype, kOp>& silu) {
+template <int kDtype, int kOp, bool kStore, typename Silu>
+__device__ __forceinline__ int thread_bits_scalar(const AmaxArgs& a, const Silu& silu) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int m = 0;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < a.n; p += stride) {
@@ -380,16 +468,20 @@ __device__ __forceinline__ void commit_and_finish(int v, const AmaxArgs& a) {
 template <int kDtype, int kOp, bool kStore>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a) {
   static_assert(valid_store<kOp, kStore>(), "only the SwiGLU ops write their value");
-  extern __shared__ __align__(16) unsigned char table_smem[];  // op_smem_bytes<kDtype, kOp>()
-  OpSilu<kDtype, kOp> silu{};
-  if constexpr (uses_silu<kOp>()) silu = build_gate_silu<kDtype, kOp == kDswiglu>(table_smem);
+  extern __shared__ __align__(16) unsigned char table_smem[];  // op_smem_bytes<kDtype, kOp, kStore>()
   int v;
-  if (!a.vec) {
-    v = thread_bits_scalar<kDtype, kOp, kStore>(a, silu);
-  } else if constexpr (skips<kOp>()) {
-    v = thread_bits_skip<kDtype, kOp>(a);  // a skipped element is not evaluated: never kStore
+  if constexpr (skips_by_bound<kOp, kStore>()) {
+    v = a.vec ? thread_bits_bounded<kDtype, kOp>(a) : thread_bits_scalar<kDtype, kOp, false>(a, FormulaSilu<kDtype>{});
   } else {
-    v = thread_bits_vec<kDtype, kOp, kStore>(a, silu);
+    OpSilu<kDtype, kOp> silu{};
+    if constexpr (uses_silu<kOp>()) silu = build_gate_silu<kDtype, kOp == kDswiglu>(table_smem);
+    if (!a.vec) {
+      v = thread_bits_scalar<kDtype, kOp, kStore>(a, silu);
+    } else if constexpr (skips<kOp>()) {
+      v = thread_bits_skip<kDtype, kOp>(a);  // a skipped element is not evaluated: never kStore
+    } else {
+      v = thread_bits_vec<kDtype, kOp, kStore>(a, silu);
+    }
   }
   commit_and_finish(v, a);
 }
@@ -463,14 +555,13 @@ cudaError_t amax_scale_impl(const char* launcher, int act, const void* x, const 
     dispatch_dtype(dtype, [&](auto dt) {
       constexpr int kOp = decltype(op)::value;
       constexpr int kDt = decltype(dt)::value;
-      constexpr size_t kSmem = op_smem_bytes<kDt, kOp>();
       if constexpr (valid_store<kOp, true>()) {
         if (out != nullptr) {
-          launch_amax<amax_kernel<kDt, kOp, true>>(grid, kSmem, stream, args);
+          launch_amax<amax_kernel<kDt, kOp, true>>(grid, op_smem_bytes<kDt, kOp, true>(), stream, args);
           return;
         }
       }
-      launch_amax<amax_kernel<kDt, kOp, false>>(grid, kSmem, stream, args);
+      launch_amax<amax_kernel<kDt, kOp, false>>(grid, op_smem_bytes<kDt, kOp, false>(), stream, args);
     });
   });
   return cudaGetLastError();

@@ -178,7 +178,7 @@ class Backend {
   // twice than to read back, so the recipe casts that tensor (the same codes) instead of src.
   // may_write_value false: the caller's cast reads src itself (a SwiGLU gradient cast that also
   // writes the value's codes, ValueCompanion), so no value is written and none returned (CUDA:
-  // the tiled SwiGLU kernel's amax pass with no output, then the scale kernel).
+  // the amax pass that evaluates only the points whose bound may raise the max, one launch).
   virtual at::Tensor current_amax_scale(const CastSource& src, const at::Tensor& known_amax, const at::Tensor& amax,
                                   const at::Tensor& scale, const at::Tensor& scale_inv, const at::Tensor& workspace,
                                   float fp8_max, float two_pow_margin, bool may_write_value = true);

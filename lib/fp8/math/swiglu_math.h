@@ -238,5 +238,69 @@ FP8T_HOST_DEVICE SiluOfGate silu_of_bf16_gate(float gate, const Table& table, Ro
   return is_finite_bits(gate) ? silu_of_finite_bf16_gate(gate, table, round) : silu_of_gate(gate, round);
 }
 
+// ---- upper bounds of |value| for the amax pass --------------------------------------------------
+// Current scaling's amax pass needs max |value| only, so a point whose cheap bound does not exceed
+// the running max cannot change the result and need not be evaluated (kernels/amax.cu; the GELU
+// passes do the same with their own bounds). For every dtype the kernels read (fp32, bf16), with
+// M = max(|gate|, |up|, kSiluNegMax) for the backward and max(|gate|, kSiluNegMax) for the forward:
+//   |silu(gate)| <= max(|gate|, kSiluNegMax): silu(g) = g sig(g) is in (0, g) for g > 0 and in
+//     [-0.27846, 0) for g < 0 (its minimum, at g = -1.2785); rounded to bf16, -0.2793 at most;
+//   |silu'(gate)| = |sig (1 + gate (1 - sig))| <= 1.0998 (at gate = 2.3994), and the FP32
+//     evaluation of that product stays within 2^-17 of it;
+// so |y| <= M |up|, |dup| <= M |dy| and |dgate| <= 1.0998 |round(dy up)|, each times the
+// roundings to FP32 and to the dtype (at most (1 + 2^-8)^2 where they are normal). Subnormal
+// intermediates add at most 2^-132 in absolute terms (a subnormal round(dy up) sig, rounded up
+// by 2^-150, times |1 + gate (1 - sig)| <= 105, then the bf16 rounding's 2^-134). The bound is
+// kSwigluBoundFactor times the product plus kSwigluBoundFloor, which covers both with room.
+// NaN operands: a NaN gate or (backward) up is dropped from M, and every value it reaches is NaN
+// (ignored by the amax); a NaN bound (a NaN dy, or forward up; a zero factor against an infinite
+// gate or up) comes only with values that are NaN or 0, which cannot raise the max, and callers
+// evaluate such a point anyway (bound_may_raise).
+// tests/fp8/math/test_swiglu_math.cpp checks the bounds against the formulas for every bf16 gate.
+constexpr float kSiluNegMax = 0.28f;         // > 0.2793, |silu| of a negative gate, rounded
+constexpr float kSwigluBoundFactor = 1.25f;  // > 1.0998 (1 + 2^-8)^2 (1 + 2^-17)
+constexpr float kSwigluBoundFloor = 0x1p-120f;  // > 2^-132
+
+namespace swiglu_detail {
+
+// max(|a|, |b|); a NaN operand is dropped (fmax).
+FP8T_HOST_DEVICE float abs_max(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return fmaxf(fabsf(a), fabsf(b));
+#else
+  return std::fmax(std::fabs(a), std::fabs(b));
+#endif
+}
+
+FP8T_HOST_DEVICE float abs_of(float a) {
+#if defined(__CUDA_ARCH__)
+  return fabsf(a);
+#else
+  return std::fabs(a);
+#endif
+}
+
+// kSwigluBoundFactor |a| m + kSwigluBoundFloor (m >= 0).
+FP8T_HOST_DEVICE float bound_of(float a, float m) {
+  return add_rn(mul_rn(mul_rn(abs_of(a), m), kSwigluBoundFactor), kSwigluBoundFloor);
+}
+
+}  // namespace swiglu_detail
+
+// A bound of |swiglu(gate, up)| (either dtype rounding; see above).
+FP8T_HOST_DEVICE float swiglu_bound(float gate, float up) {
+  using namespace swiglu_detail;
+  return bound_of(up, abs_max(gate, kSiluNegMax));
+}
+
+// A bound of |dgate| and |dup| of swiglu_backward(dy, gate, up) (either dtype rounding; see above).
+FP8T_HOST_DEVICE float swiglu_backward_bound(float dy, float gate, float up) {
+  using namespace swiglu_detail;
+  return bound_of(dy, abs_max(abs_max(gate, up), kSiluNegMax));
+}
+
+// Whether a point with this bound may raise the running max m (>= 0): NaN bounds do.
+FP8T_HOST_DEVICE bool bound_may_raise(float bound, float m) { return !(bound <= m); }
+
 }  // namespace fp8
 }  // namespace fp8t

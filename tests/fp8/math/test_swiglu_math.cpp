@@ -185,3 +185,67 @@ TEST_CASE("swiglu math: the bf16 gate table and its closed forms give the formul
   CHECK(tiny == 2 * 102 * 128);
   CHECK(large == 2 * (254 - 133) * 128);
 }
+
+namespace {
+
+// Factors for up and dy in the bound checks: zeros, the smallest subnormals (where the products
+// of the backward turn subnormal and its roundings are largest relative to the value), every
+// binade in steps of 7 with mixed mantissas, the largest floats, inf and NaN, both signs.
+std::vector<float> bound_factors() {
+  std::vector<float> f = {0.0f, -0.0f, 0x1p-149f, -0x1p-133f, 0x1.8p-140f, 3.0e38f, -kInf, kInf,
+                          std::numeric_limits<float>::quiet_NaN()};
+  for (int e = -149; e <= 127; e += 7) f.push_back((e % 2 == 0 ? 1.0f : -1.0f) * std::ldexp(1.0f + (e & 63) / 64.0f, e));
+  return f;
+}
+
+// Where |value| exceeds its bound (NaN values never count; a NaN bound only with values 0 or NaN).
+bool exceeds(float value, float bound) {
+  if (std::isnan(value)) return false;
+  if (std::isnan(bound)) return value != 0.0f;
+  return std::fabs(value) > bound;
+}
+
+struct BoundCheck {
+  int64_t points = 0, violations = 0;
+  float gate = 0.0f, up = 0.0f, dy = 0.0f;
+  void add(bool violated, float g, float u, float d) {
+    ++points;
+    if (violated && violations++ == 0) gate = g, up = u, dy = d;
+  }
+};
+
+template <typename Round>
+void check_bounds_at(float g, const fp8::SiluOfGate& s, const std::vector<float>& factors, Round round,
+                     BoundCheck& c) {
+  for (const float u : factors) {
+    c.add(exceeds(fp8::swiglu_given(s.silu, u, round), fp8::swiglu_bound(g, u)), g, u, 0.0f);
+    for (const float d : factors) {
+      const fp8::SwigluGrad v = fp8::swiglu_backward_given(d, g, u, s, round);
+      const float b = fp8::swiglu_backward_bound(d, g, u);
+      c.add(exceeds(v.gate, b) || exceeds(v.up, b), g, u, d);
+    }
+  }
+}
+
+}  // namespace
+
+// The bounds of |value| that let kernels/amax.cu skip points: never below the value, over every
+// bf16 gate (bf16 rounding) and 2^16 fp32 gates across the float line (no rounding), against up
+// and dy from the subnormals to inf, both signs, and NaN.
+TEST_CASE("swiglu math: the amax pass's bounds are never below |value|, forward and backward", "[fp8]") {
+  const std::vector<float> factors = bound_factors();
+  BoundCheck bf16, fp32;
+  const test::Bf16Round round;
+  for (uint32_t b = 0; b < 65536u; ++b) {
+    const float g = fp8::detail::bits_float(b << 16);
+    check_bounds_at(g, fp8::silu_of_gate(g, round), factors, round, bf16);
+    const float gf = fp8::detail::bits_float((b << 16) | ((b * 2654435761u) & 0xFFFFu));
+    check_bounds_at(gf, fp8::silu_of_gate(gf, fp8::IdentityRound{}), factors, fp8::IdentityRound{}, fp32);
+  }
+  for (const BoundCheck* c : {&bf16, &fp32}) {
+    INFO(c->violations << " of " << c->points << " points above their bound (" << (c == &bf16 ? "bf16" : "fp32")
+                       << "), the first at gate " << c->gate << ", up " << c->up << ", dy " << c->dy);
+    REQUIRE(c->violations == 0);
+  }
+  REQUIRE(bf16.points == int64_t{65536} * static_cast<int64_t>(factors.size() * (factors.size() + 1)));
+}
