@@ -19,7 +19,6 @@
 // - with dbias, or fp32 inputs (whose tiles would need twice the registers): the 64x64 tiles of
 //   kernels/cast_tile.cuh. Its dbias partials follow cast_transpose's summation order exactly, so
 //   dbias equals fp8t_cast_transpose_dbias of the materialised gradient bit for bit.
-#include <cstdlib>      // std::getenv
 #include <type_traits>  // std::conditional_t
 
 #include "activation.cuh"              // DtypeRound
@@ -56,8 +55,6 @@ struct SwigluArgs {
   // E4M3 codes [cols, rows], cast with *value_scale, no amax. Null: not written.
   const float* value_scale = nullptr;
   uint8_t* value_col = nullptr;
-  // The tiled backward only: the next tile's inputs prefetched into L2 (launch_tiled).
-  bool l2_prefetch = false;
 };
 
 // The values the cast sees at (row, col..col+7): y (kOut = 1) or [dgate, dup] (kOut = 2).
@@ -215,30 +212,6 @@ __device__ __forceinline__ void swiglu_row(const SwigluTile<kDtype, kBackward>& 
   }
 }
 
-// Asks L2 for tile p's inputs (bf16: one 128-byte segment per row of gate, up and, backward, dy;
-// the block's threads split the 2 or 3 x 128 segments), without registers or shared memory: the
-// backward, which has no room to load the next tile into registers ahead, finds it in L2 when it
-// loads it after the current tile's stores, instead of waiting on HBM with nothing else in flight.
-// Only for a full tile of the vector path (every segment in bounds and 16-byte aligned). A hint:
-// no value changes.
-template <bool kBackward>
-__device__ __forceinline__ void prefetch_tile_l2(const SwigluArgs& a, const ttile::TilePos& p) {
-  constexpr int kSegments = (kBackward ? 3 : 2) * ttile::kRows;
-  constexpr int kSegmentBytes = ttile::kCols * 2;  // bf16
-  for (int i = threadIdx.x; i < kSegments; i += ttile::kThreads) {
-    const int input = i / ttile::kRows;  // 0 gate, 1 up, 2 dy
-    const int64_t row = p.r0 + i % ttile::kRows;
-    const char* seg = input == 2 ? static_cast<const char*>(a.dy) + (row * a.cols + p.c0) * 2
-                                 : static_cast<const char*>(a.h) + (row * 2 * a.cols + input * a.cols + p.c0) * 2;
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(seg), "n"(kSegmentBytes) : "memory");
-#else
-    static_assert(kSegmentBytes == 128, "one 128-byte line per segment");
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(seg) : "memory");
-#endif
-  }
-}
-
 // Encodes the thread's 4 rows of the tile (each output half) and returns their amax. A row whose
 // max is NaN has its codes repaired and its amax taken without the NaNs (ttile::fix_nan_codes).
 // kValue (backward): also the rows of the forward value y = silu(gate) * up (the forward kernel's
@@ -287,8 +260,7 @@ constexpr int kTiledMinBlocks = 2;
 
 // Grid-stride over 128x64 tiles of [rows, F] (kernels/transpose_tile.cuh): the forward issues
 // the next tile's loads before the current one is evaluated; the backward, whose three inputs
-// would double an already large register set, loads after the store, from L2 when a.l2_prefetch
-// asked for the tile before the current one was evaluated (prefetch_tile_l2). Output half o of the
+// would double an already large register set, loads after the store. Output half o of the
 // rowwise codes starts at column o * F of [rows, kOut * F], of the columnwise codes at row o * F
 // of [kOut * F, rows]. amax: one atomic per block. null outputs are skipped (scale null: amax only).
 template <int kDtype, int kFormat, bool kBackward, bool kValue>
@@ -327,9 +299,6 @@ __global__ void __launch_bounds__(ttile::kThreads, kTiledMinBlocks)
         const ttile::TilePos pn = wn.pos(a.rows, a.cols);
         load_swiglu_tile(a, pn, vec && pn.full, next);
       }
-    } else if (a.l2_prefetch && wn.valid()) {
-      const ttile::TilePos pn = wn.pos(a.rows, a.cols);
-      if (vec && pn.full) prefetch_tile_l2<kBackward>(a, pn);
     }
     uint32_t codes[kOut][ttile::kRowsPerThread][2];
     uint32_t vcodes[kValue ? ttile::kRowsPerThread : 1][2];
@@ -383,15 +352,9 @@ constexpr int64_t kTableWaves = 2;
 // multiple of 16 and the columnwise output 16-byte aligned (a.vec has the 16-byte inputs and the
 // 8-byte code rows).
 // Its instances: forward, backward, and the backward with the value companion (a.value_col).
-// The backward prefetches its next tile into L2 unless FP8T_KERNEL_NO_L2_PREFETCH is set: the
-// switch of an A/B timing of the prefetch in one process (tests/kernels/test_swiglu_cast.cpp),
-// read at each launch (a CUDA graph keeps what its capture read).
-bool l2_prefetch_enabled() { return std::getenv("FP8T_KERNEL_NO_L2_PREFETCH") == nullptr; }
-
-void launch_tiled(bool backward, int fp8_format, cudaStream_t stream, SwigluArgs a) {
+void launch_tiled(bool backward, int fp8_format, cudaStream_t stream, const SwigluArgs& a) {
   const bool vec = a.vec && a.rows % 16 == 0 && (a.out_col == nullptr || aligned(a.out_col, 16)) &&
                    (a.value_col == nullptr || aligned(a.value_col, 16));
-  a.l2_prefetch = backward && l2_prefetch_enabled();
   const bool value = a.value_col != nullptr;
   dispatch_bool(backward, [&](auto backward_tag) {
     dispatch_bool(value, [&](auto value_tag) {

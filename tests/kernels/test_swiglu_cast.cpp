@@ -6,7 +6,6 @@
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
 
 #include <cmath>       // std::ldexp
-#include <cstdlib>     // setenv, unsetenv
 #include <cstdio>      // std::printf
 #include <cstring>     // std::strstr
 #include <functional>  // std::function
@@ -16,7 +15,6 @@
 #include "fp8t_kernels.h"                  // fp8t_swiglu_cast_transpose, fp8t_dswiglu_cast_transpose, fp8t_cast_transpose_dbias
 #include "tests/fp8/swiglu_test_util.h"    // unfused_swiglu*, math_swiglu*, bit_diff
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, host_encode, host_amax, require_same_codes
-#include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 namespace {
 
@@ -378,66 +376,6 @@ TEST_CASE("swiglu cast: LLaMA-1B MLP size [8192, 8192] bf16 (timing with FP8T_TE
                 c.bytes / ms / 1e6);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-  }
-}
-
-// The LLaMA-1B MLP's gradient cast at B8 T2048 (dy [16384, 8192], h [16384, 16384] bf16), as c_proj's
-// backward runs it (fp8t_dswiglu_cast_transpose_value) and without the value: the next tile
-// prefetched into L2 (the default) against FP8T_KERNEL_NO_L2_PREFETCH, same codes either way.
-TEST_CASE("swiglu cast timing: the backward's L2 prefetch of its next tile, on and off", "[kernels][cuda][timing]") {
-  require_gpu();
-  if (!reporting() || skip_large(int64_t{1} << 30)) {
-    SKIP("a timing case: it runs with FP8T_TEST_REPORT=1 (and not FP8T_TEST_SMALL)");
-  }
-  const int64_t rows = 16384, f = 8192;
-  const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
-  const at::Tensor h = at::randn({rows, 2 * f}, on_cuda(at::kBFloat16));
-  const at::Tensor dy = (at::randn({rows, f}, on_cuda(at::kFloat)) * 1e-3).to(at::kBFloat16);
-  const at::Tensor scale = at::full({}, 4096.0f, on_cuda(at::kFloat)), vscale = at::full({}, 16.0f, on_cuda(at::kFloat));
-  at::Tensor amax = at::zeros({}, on_cuda(at::kFloat)), sinv = at::zeros({}, on_cuda(at::kFloat));
-  at::Tensor row = at::empty({rows, 2 * f}, on_cuda(at::kByte)), col = at::empty({2 * f, rows}, on_cuda(at::kByte));
-  at::Tensor vcol = at::empty({f, rows}, on_cuda(at::kByte));
-  auto run = [&](bool value) {
-    const cudaError_t e =
-        value ? fp8t_dswiglu_cast_transpose_value(dy.data_ptr(), h.data_ptr(), FP8T_DTYPE_BF16, rows, f,
-                                                  scale.data_ptr<float>(), FP8T_FORMAT_E5M2, row.data_ptr<uint8_t>(),
-                                                  col.data_ptr<uint8_t>(), amax.data_ptr<float>(),
-                                                  sinv.data_ptr<float>(), vscale.data_ptr<float>(),
-                                                  vcol.data_ptr<uint8_t>(), s)
-              : fp8t_dswiglu_cast_transpose(dy.data_ptr(), h.data_ptr(), FP8T_DTYPE_BF16, rows, f,
-                                            scale.data_ptr<float>(), FP8T_FORMAT_E5M2, row.data_ptr<uint8_t>(),
-                                            col.data_ptr<uint8_t>(), amax.data_ptr<float>(), sinv.data_ptr<float>(),
-                                            nullptr, nullptr, s);
-    REQUIRE(e == cudaSuccess);
-  };
-  struct Timed {
-    double ms;
-    at::Tensor row, col, vcol;
-  };
-  auto timed = [&](bool value, bool prefetch) {
-    if (prefetch) {
-      REQUIRE(unsetenv("FP8T_KERNEL_NO_L2_PREFETCH") == 0);
-    } else {
-      REQUIRE(setenv("FP8T_KERNEL_NO_L2_PREFETCH", "1", 1) == 0);
-    }
-    const double ms = median_event_ms(3, 20, [&] { run(value); });
-    REQUIRE(unsetenv("FP8T_KERNEL_NO_L2_PREFETCH") == 0);
-    return Timed{ms, row.clone(), col.clone(), vcol.clone()};
-  };
-  // Bytes: dy, gate and up read (6 bytes a point), [dgate | dup] written in both layouts (4), the
-  // value's columnwise codes (1).
-  const double n = static_cast<double>(rows * f);
-  for (bool value : {true, false}) {
-    const Timed off = timed(value, false), on = timed(value, true);
-    const double bytes = n * (10.0 + (value ? 1.0 : 0.0));
-    std::printf("swiglu backward cast%s bf16 [16384, 8192]: L2 prefetch %.4f ms (%.2f TB/s), without %.4f ms "
-                "(%.2f TB/s)\n",
-                value ? " with the value" : "", on.ms, bytes / (on.ms * 1e-3) / 1e12, off.ms,
-                bytes / (off.ms * 1e-3) / 1e12);
-    REQUIRE(at::equal(on.row, off.row));
-    REQUIRE(at::equal(on.col, off.col));
-    if (value) REQUIRE(at::equal(on.vcol, off.vcol));
-    CHECK(on.ms < off.ms);
   }
 }
 
