@@ -12,7 +12,7 @@
 #include "lib/fp8/recipes/scaling.h"     // fp8::Scaling
 #include "lib/model/gpt.h"               // model::Gpt
 #include "lib/util/error.h"              // FP8T_CHECK, FP8T_INPUT_CHECK
-#include "lib/util/torch_compat.h"       // compat::to_ivalue, from_ivalue, FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_*
+#include "lib/util/torch_compat.h"       // compat::to_ivalue, from_ivalue
 
 namespace fp8t::dist {
 
@@ -215,9 +215,7 @@ std::vector<at::Tensor> FullyShardedModel::after_forward(int region, std::vector
     auto target = c10::make_intrusive<BoundaryTarget>();
     target->model = this;
     target->unit = region;
-    FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_BEGIN
     outputs = UnitBoundary::apply(at::TensorList(outputs), target);
-    FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_END
   }
   // Without a backward nothing is kept; the head's backward follows at once.
   if (!backward || (options_.reshard_after_forward && region != head_)) {

@@ -9,7 +9,6 @@
 #include "fp8t_kernels.h"           // fp8t_add_norm_forward / _backward
 #include "lib/ops/add_norm.h"
 #include "lib/util/cuda_tensors.h"  // stream_of, floats_on, bytes_on, dtype_code, FP8T_KERNEL_CHECK
-#include "lib/util/torch_compat.h"  // FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_*
 
 namespace fp8t {
 namespace ops {
@@ -94,12 +93,10 @@ namespace detail {
 AddNormResult add_norm_cuda(const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight,
                             const at::Tensor& bias, double eps, bool rms, at::ScalarType y_dtype) {
   const int64_t cols = x.size(-1);
-  FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_BEGIN
   const variable_list ry =
       AddNormFunction::apply(x.reshape({-1, cols}).contiguous(), h.reshape({-1, cols}).contiguous(), weight,
                              bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt, eps, rms,
                              static_cast<int64_t>(y_dtype));
-  FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_END
   return {ry[0].view(x.sizes()), ry[1].view(x.sizes())};
 }
 

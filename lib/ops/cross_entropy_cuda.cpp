@@ -13,7 +13,6 @@
 #include "lib/ops/cross_entropy.h"
 #include "lib/util/cuda_tensors.h"  // stream_of, floats_on, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"         // FP8T_CHECK
-#include "lib/util/torch_compat.h"   // FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_*
 
 namespace fp8t {
 namespace ops {
@@ -78,9 +77,7 @@ at::Tensor cross_entropy_cuda(const at::Tensor& logits, const at::Tensor& target
              "cross_entropy_cuda: targets must be contiguous int64 [", logits.size(0), "] on ",
              logits.device().str(), ", got ", targets.scalar_type(), " ", targets.sizes(), " on ",
              targets.device().str());
-  FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_BEGIN
   return CrossEntropyFunction::apply(logits, targets, overwrite == LogitsAfterBackward::kOverwriteLogits);
-  FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_END
 }
 
 }  // namespace detail

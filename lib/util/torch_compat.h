@@ -61,13 +61,3 @@ class AutocastGuard {
 
 }  // namespace compat
 }  // namespace fp8t
-
-// GCC 13 reports a false -Warray-bounds (a __builtin_memmove "forming offset 8 out of the bounds
-// [0, 8]") in LibTorch's torch::autograd::Function<T>::apply, from the std::vector<bool>::reserve
-// it inlines into the caller. Around such a call, where GCC 13 reports it:
-//   FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_BEGIN
-//   const auto out = SomeFunction::apply(...);
-//   FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_END
-#define FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_BEGIN \
-  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Warray-bounds\"")
-#define FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_END _Pragma("GCC diagnostic pop")

@@ -3,7 +3,7 @@
 #include <torch/torch.h>  // torch::autograd::Function
 
 #include "lib/fp8/layers/fp8_activation.h"  // nan_carrier
-#include "lib/util/torch_compat.h"          // compat::autocast_dtype_or, FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_*
+#include "lib/util/torch_compat.h"          // compat::autocast_dtype_or
 
 namespace fp8t {
 namespace fp8 {
@@ -151,11 +151,9 @@ model::AddNormOutput Fp8Norm::run(const at::Tensor& x, const at::Tensor& h) {
     out.sum = ry[0].view(x.sizes());
     out.y = ry[1].view(x.sizes());
   } else {
-    FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_BEGIN
     out.y = Fp8NormFunction::apply(x.reshape({-1, dim}), weight, optional_tensor(bias), eps, rms, &cast, &y_fp8,
                                    carrier_dtype)
                 .view(x.sizes());
-    FP8T_LIBTORCH_FALSE_ARRAY_BOUNDS_END
   }
   if (stats) {
     scaling.add_stats(cast.slot, backend_for(x.device()).saturation_stats(out.y.reshape({-1, dim}), *cast.fused));
