@@ -220,6 +220,15 @@ __device__ __forceinline__ int point_bits(const AmaxArgs& a, const Silu& silu, i
   return max_abs_bits<kOp>(v);
 }
 
+// A thread's grid-stride walk over `groups` vector groups: its first group (tid) and the stride.
+struct GridStride {
+  int64_t groups, stride, tid;
+  __device__ __forceinline__ explicit GridStride(int64_t n_groups)
+      : groups(n_groups),
+        stride(static_cast<int64_t>(gridDim.x) * blockDim.x),
+        tid(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) {}
+};
+
 // Vector group g: points g * kVec .. g * kVec + kVec - 1, one 16-byte load per input (off: where
 // the inputs of the group's first point sit).
 template <int kDtype, int kOp>
@@ -311,9 +320,8 @@ template <int kDtype, int kOp>
 __device__ __forceinline__ int thread_bits_skip(const AmaxArgs& a) {
   constexpr int kVec = Packed128::elems<kDtype>();
   constexpr int kUnroll = 4;
-  const int64_t groups = a.n / kVec;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const GridStride gs(a.n / kVec);
+  const int64_t groups = gs.groups, stride = gs.stride, tid = gs.tid;
   const char* x = static_cast<const char*>(a.x);
   int m = 0;
   int64_t g = tid;
@@ -377,9 +385,8 @@ template <int kDtype, int kOp>
 __device__ __forceinline__ int thread_bits_bounded(const AmaxArgs& a) {
   constexpr int kVec = Packed128::elems<kDtype>();
   constexpr int kUnroll = unroll<kOp>();
-  const int64_t groups = a.n / kVec;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const GridStride gs(a.n / kVec);
+  const int64_t groups = gs.groups, stride = gs.stride, tid = gs.tid;
   int m = 0;
   int64_t g = tid;
   for (int64_t last_lane = tid - (threadIdx.x & 31) + 31; last_lane + (kUnroll - 1) * stride < groups;
@@ -409,9 +416,8 @@ template <int kDtype, int kOp, bool kStore>
 __device__ __forceinline__ int thread_bits_vec(const AmaxArgs& a, const OpSilu<kDtype, kOp>& silu) {
   constexpr int kVec = Packed128::elems<kDtype>();
   constexpr int kUnroll = unroll<kOp>();
-  const int64_t groups = a.n / kVec;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const GridStride gs(a.n / kVec);
+  const int64_t groups = gs.groups, stride = gs.stride, tid = gs.tid;
   int m = 0;
   int64_t g = tid;
   for (; g + (kUnroll - 1) * stride < groups; g += kUnroll * stride) {
