@@ -313,6 +313,19 @@ cudaError_t fp8t_cross_entropy_backward(const void* logits, int logits_dtype, co
                                         const float* lse, const float* grad_scale, int64_t rows,
                                         int64_t vocab, void* dlogits, cudaStream_t stream);
 
+// Forward and backward in one launch, the gradient written over the logits: loss and lse as the
+// forward writes them, then logits[r, v] = the backward's dlogits[r, v], the same bits as the two
+// launches above. Each row is read twice, the second time mostly from L2 (the grid keeps about
+// 32 MiB of rows in flight), instead of read, read again and written by two kernels.
+cudaError_t fp8t_cross_entropy_fused(void* logits, int logits_dtype, const int64_t* targets,
+                                     const float* grad_scale, int64_t rows, int64_t vocab, float* loss, float* lse,
+                                     cudaStream_t stream);
+
+// x[i] *= *factor for the n fp32 or bf16 elements of x (rounded as ATen's mul_ by a float
+// scalar rounds), unless *factor == 1, read on the device: then nothing is read or written past
+// the factor. The LM head's kept gradients times the loss's incoming gradient, usually 1.
+cudaError_t fp8t_scale_unless_one(void* x, int dtype, int64_t n, const float* factor, cudaStream_t stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif
