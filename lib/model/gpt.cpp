@@ -7,6 +7,7 @@
 #include "lib/model/recompute.h"           // recompute_in_backward
 #include "lib/ops/cross_entropy.h"         // ops::cross_entropy
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy
+#include "lib/ops/tied_embedding.h"        // ops::tied_embedding
 #include "lib/util/torch_compat.h"         // compat::autocast_dtype_or
 
 namespace fp8t {
@@ -204,6 +205,7 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
            cfg.tie_embeddings ? std::make_shared<Linear>(wte->weight)
                               : std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, /*bias=*/false),
            &lm_head);
+  if (cfg.tie_embeddings) tied_grad_ = std::make_shared<ops::TiedGradient>();
   // Published or exported weights replace the random ones (before any FP8 rewrite or optimizer).
   if (!cfg.init_from.empty()) load_weights(cfg, unique_named_parameters(), cfg.init_from);
 }
@@ -213,7 +215,8 @@ at::Tensor Gpt::forward(const at::Tensor& idx) { return leave_unit(head_unit(), 
 at::Tensor Gpt::hidden(const at::Tensor& idx) {
   const int64_t T = idx.size(1);
   enter_unit(kEmbeddingUnit);
-  at::Tensor x = wte->forward(idx);
+  at::Tensor x = hands_over_tied_grad(idx.device().type()) ? ops::tied_embedding(wte->weight, idx, tied_grad_)
+                                                            : wte->forward(idx);
   if (wpe) x = x + wpe->forward(torch::arange(T, idx.options()));
   x = leave_unit(kEmbeddingUnit, x);
   Residual stream{drop_->forward(x), at::Tensor()};
@@ -226,6 +229,10 @@ at::Tensor Gpt::hidden(const at::Tensor& idx) {
   enter_unit(head_unit());
   // Without recompute the last block's MLP add is fused into ln_f.
   return stream.pending.defined() ? add_then_norm(*ln_f, stream.x, stream.pending).y : ln_f->forward(stream.x);
+}
+
+bool Gpt::hands_over_tied_grad(c10::DeviceType device) const {
+  return tied_grad_ && !hooks_ && compat::autocast_dtype_or(device, at::kFloat) == at::kBFloat16;
 }
 
 void Gpt::enter_unit(int unit) {
@@ -250,7 +257,9 @@ at::Tensor Gpt::head_loss(const at::Tensor& h, const at::Tensor& targets) {
   const auto* head = dynamic_cast<const Linear*>(lm_head.get());
   if (head != nullptr && !head->bias.defined() &&
       compat::autocast_dtype_or(h.device().type(), h.scalar_type()) == at::kBFloat16) {
-    return leave_unit(head_unit(), ops::linear_cross_entropy(h, head->weight, targets, /*chunk_rows=*/0, loss_chunk_bytes_));
+    const bool tied = hands_over_tied_grad(h.device().type()) && head->weight.is_same(wte->weight);
+    return leave_unit(head_unit(), ops::linear_cross_entropy(h, head->weight, targets, /*chunk_rows=*/0,
+                                                             loss_chunk_bytes_, tied ? tied_grad_ : nullptr));
   }
   return leave_unit(head_unit(), loss(lm_head->forward(h), targets));
 }

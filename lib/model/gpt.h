@@ -29,7 +29,7 @@
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
 #include "lib/model/rope.h"         // Rotary
 #include "lib/model/unit_hooks.h"   // UnitHooks
-#include "lib/ops/linear_cross_entropy.h"  // ops::kLinearCrossEntropyChunkBytes
+#include "lib/ops/linear_cross_entropy.h"  // ops::kLinearCrossEntropyChunkBytes, ops::TiedGradient
 
 namespace fp8t {
 namespace model {
@@ -150,6 +150,11 @@ class Gpt : public SlotModule {
   Recompute recompute_ = Recompute::kNone;
   int64_t loss_chunk_bytes_ = ops::kLinearCrossEntropyChunkBytes;
   std::shared_ptr<UnitHooks> hooks_;
+  // A tied head's weight gradient handed to the embedding's backward (ops::tied_embedding), where
+  // head_loss runs the chunked head (BF16 autocast on `device`) and without unit hooks (the
+  // sharded holder's hooks see each unit's gradients as they come).
+  std::shared_ptr<ops::TiedGradient> tied_grad_;
+  bool hands_over_tied_grad(c10::DeviceType device) const;
 };
 
 }  // namespace model

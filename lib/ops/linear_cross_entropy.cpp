@@ -7,7 +7,7 @@
 #include <algorithm>  // std::min, std::max
 
 #include "lib/util/error.h"         // FP8T_CHECK
-#include "lib/util/torch_compat.h"  // compat::autocast_dtype_or
+#include "lib/util/torch_compat.h"  // compat::autocast_dtype_or, to_ivalue, from_ivalue
 
 namespace fp8t {
 namespace ops {
@@ -105,12 +105,29 @@ ChunkResults run_chunks(const at::Tensor& x, const at::Tensor& w, const at::Tens
   return out;
 }
 
+// t *= g in place (g: the 0-d incoming gradient of the loss). On CUDA a kernel that returns at
+// once when g is 1, the usual case (the same bits either way: x * 1 == x).
+at::Tensor scale_by_incoming(at::Tensor t, const at::Tensor& g) {
+#if defined(FP8T_WITH_CUDA)
+  if (t.is_cuda() && t.is_contiguous() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16) &&
+      g.numel() == 1 && g.scalar_type() == at::kFloat && g.device() == t.device()) {
+    detail::scale_unless_one_cuda(t, g.contiguous());
+    return t;
+  }
+#endif
+  return t.mul_(g);
+}
+
 class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossEntropyFunction> {
  public:
   // x: [rows, d] in the compute dtype (autograd converts from the caller's); weight: as the
   // caller holds it (its gradient is float32, cast to its dtype).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& targets, int64_t chunk) {
+                            const at::Tensor& targets, int64_t chunk, std::shared_ptr<TiedGradient> tied) {
+    if (tied) {  // the embedding forward this head follows
+      ctx->saved_data["tied_after"] = tied->forwards;
+      ctx->saved_data["tied"] = compat::to_ivalue(c10::make_intrusive<detail::TiedHolder>(std::move(tied)));
+    }
     // The compute-dtype weight lives for the forward only (the unfused head keeps autocast's copy
     // until the step ends).
     const at::Tensor w = weight.to(x.scalar_type()).contiguous();
@@ -126,16 +143,23 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     const at::Tensor& g = grads[0];
     // In place: the node releases its saved tensors when this returns, so the gradients take
     // their memory (a second backward through a retained graph fails the saved-version check).
-    at::Tensor dx = saved[0].defined() ? saved[0].mul_(g) : at::Tensor();
-    at::Tensor dw = saved[1].defined() ? saved[1].mul_(g) : at::Tensor();
-    return {dx, dw, at::Tensor(), at::Tensor()};
+    at::Tensor dx = saved[0].defined() ? scale_by_incoming(saved[0], g) : at::Tensor();
+    at::Tensor dw = saved[1].defined() ? scale_by_incoming(saved[1], g) : at::Tensor();
+    const auto tied = ctx->saved_data.find("tied");
+    if (tied != ctx->saved_data.end() && dw.defined()) {  // the embedding's backward takes it on
+      TiedGradient& t = *compat::from_ivalue<detail::TiedHolder>(tied->second)->tied;
+      t.dw = std::move(dw);
+      t.stored_for = ctx->saved_data["tied_after"].toInt();
+      dw = at::Tensor();
+    }
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& targets,
-                                int64_t chunk_rows, int64_t chunk_bytes) {
+                                int64_t chunk_rows, int64_t chunk_bytes, const std::shared_ptr<TiedGradient>& tied) {
   FP8T_CHECK(x.defined() && weight.defined() && targets.defined(),
              "linear_cross_entropy: x, weight and targets must be defined tensors");
   FP8T_CHECK(x.dim() >= 1 && at::isFloatingType(x.scalar_type()) && weight.dim() == 2 &&
@@ -167,7 +191,7 @@ at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, c
     const at::Tensor w = weight.to(dtype).contiguous();
     return run_chunks(x2, w, t, chunk, /*need_dx=*/false, /*need_dw=*/false).loss;
   }
-  return LinearCrossEntropyFunction::apply(x2, weight, t, chunk);
+  return LinearCrossEntropyFunction::apply(x2, weight, t, chunk, tied);
 }
 
 }  // namespace ops

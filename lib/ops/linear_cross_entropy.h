@@ -22,6 +22,9 @@
 #include <ATen/ATen.h>  // at::Tensor
 
 #include <cstdint>  // int64_t
+#include <memory>   // std::shared_ptr
+
+#include "lib/ops/tied_embedding.h"  // TiedGradient
 
 namespace fp8t {
 namespace ops {
@@ -52,8 +55,13 @@ int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t ele
 // CUDA: kernels/cross_entropy.cu's kernels on each chunk, in place; a target outside [0, vocab)
 // gives a NaN loss and NaN gradients for its row. Nothing is read back to the host and the chunks
 // depend on the shapes only (CUDA-graph capturable).
+//
+// tied (optional): the weight is the token embedding's, looked up by ops::tied_embedding with
+// this TiedGradient; the backward then leaves the weight's gradient there for the embedding's
+// backward to add its rows to, and returns none for the weight itself.
 at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& targets,
-                                int64_t chunk_rows = 0, int64_t chunk_bytes = kLinearCrossEntropyChunkBytes);
+                                int64_t chunk_rows = 0, int64_t chunk_bytes = kLinearCrossEntropyChunkBytes,
+                                const std::shared_ptr<TiedGradient>& tied = nullptr);
 
 #if defined(FP8T_WITH_CUDA)
 namespace detail {
@@ -69,6 +77,9 @@ void head_gemm_cuda(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, c
 // dw (float32 [vocab, d]) += gᵀ · x for g [rows, vocab] and x [rows, d] of one dtype; while dw is
 // undefined (the first chunk) dw = gᵀ · x.
 void accumulate_weight_grad_cuda(at::Tensor& dw, const at::Tensor& g, const at::Tensor& x);
+// t (contiguous float32 or bfloat16) *= g (one float32 on t's device), skipped on the device when
+// g is 1 (the backward's usual incoming gradient).
+void scale_unless_one_cuda(at::Tensor& t, const at::Tensor& g);
 }  // namespace detail
 #endif
 
