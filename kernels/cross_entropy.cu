@@ -6,8 +6,8 @@
 // block of 256 or 512 threads for long ones. The forward reads each row once: every thread keeps a
 // running max m and a sum s of exp(x - m), rescaling s when m grows (the "online softmax"), and the
 // group combines the (m, s) pairs in a fixed order (deterministic). The backward reads each row
-// once more and writes the gradient element by element from the saved log-sum-exp. The fused
-// kernel does both for each row in one launch, in place, its second read mostly from L2.
+// once more and writes the gradient element by element from the saved log-sum-exp. A third
+// kernel multiplies the LM head's kept gradients by the loss's incoming gradient unless it is 1.
 //
 // Loads (and the backward's stores) are 16 bytes wide: a row is split into a scalar head up to the
 // first 16-byte boundary, 16-byte vectors, and a scalar tail, so any vocab size and any element-
@@ -20,10 +20,10 @@
 // log(s) - (x[t] - m), the order ATen uses (log_softmax = (x - max) - log(sum)).
 #include <math_constants.h>  // CUDART_INF_F, CUDART_NAN_F
 
-#include <algorithm>  // std::min, std::max
+#include <algorithm>  // std::min
 
 #include "dispatch.cuh"      // dispatch_dtype
-#include "fp8_device.cuh"    // load_elem, store_elem
+#include "fp8_device.cuh"    // load_elem, store_elem, round_to_dtype
 #include "fp8t_kernels.h"    // the C API
 #include "launch.cuh"        // sm_count
 #include "packed.cuh"        // Packed128, elem_bytes
@@ -137,14 +137,22 @@ struct RowGroup {
   static_assert(kRowThreads == 32 || kRowsPerBlock == 1, "a row is one warp or one whole block");
 };
 
-// This lane's (max, sum) over its share of the row (row_combine makes the row's): the scalar head
-// and tail, then the 16-byte body with two independent loads in flight per iteration.
 template <int kDtype, int kRowThreads>
-__device__ __forceinline__ MaxSum lane_max_sum(const char* row_ptr, int64_t vocab, int lane) {
+__global__ void __launch_bounds__(RowGroup<kRowThreads>::kThreads)
+    cross_entropy_forward_kernel(const void* __restrict__ logits, const int64_t* __restrict__ targets,
+                                 int64_t rows, int64_t vocab, float* __restrict__ loss,
+                                 float* __restrict__ lse) {
   constexpr int kPer = Elem<kDtype>::kPerVec;
+  const int lane = static_cast<int>(threadIdx.x % kRowThreads);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * RowGroup<kRowThreads>::kRowsPerBlock +
+                      threadIdx.x / kRowThreads;
+  if (row >= rows) return;  // only whole warps of the warp-per-row policy get here
+  const char* row_ptr = static_cast<const char*>(logits) + row * vocab * Elem<kDtype>::kBytes;
   const RowSplit part = split_row<kDtype>(row_ptr, vocab, true);
   const int64_t body_end = part.head + part.n_vec * kPer;
+
   MaxSum acc = {-CUDART_INF_F, 0.0f};
+  // Head and tail: fewer than kPer elements each.
   for (int64_t c = lane; c < part.head; c += kRowThreads) {
     const float v[1] = {load_elem<kDtype>(row_ptr, c)};
     accumulate(acc, v);
@@ -153,11 +161,12 @@ __device__ __forceinline__ MaxSum lane_max_sum(const char* row_ptr, int64_t voca
     const float v[1] = {load_elem<kDtype>(row_ptr, c)};
     accumulate(acc, v);
   }
+  // Body: two independent 16-byte loads in flight per thread and iteration.
   const char* body = row_ptr + part.head * Elem<kDtype>::kBytes;
   int64_t i = lane;
   for (; i + kRowThreads < part.n_vec; i += 2 * kRowThreads) {
     float a[kPer], b[kPer];
-    // Plain loads (not __ldg): the gradient may be written over the same addresses (in place).
+    // Plain loads (not __ldg): the backward may write the same addresses (in place).
     Packed128::load(body + i * kVecBytes).unpack<kDtype>(a);
     Packed128::load(body + (i + kRowThreads) * kVecBytes).unpack<kDtype>(b);
     accumulate(acc, a);
@@ -168,27 +177,36 @@ __device__ __forceinline__ MaxSum lane_max_sum(const char* row_ptr, int64_t voca
     Packed128::load(body + i * kVecBytes).unpack<kDtype>(a);
     accumulate(acc, a);
   }
-  return acc;
+
+  acc = row_combine<kRowThreads>(acc);
+  if (lane == 0) {
+    const float log_s = logf(acc.s);
+    lse[row] = acc.m + log_s;
+    const int64_t t = targets[row];
+    loss[row] = (t >= 0 && t < vocab) ? log_s - (load_elem<kDtype>(row_ptr, t) - acc.m) : CUDART_NAN_F;
+  }
 }
 
-// The row's (lse, loss) from the combined (m, s) and the target's logit xt.
-struct RowLoss {
-  float lse;
-  float loss;
-};
-
-__device__ __forceinline__ RowLoss row_loss(MaxSum acc, int64_t t, int64_t vocab, float xt) {
-  const float log_s = logf(acc.s);
-  return {acc.m + log_s, (t >= 0 && t < vocab) ? log_s - (xt - acc.m) : CUDART_NAN_F};
-}
-
-// This lane's share of the row's gradient (softmax - onehot) * g from the row's lse l, written to
-// out; every element is read and then written by the same thread (out may be in).
+// No __restrict__ on logits / dlogits: they may be the same buffer. Every element is read and then
+// written by the same thread.
 template <int kDtype, int kRowThreads>
-__device__ __forceinline__ void lane_gradient(const char* in, char* out, int64_t vocab, int lane, int64_t t, float g,
-                                              float l, bool vectorize) {
+__global__ void __launch_bounds__(RowGroup<kRowThreads>::kThreads)
+    cross_entropy_backward_kernel(const void* logits, const int64_t* __restrict__ targets,
+                                  const float* __restrict__ lse, const float* __restrict__ grad_scale,
+                                  int64_t rows, int64_t vocab, void* dlogits, bool vectorize) {
   constexpr int kPer = Elem<kDtype>::kPerVec;
+  const int lane = static_cast<int>(threadIdx.x % kRowThreads);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * RowGroup<kRowThreads>::kRowsPerBlock +
+                      threadIdx.x / kRowThreads;
+  if (row >= rows) return;
+  const int64_t offset = row * vocab * Elem<kDtype>::kBytes;
+  const char* in = static_cast<const char*>(logits) + offset;
+  char* out = static_cast<char*>(dlogits) + offset;
+  const int64_t t = targets[row];
+  const float g = (t >= 0 && t < vocab) ? *grad_scale : CUDART_NAN_F;  // NaN row for a bad target
+  const float l = lse[row];
   auto grad = [&](float x, int64_t c) { return (expf(x - l) - (c == t ? 1.0f : 0.0f)) * g; };
+
   const RowSplit part = split_row<kDtype>(in, vocab, vectorize);
   const int64_t body_end = part.head + part.n_vec * kPer;
   for (int64_t c = lane; c < part.head; c += kRowThreads) {
@@ -205,96 +223,6 @@ __device__ __forceinline__ void lane_gradient(const char* in, char* out, int64_t
 #pragma unroll
     for (int k = 0; k < kPer; ++k) v[k] = grad(v[k], c0 + k);
     Packed128::pack<kDtype>(v).store(out + body_bytes + i * kVecBytes);
-  }
-}
-
-// The gradient factor of a row: *grad_scale, NaN for a target outside [0, vocab).
-__device__ __forceinline__ float row_grad_scale(int64_t t, int64_t vocab, const float* grad_scale) {
-  return (t >= 0 && t < vocab) ? *grad_scale : CUDART_NAN_F;
-}
-
-template <int kDtype, int kRowThreads>
-__global__ void __launch_bounds__(RowGroup<kRowThreads>::kThreads)
-    cross_entropy_forward_kernel(const void* __restrict__ logits, const int64_t* __restrict__ targets,
-                                 int64_t rows, int64_t vocab, float* __restrict__ loss,
-                                 float* __restrict__ lse) {
-  const int lane = static_cast<int>(threadIdx.x % kRowThreads);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * RowGroup<kRowThreads>::kRowsPerBlock +
-                      threadIdx.x / kRowThreads;
-  if (row >= rows) return;  // only whole warps of the warp-per-row policy get here
-  const char* row_ptr = static_cast<const char*>(logits) + row * vocab * Elem<kDtype>::kBytes;
-  const MaxSum acc = row_combine<kRowThreads>(lane_max_sum<kDtype, kRowThreads>(row_ptr, vocab, lane));
-  if (lane == 0) {
-    const int64_t t = targets[row];
-    const float xt = (t >= 0 && t < vocab) ? load_elem<kDtype>(row_ptr, t) : 0.0f;
-    const RowLoss r = row_loss(acc, t, vocab, xt);
-    lse[row] = r.lse;
-    loss[row] = r.loss;
-  }
-}
-
-// No __restrict__ on logits / dlogits: they may be the same buffer. Every element is read and then
-// written by the same thread.
-template <int kDtype, int kRowThreads>
-__global__ void __launch_bounds__(RowGroup<kRowThreads>::kThreads)
-    cross_entropy_backward_kernel(const void* logits, const int64_t* __restrict__ targets,
-                                  const float* __restrict__ lse, const float* __restrict__ grad_scale,
-                                  int64_t rows, int64_t vocab, void* dlogits, bool vectorize) {
-  const int lane = static_cast<int>(threadIdx.x % kRowThreads);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * RowGroup<kRowThreads>::kRowsPerBlock +
-                      threadIdx.x / kRowThreads;
-  if (row >= rows) return;
-  const int64_t offset = row * vocab * Elem<kDtype>::kBytes;
-  const int64_t t = targets[row];
-  lane_gradient<kDtype, kRowThreads>(static_cast<const char*>(logits) + offset, static_cast<char*>(dlogits) + offset,
-                                     vocab, lane, t, row_grad_scale(t, vocab, grad_scale), lse[row], vectorize);
-}
-
-// Forward and gradient in one launch, the gradient written over the logits: each row group reads
-// its row for (m, s), then reads it again (from L2: a persistent grid keeps about
-// kFusedInFlightBytes of rows in flight, under the 50 MiB L2 of an H100 / H200) to write the
-// gradient. The same lane functions and combine order as the two kernels above: the same bits.
-constexpr int64_t kFusedInFlightBytes = int64_t{32} << 20;
-
-template <int kDtype, int kRowThreads>
-__global__ void __launch_bounds__(RowGroup<kRowThreads>::kThreads)
-    cross_entropy_fused_kernel(void* logits, const int64_t* __restrict__ targets,
-                               const float* __restrict__ grad_scale, int64_t rows, int64_t vocab,
-                               float* __restrict__ loss, float* __restrict__ lse) {
-  constexpr int kRowsPerBlock = RowGroup<kRowThreads>::kRowsPerBlock;
-  __shared__ float row_lse;
-  const int lane = static_cast<int>(threadIdx.x % kRowThreads);
-  const int64_t groups = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
-    const int64_t row = group * kRowsPerBlock + threadIdx.x / kRowThreads;
-    // Uniform over the block when a row is the whole block (no barrier is skipped by part of it).
-    if (row >= rows) continue;
-    char* row_ptr = static_cast<char*>(logits) + row * vocab * Elem<kDtype>::kBytes;
-    const int64_t t = targets[row];
-    // The target's logit is read before any of the row is overwritten (the barriers below order it).
-    const float xt = (lane == 0 && t >= 0 && t < vocab) ? load_elem<kDtype>(row_ptr, t) : 0.0f;
-    const MaxSum acc = row_combine<kRowThreads>(lane_max_sum<kDtype, kRowThreads>(row_ptr, vocab, lane));
-    float l;
-    if constexpr (kRowThreads == 32) {
-      l = row_loss(acc, t, vocab, xt).lse;  // every lane holds the same (m, s)
-      if (lane == 0) {
-        lse[row] = l;
-        loss[row] = row_loss(acc, t, vocab, xt).loss;
-      }
-      __syncwarp();  // every lane's reads of the row before any lane's writes
-    } else {
-      if (threadIdx.x == 0) {
-        const RowLoss r = row_loss(acc, t, vocab, xt);
-        lse[row] = r.lse;
-        loss[row] = r.loss;
-        row_lse = r.lse;
-      }
-      __syncthreads();  // row_lse written; every thread's reads of the row done
-      l = row_lse;
-    }
-    lane_gradient<kDtype, kRowThreads>(row_ptr, row_ptr, vocab, lane, t, row_grad_scale(t, vocab, grad_scale), l,
-                                       /*vectorize=*/true);
-    if constexpr (kRowThreads != 32) __syncthreads();  // row_lse and row_combine's slots free again
   }
 }
 
@@ -351,6 +279,8 @@ template <int kDtype>
 __global__ void scale_unless_one_kernel(void* x, int64_t n, const float* __restrict__ factor) {
   const float f = *factor;
   if (f == 1.0f) return;
+  // ATen's mul_ by a 0-d float tensor converts the factor to x's dtype before multiplying.
+  const float fx = round_to_dtype<kDtype>(f);
   constexpr int kPer = Elem<kDtype>::kPerVec;
   const bool vectorize = (reinterpret_cast<uintptr_t>(x) & (kVecBytes - 1)) == 0;
   const int64_t n_vec = vectorize ? n / kPer : 0;
@@ -361,31 +291,10 @@ __global__ void scale_unless_one_kernel(void* x, int64_t n, const float* __restr
     float v[kPer];
     Packed128::load(bytes + i * kVecBytes).unpack<kDtype>(v);
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) v[k] *= f;
+    for (int k = 0; k < kPer; ++k) v[k] *= fx;
     Packed128::pack<kDtype>(v).store(bytes + i * kVecBytes);
   }
-  for (int64_t c = n_vec * kPer + first; c < n; c += stride) store_elem<kDtype>(x, c, load_elem<kDtype>(x, c) * f);
-}
-
-// The fused kernel's persistent grid: every row group once, but no more groups in flight than
-// about kFusedInFlightBytes of rows (at least one block per SM), so the second read hits L2.
-template <int kDtype>
-void launch_fused(int64_t rows, int64_t vocab, cudaStream_t stream, void* logits, const int64_t* targets,
-                  const float* grad_scale, float* loss, float* lse) {
-  const int rt = row_threads(vocab, kDtype);
-  const int64_t groups = grid_for(rt, rows).x;
-  const int64_t group_bytes = vocab * Elem<kDtype>::kBytes * (rt == 32 ? kBlockThreads / 32 : 1);
-  const int64_t in_flight = std::max<int64_t>(sm_count(), kFusedInFlightBytes / std::max<int64_t>(group_bytes, 1));
-  const dim3 grid(static_cast<unsigned>(std::min(groups, in_flight)));
-#define FP8T_CE_FUSED(RT)                                                                     \
-  cross_entropy_fused_kernel<kDtype, RT><<<grid, RowGroup<RT>::kThreads, 0, stream>>>( \
-      logits, targets, grad_scale, rows, vocab, loss, lse)
-  switch (rt) {
-    case 32: FP8T_CE_FUSED(32); break;
-    case 256: FP8T_CE_FUSED(256); break;
-    default: FP8T_CE_FUSED(512); break;
-  }
-#undef FP8T_CE_FUSED
+  for (int64_t c = n_vec * kPer + first; c < n; c += stride) store_elem<kDtype>(x, c, load_elem<kDtype>(x, c) * fx);
 }
 
 // The kernels index typed elements: a pointer must be aligned to its element size.
@@ -435,24 +344,6 @@ extern "C" cudaError_t fp8t_cross_entropy_backward(const void* logits, int logit
   dispatch_dtype(logits_dtype, [&](auto dtype) {
     launch_backward<decltype(dtype)::value>(rows, vocab, stream, logits, targets, lse, grad_scale, dlogits,
                                             vectorize);
-  });
-  return cudaGetLastError();
-}
-
-extern "C" cudaError_t fp8t_cross_entropy_fused(void* logits, int logits_dtype, const int64_t* targets,
-                                                const float* grad_scale, int64_t rows, int64_t vocab, float* loss,
-                                                float* lse, cudaStream_t stream) {
-  FP8T_LAUNCHER("fp8t_cross_entropy_fused");
-  FP8T_KERNEL_REQUIRE(rows >= 0 && rows <= 0x7fffffff, "rows outside [0, 2^31-1]");
-  FP8T_KERNEL_REQUIRE(vocab >= 1, "the vocabulary is empty");
-  FP8T_KERNEL_REQUIRE(valid_dtype(logits_dtype), "the logits dtype is not fp32 or bf16");
-  FP8T_KERNEL_REQUIRE(rows == 0 || (logits != nullptr && targets != nullptr && grad_scale != nullptr &&
-                                    loss != nullptr && lse != nullptr),
-                      "no logits, targets, grad_scale, loss or lse for a nonempty batch");
-  FP8T_KERNEL_REQUIRE(rows == 0 || element_aligned(logits, logits_dtype), "the logits are not element-aligned");
-  if (rows == 0) return cudaSuccess;
-  dispatch_dtype(logits_dtype, [&](auto dtype) {
-    launch_fused<decltype(dtype)::value>(rows, vocab, stream, logits, targets, grad_scale, loss, lse);
   });
   return cudaGetLastError();
 }

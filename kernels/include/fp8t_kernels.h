@@ -195,7 +195,9 @@ cudaError_t fp8t_dswiglu_cast_transpose_value(const void* dy, const void* h, int
 // FP8 output when scale != null: y_fp8[rows, cols] = fp8(y * *scale) of the STORED y (so it equals
 // a cast of y), scale_inv_out (nullable) = 1 / *scale. amax (nullable) max-accumulates max|y| of
 // the stored y, with or without an FP8 output (current scaling casts y afterwards with a scale
-// from this amax). With an FP8 output, y may be null: then only the FP8 copy is written.
+// from this amax). With an FP8 output, y may be null: then only the FP8 copy is written. With an
+// amax alone y may be null too: a pass for the amax only (current scaling's first pass over a
+// norm whose y nobody reads; a second norm of the same input then casts with the scale from it).
 cudaError_t fp8t_norm_forward(const void* x, int x_dtype, int64_t rows, int64_t cols,
                               const float* gamma, const float* beta, float eps, int rms, void* y,
                               float* mean, float* rstd, const float* scale, int fp8_format,
@@ -313,17 +315,9 @@ cudaError_t fp8t_cross_entropy_backward(const void* logits, int logits_dtype, co
                                         const float* lse, const float* grad_scale, int64_t rows,
                                         int64_t vocab, void* dlogits, cudaStream_t stream);
 
-// Forward and backward in one launch, the gradient written over the logits: loss and lse as the
-// forward writes them, then logits[r, v] = the backward's dlogits[r, v], the same bits as the two
-// launches above. Each row is read twice, the second time mostly from L2 (the grid keeps about
-// 32 MiB of rows in flight), instead of read, read again and written by two kernels.
-cudaError_t fp8t_cross_entropy_fused(void* logits, int logits_dtype, const int64_t* targets,
-                                     const float* grad_scale, int64_t rows, int64_t vocab, float* loss, float* lse,
-                                     cudaStream_t stream);
-
-// x[i] *= *factor for the n fp32 or bf16 elements of x (rounded as ATen's mul_ by a float
-// scalar rounds), unless *factor == 1, read on the device: then nothing is read or written past
-// the factor. The LM head's kept gradients times the loss's incoming gradient, usually 1.
+// x[i] *= *factor for the n fp32 or bf16 elements of x, as ATen's mul_ by a 0-d float32 tensor
+// computes it (the factor converted to x's dtype, the product in FP32, rounded to x's dtype),
+// unless *factor == 1, read on the device: then nothing is read or written past the factor. The LM head's kept gradients times the loss's incoming gradient, usually 1.
 cudaError_t fp8t_scale_unless_one(void* x, int dtype, int64_t n, const float* factor, cudaStream_t stream);
 
 #ifdef __cplusplus

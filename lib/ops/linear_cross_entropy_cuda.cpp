@@ -5,7 +5,7 @@
 // Everything is enqueued on the current LibTorch CUDA stream; nothing is read back to the host.
 #include <c10/cuda/CUDAGuard.h>  // c10::cuda::CUDAGuard
 
-#include "fp8t_kernels.h"                // fp8t_cross_entropy_forward / _fused, fp8t_scale_unless_one
+#include "fp8t_kernels.h"                // fp8t_cross_entropy_forward / _backward, fp8t_scale_unless_one
 #include "lib/gemm/gemm_engine.h"        // gemm::bf16_gemm, bf16_gemm_into, bf16_gemm_accumulate
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/util/cuda_tensors.h"       // stream_of, dtype_code, FP8T_KERNEL_CHECK
@@ -24,20 +24,16 @@ void cross_entropy_chunk_cuda(const at::Tensor& logits, const at::Tensor& target
   const c10::cuda::CUDAGuard guard(logits.device());
   const int64_t rows = logits.size(0), vocab = logits.size(1);
   const cudaStream_t stream = cuda::stream_of(logits);
-  if (!grad_scale.defined()) {
-    FP8T_KERNEL_CHECK(fp8t_cross_entropy_forward(logits.data_ptr(), cuda::dtype_code(logits),
-                                                 targets.data_ptr<int64_t>(), rows, vocab,
-                                                 loss_rows.data_ptr<float>(), lse.data_ptr<float>(), stream),
-                      "linear_cross_entropy chunk forward, logits ", rows, "x", vocab, " ", logits.scalar_type());
-    return;
-  }
-  // Loss and gradient in one launch, the gradient over the logits (the same bits as the forward
-  // and backward kernels one after the other, with one read of the chunk from DRAM fewer).
-  FP8T_KERNEL_CHECK(fp8t_cross_entropy_fused(logits.data_ptr(), cuda::dtype_code(logits), targets.data_ptr<int64_t>(),
-                                             grad_scale.data_ptr<float>(), rows, vocab, loss_rows.data_ptr<float>(),
-                                             lse.data_ptr<float>(), stream),
-                    "linear_cross_entropy chunk loss and gradient, logits ", rows, "x", vocab, " ",
-                    logits.scalar_type());
+  FP8T_KERNEL_CHECK(fp8t_cross_entropy_forward(logits.data_ptr(), cuda::dtype_code(logits),
+                                               targets.data_ptr<int64_t>(), rows, vocab, loss_rows.data_ptr<float>(),
+                                               lse.data_ptr<float>(), stream),
+                    "linear_cross_entropy chunk forward, logits ", rows, "x", vocab, " ", logits.scalar_type());
+  if (!grad_scale.defined()) return;
+  // In place: the kernel reads each element before it writes it, in the same thread.
+  FP8T_KERNEL_CHECK(fp8t_cross_entropy_backward(logits.data_ptr(), cuda::dtype_code(logits),
+                                                targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
+                                                grad_scale.data_ptr<float>(), rows, vocab, logits.data_ptr(), stream),
+                    "linear_cross_entropy chunk gradient, logits ", rows, "x", vocab, " ", logits.scalar_type());
 }
 
 void head_gemm_cuda(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* label) {

@@ -1,7 +1,7 @@
 // kernels/cross_entropy.cu through its C API: per-row loss and log-sum-exp, and the gradient,
 // against float64 references computed on the host from the exact input values; in-place backward,
-// unaligned rows and bases, NaN rows for out-of-range targets, preconditions; the fused launch
-// against the two kernels, bit for bit, and its time against theirs.
+// unaligned rows and bases, NaN rows for out-of-range targets, preconditions; the head's
+// gradients times the incoming gradient (fp8t_scale_unless_one) against ATen's mul_.
 #if defined(FP8T_WITH_CUDA)
 
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
@@ -12,9 +12,8 @@
 #include <limits>     // std::numeric_limits
 #include <vector>     // std::vector
 
-#include "fp8t_kernels.h"  // fp8t_cross_entropy_forward / _backward / _fused
+#include "fp8t_kernels.h"  // fp8t_cross_entropy_forward / _backward, fp8t_scale_unless_one
 #include "tests/kernels/cuda_test_util.h"
-#include "tests/kernels/cuda_timing.h"  // median_event_ms
 
 namespace {
 
@@ -360,109 +359,12 @@ TEST_CASE("cross_entropy kernels: GPT-size logits [16384, 50304] bf16 (timing wi
 
 namespace {
 
-// The fused launch in place over `work` (the gradient written over its logits); loss and lse
-// poisoned first.
-struct FusedOut {
-  at::Tensor loss, lse;
-};
-
-FusedOut run_fused(at::Tensor& work, const at::Tensor& targets, const at::Tensor& grad_scale) {
-  const int64_t rows = work.size(0), vocab = work.size(1);
-  FusedOut f{at::full({rows}, -7.0f, on_cuda(at::kFloat)), at::full({rows}, -7.0f, on_cuda(at::kFloat))};
-  REQUIRE(fp8t_cross_entropy_fused(work.data_ptr(), dtype_code(work.scalar_type()), targets.data_ptr<int64_t>(),
-                                   grad_scale.data_ptr<float>(), rows, vocab, f.loss.data_ptr<float>(),
-                                   f.lse.data_ptr<float>(), current_stream()) == cudaSuccess);
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  return f;
-}
-
-// [rows, vocab] of dtype on the GPU, one element past a 256-byte aligned allocation when unaligned
-// (no row starts on 16 bytes), holding `values`.
-at::Tensor placed(const at::Tensor& values, bool unaligned) {
-  const int64_t rows = values.size(0), vocab = values.size(1);
-  at::Tensor buf = at::empty({rows * vocab + 8}, on_cuda(values.scalar_type()));
-  at::Tensor x = buf.narrow(0, unaligned ? 1 : 0, rows * vocab).view({rows, vocab});
-  x.copy_(values);
-  return x;
-}
-
-// Bitwise equality of float tensors that may hold NaN in the same places.
+// Bitwise equality of two tensors of one dtype (no tolerance).
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   return at::equal(a.cpu().contiguous().view(at::kByte), b.cpu().contiguous().view(at::kByte));
 }
 
 }  // namespace
-
-TEST_CASE("cross_entropy kernels: the fused launch gives the two kernels' loss, lse and gradient bit for bit",
-          "[kernels][cuda]") {
-  require_gpu();
-  // The shapes above, an LLaMA-vocab row (128256: 512 threads, 31 vectors per thread), 375 warp
-  // groups (3000 rows of 65), more rows than the persistent grid holds at once (600 of 50304: over
-  // 32 MiB, so blocks loop), out-of-range targets, and an unaligned base.
-  std::vector<std::pair<int64_t, int64_t>> shapes = kShapes;
-  shapes.push_back({7, 128256});
-  shapes.push_back({3000, 65});
-  shapes.push_back({600, 50304});
-  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
-    for (const auto& [rows, vocab] : shapes) {
-      for (bool unaligned : {false, true}) {
-        CAPTURE(dtype_name(dt), rows, vocab, unaligned);
-        Problem pb = make_problem(rows, vocab, dt, static_cast<uint64_t>(rows + vocab));
-        if (rows > 8) {
-          pb.targets[2] = vocab;
-          pb.targets[5] = -3;
-        }
-        // Three copies at the same offset within 16 bytes: every row splits at the same columns.
-        const at::Tensor x = placed(pb.logits, unaligned);
-        at::Tensor two_kernels = placed(pb.logits, unaligned), fused = placed(pb.logits, unaligned);
-        const at::Tensor t = pb.targets.cuda();
-        const at::Tensor grad_scale = at::full({1}, 1.5f / static_cast<float>(rows), on_cuda(at::kFloat));
-        const ForwardOut f = run_forward(x, t, rows, vocab);
-        run_backward(two_kernels, t, f.lse, grad_scale, rows, vocab, two_kernels.data_ptr());
-        const FusedOut fo = run_fused(fused, t, grad_scale);
-        REQUIRE(same_bits(fo.loss, f.loss));
-        REQUIRE(same_bits(fo.lse, f.lse));
-        REQUIRE(!same_bits(fused, x));  // it was overwritten
-        REQUIRE(same_bits(fused, two_kernels));
-      }
-    }
-  }
-}
-
-TEST_CASE("cross_entropy timing: the fused launch against forward + backward, LLaMA-1B and GPT-1.3B chunks (bf16)",
-          "[kernels][cuda][timing]") {
-  require_gpu();
-  // The chunks lib/ops/linear_cross_entropy.h makes at 512 MiB: 2048 rows of 128256, 5248 of 50304.
-  for (const auto& [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{{2048, 128256}, {5248, 50304}}) {
-    CAPTURE(rows, vocab);
-    at::manual_seed(23);
-    const at::Tensor x = (at::randn({rows, vocab}, on_cuda(at::kFloat)) * 2.0).to(at::kBFloat16);
-    const at::Tensor t = at::randint(0, vocab, {rows}, on_cuda(at::kLong));
-    const at::Tensor grad_scale = at::full({1}, 1.0f / static_cast<float>(rows), on_cuda(at::kFloat));
-    at::Tensor work = x.clone(), loss = at::empty({rows}, on_cuda(at::kFloat)), lse = at::empty_like(loss);
-    const cudaStream_t s = current_stream();
-    // Each run starts from fresh logits in `work` (the gradient overwrote them), copied first.
-    const double copy_ms = median_event_ms(2, 15, [&] { work.copy_(x); });
-    const double two_ms = median_event_ms(2, 15, [&] {
-      work.copy_(x);
-      REQUIRE(fp8t_cross_entropy_forward(work.data_ptr(), FP8T_DTYPE_BF16, t.data_ptr<int64_t>(), rows, vocab,
-                                         loss.data_ptr<float>(), lse.data_ptr<float>(), s) == cudaSuccess);
-      REQUIRE(fp8t_cross_entropy_backward(work.data_ptr(), FP8T_DTYPE_BF16, t.data_ptr<int64_t>(),
-                                          lse.data_ptr<float>(), grad_scale.data_ptr<float>(), rows, vocab,
-                                          work.data_ptr(), s) == cudaSuccess);
-    }) - copy_ms;
-    const double fused_ms = median_event_ms(2, 15, [&] {
-      work.copy_(x);
-      REQUIRE(fp8t_cross_entropy_fused(work.data_ptr(), FP8T_DTYPE_BF16, t.data_ptr<int64_t>(),
-                                       grad_scale.data_ptr<float>(), rows, vocab, loss.data_ptr<float>(),
-                                       lse.data_ptr<float>(), s) == cudaSuccess);
-    }) - copy_ms;
-    std::printf("cross_entropy timing bf16 %ldx%ld: fused %.3f ms, forward + backward %.3f ms (%.2fx)\n",
-                static_cast<long>(rows), static_cast<long>(vocab), fused_ms, two_ms, fused_ms / two_ms);
-    // Two reads and a write against a read, a write and a second read mostly from L2.
-    REQUIRE(fused_ms < 0.9 * two_ms);
-  }
-}
 
 TEST_CASE("scale_unless_one: ATen's mul_ by the factor, bit for bit; nothing touched when the factor is 1",
           "[kernels][cuda]") {
@@ -524,13 +426,6 @@ TEST_CASE("cross_entropy kernels: preconditions", "[kernels][cuda]") {
   REQUIRE(fp8t_cross_entropy_backward(x.data_ptr(), FP8T_DTYPE_BF16, tp, ep, lp, 4, 16, odd_out, s) ==
           cudaErrorInvalidValue);
   REQUIRE(fp8t_cross_entropy_backward(nullptr, FP8T_DTYPE_F32, nullptr, nullptr, nullptr, 0, 16, nullptr, s) ==
-          cudaSuccess);
-  REQUIRE(fp8t_cross_entropy_fused(x.data_ptr(), FP8T_DTYPE_F32, tp, nullptr, 4, 16, lp, ep, s) ==
-          cudaErrorInvalidValue);  // no gradient scale
-  REQUIRE(fp8t_cross_entropy_fused(x.data_ptr(), 7, tp, ep, 4, 16, lp, ep, s) == cudaErrorInvalidValue);
-  REQUIRE(fp8t_cross_entropy_fused(x.data_ptr(), FP8T_DTYPE_F32, tp, ep, 4, 0, lp, ep, s) == cudaErrorInvalidValue);
-  REQUIRE(fp8t_cross_entropy_fused(odd_out, FP8T_DTYPE_BF16, tp, ep, 4, 16, lp, ep, s) == cudaErrorInvalidValue);
-  REQUIRE(fp8t_cross_entropy_fused(nullptr, FP8T_DTYPE_F32, nullptr, nullptr, 0, 16, nullptr, nullptr, s) ==
           cudaSuccess);
 }
 
