@@ -277,7 +277,8 @@ cudaError_t check_forward(const char* fp8t_launcher_, const ForwardArgs& a, int 
   FP8T_KERNEL_REQUIRE(valid_dtype(x_dtype), "the input dtype is not fp32 or bf16");
   FP8T_KERNEL_REQUIRE(a.rows == 0 || (a.x != nullptr && a.gamma != nullptr && a.rstd != nullptr),
                       "no input, gamma or rstd output for a nonempty tensor");
-  FP8T_KERNEL_REQUIRE(a.rows == 0 || a.y != nullptr || a.scale != nullptr, "neither y nor an FP8 output is asked for");
+  FP8T_KERNEL_REQUIRE(a.rows == 0 || a.y != nullptr || a.scale != nullptr || a.amax != nullptr,
+                      "neither y, an FP8 output nor an amax is asked for");
   FP8T_KERNEL_REQUIRE(a.rms || a.rows == 0 || a.mean != nullptr, "LayerNorm needs a mean output");
   FP8T_KERNEL_REQUIRE(a.eps >= 0.0f, "eps is negative or NaN");
   FP8T_KERNEL_REQUIRE(a.scale == nullptr || a.y_fp8 != nullptr, "an FP8 output needs its code buffer");

@@ -196,7 +196,8 @@ class Backend {
   // undefined (no bias; always for RMSNorm). When slot is given, also writes y in FP8; then
   // write_y = false skips the high-precision y (only its FP8 copy is wanted). y_amax (0-d
   // float32, optional, only without a slot): max-accumulates max|y| there in the same pass (the
-  // amax a current-scaling cast of y needs).
+  // amax a current-scaling cast of y needs); with write_y = false it is all the pass writes
+  // besides the statistics (and r of the fused add).
   // norm_backward: dy may have another float dtype than x; grad_x has x's dtype.
   virtual NormForwardResult norm_forward(const at::Tensor& x, const at::Tensor& gamma,
                                          const at::Tensor& beta, double eps, bool rms,

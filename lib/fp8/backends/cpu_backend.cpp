@@ -122,7 +122,7 @@ class CpuBackend final : public Backend {
     }
     if (slot != nullptr) r.y_fp8 = quantize(r.y, *slot, true, true);
     if (slot == nullptr && y_amax.defined()) record_amax(CastSource::tensor(r.y), y_amax);
-    if (!write_y && slot != nullptr) r.y = at::Tensor();
+    if (!write_y && (slot != nullptr || y_amax.defined())) r.y = at::Tensor();
     return r;
   }
 

@@ -46,7 +46,7 @@ NormLaunch prepare_norm(const at::Tensor& x, const at::Tensor& gamma, const at::
   NormLaunch l;
   l.gamma = gamma.to(floats_on(x)).contiguous();
   if (!rms && beta.defined()) l.beta = beta.to(floats_on(x)).contiguous();
-  l.write_y = write_y || slot == nullptr;
+  l.write_y = write_y || (slot == nullptr && !y_amax.defined());  // an amax-only pass writes no y
   if (l.write_y) l.r.y = at::empty({rows, cols}, x.options().dtype(y_dtype));
   l.r.rstd = at::empty({rows}, floats_on(x));
   if (!rms) l.r.mean = at::empty({rows}, floats_on(x));

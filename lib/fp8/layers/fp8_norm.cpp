@@ -14,8 +14,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // How the norm's output reaches the consumer's FP8 input slot: cast in the norm kernel with a
-// scale known beforehand (`fused`, delayed scaling), or written in high precision with its amax
-// computed in the same kernel and then cast by the recipe (current, block).
+// scale known beforehand (`fused`, delayed scaling); when nothing reads y itself (a carrier) and
+// the recipe takes its scale from an amax alone (current), a first norm pass for the amax and a
+// second that casts in the kernel (`two_pass`: y is never written); else written in high
+// precision with its amax computed in the same kernel and then cast by the recipe (block).
 struct NormCast {
   Scaling* scaling;
   int slot;
@@ -44,6 +46,14 @@ NormForwardResult norm_and_cast(const at::Tensor& x, const at::Tensor& h, const 
   opt.columnwise = cast.columnwise;
   opt.record = cast.record;
   opt.known_amax = at::zeros({}, x.options().dtype(at::kFloat));
+  if (carrier && cast.scaling->scales_from_known_amax() && !cast.scaling->collect_stats()) {
+    // The second pass normalises the stored input (x, or r = x + h as the first pass wrote it):
+    // the same values and reductions, so the codes are those of a cast of y (fp8t_add_norm_forward).
+    NormForwardResult r = norm(nullptr, /*write_y=*/false, opt.known_amax);
+    const SlotRef slot = cast.scaling->slot_for_known_amax(cast.slot, opt.known_amax, cast.record);
+    *y_fp8 = backend.norm_forward(h.defined() ? r.sum : x, gamma, beta, eps, rms, &slot, /*write_y=*/false).y_fp8;
+    return r;
+  }
   NormForwardResult r = norm(nullptr, /*write_y=*/true, opt.known_amax);
   *y_fp8 = cast.scaling->quantize(cast.slot, CastSource::tensor(r.y), opt);
   return r;

@@ -61,6 +61,16 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
   return out;
 }
 
+SlotRef CurrentScaling::slot_for_known_amax(int slot, const at::Tensor& known_amax, bool record) {
+  const CastState st = cast_state(slot, record);
+  // A known amax needs no pass over a source: the scale kernel alone, which also records it
+  // (the source names only the device).
+  backend_for(known_amax.device())
+      .current_amax_scale(CastSource::tensor(known_amax), known_amax, st.amax, st.scale, st.scale_inv, st.workspace,
+                          format_max(slot_format(slot)), two_pow_margin_, /*may_write_value=*/false);
+  return SlotRef{st.scale, st.amax, slot_format(slot), slot};
+}
+
 // The scale the cast that just ran used: the slot's (recorded) or the scratch one (under
 // NoRecordScope), copied before the slot's next cast overwrites it.
 at::Tensor CurrentScaling::recast_scale(int slot) const { return cast_state(slot, true).scale.clone(); }

@@ -40,6 +40,9 @@ class CurrentScaling final : public Scaling {
   Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) override;
   // A copy: the slot's next recorded cast overwrites its scale.
   at::Tensor recast_scale(int slot) const override;
+  // The norm's two passes: its amax, then its cast with the scale from it (fp8_norm.cpp).
+  bool scales_from_known_amax() const override { return true; }
+  SlotRef slot_for_known_amax(int slot, const at::Tensor& known_amax, bool record) override;
 
   // Sharded weights: any element range, cast with the scale of the whole weight's amax.
   WeightParts weight_parts() const override { return WeightParts{0, true}; }

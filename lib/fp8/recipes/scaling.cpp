@@ -48,6 +48,11 @@ std::optional<SlotRef> Scaling::fused_cast_slot(int /*slot*/, bool /*record*/) c
 
 at::Tensor Scaling::recast_scale(int /*slot*/) const { return at::Tensor(); }
 
+SlotRef Scaling::slot_for_known_amax(int /*slot*/, const at::Tensor& /*known_amax*/, bool /*record*/) {
+  FP8T_CHECK(false, "fp8 recipe ", to_string(kind()), ": its casts take no scale from a producer's amax alone");
+  return SlotRef{};
+}
+
 at::Tensor Scaling::sharded_weight_scale(int /*slot*/, const at::Tensor& /*whole_amax*/, bool /*record*/) {
   FP8T_CHECK(false, "fp8 recipe ", to_string(kind()), ": its weight casts need no whole-tensor amax");
   return at::Tensor();

@@ -128,6 +128,14 @@ class Scaling {
   // add_stats); recipes whose scale depends on the value itself give nullopt, and the producer
   // calls quantize() on its high-precision output instead (passing the amax it computed).
   virtual std::optional<SlotRef> fused_cast_slot(int slot, bool record) const;
+  // A producer that can compute its output's amax in one pass without writing the output, and
+  // cast it in a second pass of its own (the norm, whose input is kept anyway): whether the recipe
+  // takes a scale from that amax alone (current), and the slot for that second pass, its scale
+  // computed now from known_amax (0-d float32 on the slot's device) and recorded as quantize()
+  // records a cast with that amax. The defaults: no (delayed knows its scale beforehand, block
+  // needs the values).
+  virtual bool scales_from_known_amax() const { return false; }
+  virtual SlotRef slot_for_known_amax(int slot, const at::Tensor& known_amax, bool record);
   // The per-tensor scale of the slot's cast that just ran, for a later recast of the same values
   // (CastOptions::scale; the backward recasting a copy it did not keep): valid until that
   // backward. Call it right after the cast, on its thread. Delayed: the slot's scale (it changes

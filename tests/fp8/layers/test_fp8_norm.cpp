@@ -5,7 +5,7 @@
 
 #include <torch/torch.h>  // torch::randn
 
-#include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
+#include "lib/fp8/recipes/scaling.h"  // make_scaling
 #include "lib/fp8/layers/fp8_linear.h"        // Fp8Linear
 #include "lib/model/layers.h"                 // model::Norm, model::Linear
 #include "tests/catch.h"
@@ -18,10 +18,10 @@ namespace {
 constexpr int64_t kDim = 48;
 constexpr int64_t kOut = 32;
 
-// A norm feeding one Fp8Linear, twice from one seed: `fp8` converts the norm to an Fp8Norm that
+// A norm feeding one Fp8Linear (under the recipe's scaling: delayed by default), twice from one seed: `fp8` converts the norm to an Fp8Norm that
 // hands its output over in FP8, `plain` keeps the model's norm and lets its Linear cast the input.
 struct NormThenLinear {
-  std::shared_ptr<fp8::DelayedScaling> scaling;
+  std::shared_ptr<fp8::Scaling> scaling;
   std::shared_ptr<model::UnaryModule> norm;
   std::shared_ptr<fp8::Fp8Linear> linear;
 
@@ -34,7 +34,7 @@ struct NormThenLinear {
       if (src_norm->bias.defined()) src_norm->bias.normal_(0.0, 0.2);
     }
     model::Linear src_linear(kDim, kOut, /*bias=*/true);
-    scaling = std::make_shared<fp8::DelayedScaling>(recipe);
+    scaling = fp8::make_scaling(recipe);
     linear = std::make_shared<fp8::Fp8Linear>(src_linear, "fc", scaling);
     norm = convert ? std::shared_ptr<model::UnaryModule>(std::make_shared<fp8::Fp8Norm>(*src_norm, linear))
                    : std::shared_ptr<model::UnaryModule>(src_norm);
@@ -183,3 +183,42 @@ TEST_CASE("fp8 norm: forward_add is x + h and then the norm, bit for bit, gradie
     }
   }
 }
+
+TEST_CASE("fp8 norm under current scaling: two passes (amax, then the cast) give the Linear exactly what it casts "
+          "from the plain norm, with forward_add too",
+          "[fp8]") {
+  // Nothing reads y here (the consumer takes FP8 only): the norm runs once for the amax without
+  // writing y, then again over its stored input with the cast in the kernel. The plain side casts
+  // the plain norm's output in the Linear (an amax pass, then the cast).
+  const Norm::Kind kind = GENERATE(Norm::Kind::kLayerNorm, Norm::Kind::kRMSNorm);
+  const bool add = GENERATE(false, true);
+  INFO((kind == Norm::Kind::kRMSNorm ? "RMSNorm" : "LayerNorm") << ", fused add " << add);
+  fp8::Recipe recipe;
+  recipe.kind = fp8::RecipeKind::kCurrent;
+  NormThenLinear fp8(kind, true, recipe, /*convert=*/true);
+  NormThenLinear plain(kind, true, recipe, /*convert=*/false);
+  auto& norm = dynamic_cast<fp8::Fp8Norm&>(*fp8.norm);
+  const int slot = fp8.linear->slot_input();
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    const at::Tensor x1 = input(50 + step), x2 = input(50 + step);
+    const at::Tensor h1 = input(60 + step), h2 = input(60 + step);
+    const at::Tensor dy = torch::randn({3, 7, kOut});
+    const at::Tensor y = add ? norm.forward_add(x1, h1).y : norm.forward(x1);
+    REQUIRE(y.stride(0) == 0);  // a carrier: y itself was never made
+    const at::Tensor y_ref = plain.norm->forward(add ? x2 + h2 : x2);
+    const at::Tensor out1 = fp8.linear->forward(y), out2 = plain.linear->forward(y_ref);
+    REQUIRE(fp8.scaling->amax_history()[0][slot].item<float>() == y_ref.abs().max().item<float>());
+    REQUIRE(at::equal(fp8.scaling->scale(), plain.scaling->scale()));
+    REQUIRE(at::equal(out1, out2));
+    out1.backward(dy);
+    out2.backward(dy);
+    REQUIRE(at::equal(fp8.linear->weight.grad(), plain.linear->weight.grad()));
+    REQUIRE(at::allclose(x1.grad(), x2.grad(), 1e-5, 1e-6));  // the closed-form RMSNorm backward: see above
+    for (auto* m : {&fp8, &plain}) {
+      m->norm->zero_grad();
+      m->linear->zero_grad();
+    }
+  }
+}
+

@@ -1,6 +1,6 @@
 // lib/fp8/recipes/current_scaling.* on the GPU: every current-scaling cast (plain, gradient with dbias,
 // the norm's output with its fused amax, the GELU, GELU-backward, SwiGLU and SwiGLU-backward
-// casts) against the CPU emulation, bit for bit where the CPU computes the same values (amax,
+// casts, the norm's two passes) against the CPU emulation, bit for bit where the CPU computes the same values (amax,
 // scale, codes); each cast's amax and scale come from one launch (kernels/amax.cu), whose
 // workspace must leave consecutive casts independent.
 #if defined(FP8T_WITH_CUDA)
@@ -116,6 +116,46 @@ TEST_CASE("current scaling on CUDA: the norm's fused amax and the cast of its ou
         const Fp8Tensor c = cpu.s->quantize(cpu.in, CastSource::tensor(r.y.cpu()), both_layouts());
         require_same_state(gpu, cpu, gpu.in);
         require_same_tensor_codes(g, c);
+      }
+    }
+  }
+}
+
+TEST_CASE("current scaling on CUDA: the norm's two passes (amax alone, then the cast in a second norm) give the "
+          "codes of a cast of its output",
+          "[fp8][cuda]") {
+  // What Fp8Norm does under current scaling when nothing reads y: the first pass writes no y, the
+  // second normalises the stored input (x, or r = x + h from the fused add) with the scale from
+  // the first pass's amax. Against the CPU emulation's cast of the y a one-pass norm writes.
+  require_gpu();
+  Backend& backend = cuda_backend();
+  for (bool rms : {false, true}) {
+    for (bool add : {false, true}) {
+      for (const auto& [rows, cols] : kShapes) {
+        if (skip_large(rows * cols)) continue;
+        CAPTURE(rms, add, rows, cols);
+        at::manual_seed(rows * 5 + cols);
+        const at::Tensor x = (at::randn({rows, cols}) * 3.0 + 1.0).cuda();
+        const at::Tensor h = (at::randn({rows, cols}) * 2.0).to(at::kBFloat16).cuda();
+        const at::Tensor gamma = (1.0 + 0.1 * at::randn({cols})).cuda(), beta = (0.1 * at::randn({cols})).cuda();
+        auto norm = [&](const SlotRef* slot, bool write_y, const at::Tensor& amax) {
+          return add ? backend.add_norm_forward(x, h, gamma, beta, 1e-5, rms, slot, write_y, amax)
+                     : backend.norm_forward(x, gamma, beta, 1e-5, rms, slot, write_y, amax);
+        };
+        const at::Tensor one_pass_amax = at::zeros({}, on_cuda(at::kFloat));
+        const at::Tensor y = norm(nullptr, true, one_pass_amax).y;  // the one-pass y, for the reference
+        const at::Tensor known = at::zeros({}, on_cuda(at::kFloat));
+        const NormForwardResult first = norm(nullptr, /*write_y=*/false, known);
+        REQUIRE(!first.y.defined());  // no y written
+        REQUIRE(same_bits(known.item<float>(), one_pass_amax.item<float>()));
+        Pair gpu(at::kCUDA), cpu(at::kCPU);
+        const SlotRef slot = gpu.s->slot_for_known_amax(gpu.in, known, /*record=*/true);
+        const NormForwardResult second =
+            backend.norm_forward(add ? first.sum : x, gamma, beta, 1e-5, rms, &slot, /*write_y=*/false);
+        const Fp8Tensor c = cpu.s->quantize(cpu.in, CastSource::tensor(y.cpu()), both_layouts());
+        require_same_state(gpu, cpu, gpu.in);
+        require_same_tensor_codes(second.y_fp8, c);
+        REQUIRE(at::equal(second.rstd, first.rstd));  // the same statistics in both passes
       }
     }
   }
