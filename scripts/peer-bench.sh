@@ -17,7 +17,10 @@
 # seconds since the epoch: a peer not waiting by then is stopped and reported as not run), times
 # them one at a time in the listed order, then runs the other --peers one after another, then
 # fp8train. --peer-args: more reference_bench.py arguments for every peer. Outputs go to --out
-# (peer-*.json/.log, bench-MODEL.json/.log, peers-MODEL.md).
+# (peer-*.json/.log, bench-MODEL.json/.log, peers-MODEL.md). Before each timing the GPU must be
+# idle (nvidia-smi's utilization at most 5% for 3 s running, waiting up to --idle-wait seconds,
+# default 120): what is timed beside other work is named in the log and in gpu-busy.txt, which
+# the table's output repeats.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 APP=""
@@ -33,6 +36,7 @@ PEERS="compile:default,compile:reduce-overhead,float8:default,float8:reduce-over
 EARLY=""
 DEADLINE=0
 PEER_ARGS=""
+IDLE_WAIT=120
 PY=${FP8T_PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --early) EARLY="$2"; shift 2 ;;
     --deadline) DEADLINE="$2"; shift 2 ;;
     --peer-args) PEER_ARGS="$2"; shift 2 ;;
+    --idle-wait) IDLE_WAIT="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | grep '^#'; exit 0 ;;
     *) echo "peer-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -101,6 +106,35 @@ not_run() {
 }
 
 wait_pid() { while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; }
+
+# The utilization (%) of the GPU the timings run on (the first of CUDA_VISIBLE_DEVICES), "" where
+# nvidia-smi is missing or fails.
+gpu_utilization() {
+  local dev=${CUDA_VISIBLE_DEVICES:-0} out
+  out=$(nvidia-smi -i "${dev%%,*}" --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null) || return 0
+  echo "$out" | head -1 | tr -dc '0-9'
+}
+
+# Waits until the GPU has been idle for 3 s running (at most IDLE_WAIT s) before `what` is timed:
+# a test run, a sanitizer or another job left on the GPU would slow whatever is timed beside it
+# (seen: a torchao step 1.9x its time alone while the GPU tests were still running). Past the
+# wait the timing goes ahead, named in the log and in gpu-busy.txt.
+await_idle_gpu() {
+  local what=$1 util quiet=0 start
+  start=$(date +%s)
+  while :; do
+    util=$(gpu_utilization)
+    [ -z "$util" ] && return 0  # no nvidia-smi: nothing to check
+    if [ "$util" -le 5 ]; then quiet=$((quiet + 1)); else quiet=0; fi
+    [ "$quiet" -ge 3 ] && return 0
+    if [ $(( $(date +%s) - start )) -ge "$IDLE_WAIT" ]; then
+      log "WARNING: $what is timed while the GPU is busy with other work (utilization ${util}% after ${IDLE_WAIT} s)"
+      echo "$what: timed while the GPU was busy (utilization ${util}%)" >>"$OUTDIR/gpu-busy.txt"
+      return 0
+    fi
+    sleep 1
+  done
+}
 # Whether peer `n` waits at its gate (or has ended).
 settled() { [ -e "$OUTDIR/go-$1.ready" ] || ! kill -0 "$(cat "$OUTDIR/peer-$1.pid" 2>/dev/null || echo 0)" 2>/dev/null; }
 early_list() { echo "$EARLY" | tr '/' ','; }
@@ -125,6 +159,7 @@ if [ "$PHASE" != finish ]; then
   [ "$PHASE" = start ] && exit 0
 fi
 
+rm -f "$OUTDIR/gpu-busy.txt"  # this run's notes only
 # The gated peers: every one waiting (or stopped at the deadline), then timed one at a time alone
 # on the GPU; then the others.
 IFS=, read -ra early <<<"$(early_list)"
@@ -149,6 +184,7 @@ for spec in "${early[@]}"; do
     [ -s "$OUTDIR/peer-$n.json" ] || not_run "$spec" "ended before its timed steps (see peer-$n.log)"
     continue
   fi
+  await_idle_gpu "$spec"
   log "timing $spec"
   touch "$OUTDIR/go-$n"
   wait_pid "$(cat "$OUTDIR/peer-$n.pid")"
@@ -160,6 +196,7 @@ for spec in "${all[@]}"; do
   [ -n "$spec" ] || continue
   contains "$(early_list)" "$spec" && continue
   n=$(name_of "$spec")
+  await_idle_gpu "$spec"
   log "running $spec"
   start_peer "$spec" ""
   wait_pid "$(cat "$OUTDIR/peer-$n.pid")"
@@ -173,6 +210,7 @@ if [ -n "$APP" ]; then
        --bench-warmup "$WARMUP" --json "$OUTDIR/bench-$MODEL.json")
   [ "$PROFILE" -gt 0 ] && cmd+=(--profile "$PROFILE")
   [ -n "$BATCH" ] && cmd+=(--set "train.micro_batch_size=$BATCH")
+  await_idle_gpu "fp8train bench"
   log "${cmd[*]}"
   "${cmd[@]}" >"$OUTDIR/bench-$MODEL.log" 2>&1 || rc=$?
   grep -A12 -E "^precision" "$OUTDIR/bench-$MODEL.log" | head -30
@@ -181,4 +219,5 @@ if [ -f "$OUTDIR/bench-$MODEL.json" ]; then
   "$PY" scripts/peer_table.py --bench "$OUTDIR/bench-$MODEL.json" --peers "$OUTDIR"/peer-*.json --markdown \
     --json "$OUTDIR/peers-$MODEL.json" | tee "$OUTDIR/peers-$MODEL.md"
 fi
+[ -s "$OUTDIR/gpu-busy.txt" ] && { echo "not alone on the GPU when timed:"; sed 's/^/  /' "$OUTDIR/gpu-busy.txt"; }
 exit $rc

@@ -1,6 +1,7 @@
 # scripts/peer-bench.sh and scripts/peer_table.py without a GPU: a peer that is still compiling at
 # --deadline, and one that fails, each leave a "not run" record that the table names (beside the
-# peer recipe's measured mode, which alone sets the ratio), instead of vanishing from it.
+# peer recipe's measured mode, which alone sets the ratio), instead of vanishing from it; a
+# timing that starts while the GPU is busy waits for it to go idle, and is named when it never does.
 source "$(dirname "$0")/lib.sh"
 # A stand-in for python3 running reference_bench.py: a gated (--early) peer compiles "forever",
 # any other peer fails at once without writing its JSON.
@@ -47,4 +48,29 @@ assert bf16["speed_ratio"] is None and bf16["peer"].startswith("none measured; m
 stopped = t["torchao float8 tensorwise + torch.compile max-autotune (CUDA graphs on)"]
 assert stopped["tokens_per_s"] is None and stopped["peer"].startswith("not run: still compiling"), stopped
 PY
-echo "peer table: not-run peers named, ratios from measured ones"
+
+# The idle-GPU wait, with a stand-in nvidia-smi that reads the utilization from a file: busy (90%)
+# for the whole --idle-wait, the fp8train timing goes ahead and is named; idle (0%), nothing is.
+mkdir -p fakebin
+cat > fakebin/nvidia-smi <<SH
+#!/usr/bin/env bash
+cat "$WORK/util"
+SH
+chmod +x fakebin/nvidia-smi
+cat > fake_fp8train.sh <<'SH'
+#!/usr/bin/env bash
+exit 0
+SH
+chmod +x fake_fp8train.sh
+echo 90 > util
+PATH="$WORK/fakebin:$PATH" bash "$FP8T_SOURCE_DIR/scripts/peer-bench.sh" --out "$WORK/busy" --peers "" \
+  --fp8train "$WORK/fake_fp8train.sh" --idle-wait 2 > busy.out 2>&1 || { cat busy.out; fail "peer-bench.sh (busy GPU)"; }
+grep -q "WARNING: fp8train bench is timed while the GPU is busy with other work (utilization 90%" busy.out \
+  || { cat busy.out; fail "a timing beside other GPU work is not named in the log"; }
+grep -q "fp8train bench: timed while the GPU was busy" busy/gpu-busy.txt || fail "no gpu-busy.txt record"
+echo 0 > util
+PATH="$WORK/fakebin:$PATH" bash "$FP8T_SOURCE_DIR/scripts/peer-bench.sh" --out "$WORK/busy" --peers "" \
+  --fp8train "$WORK/fake_fp8train.sh" --idle-wait 2 > idle.out 2>&1 || { cat idle.out; fail "peer-bench.sh (idle GPU)"; }
+! grep -q "WARNING" idle.out || { cat idle.out; fail "an idle GPU is reported busy"; }
+[ ! -e busy/gpu-busy.txt ] || fail "the earlier run's gpu-busy.txt was kept"
+echo "peer table: not-run peers named, ratios from measured ones; timings beside other GPU work named"
