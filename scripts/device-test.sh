@@ -9,7 +9,9 @@
 #   scripts/device-test.sh --only build,tests     # parts: build, tests, sanitizer, bench
 #   scripts/device-test.sh --build-dir build-gpu --jobs 16
 #   FP8T_BUILD_APP_ONLY=1 builds fp8train alone. Time limits per step (seconds): FP8T_BUILD_TIMEOUT, FP8T_TESTS_TIMEOUT,
-#   FP8T_SANITIZER_TIMEOUT, FP8T_BENCH_TIMEOUT.
+#   FP8T_SANITIZER_TIMEOUT, FP8T_BENCH_TIMEOUT. FP8T_DEADLINE (seconds since the epoch) caps them
+#   all: every step ends by then, so nothing of this script still runs on the GPU afterwards (a
+#   `timeout` around the script would stop the script but not the test binary it waits for).
 #
 # Dependencies: an importable torch (the CUDA wheel is a complete LibTorch) and nvcc. The C++
 # packages (yaml-cpp, spdlog, fmt, CLI11, Catch2, nlohmann-json) come from the system when
@@ -42,6 +44,14 @@ FAILED=0
 note() { SUMMARY+=("$(printf '%-12s %-5s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && FAILED=1; return 0; }
 log() { echo "[device-test] $*"; }
 secs() { echo $(( $(date +%s) - $1 )); }
+# A step's time limit: its own, or what is left until FP8T_DEADLINE when that is sooner (>= 1 s).
+limit() {
+  local own=$1 left
+  [ -n "${FP8T_DEADLINE:-}" ] || { echo "$own"; return; }
+  left=$(( FP8T_DEADLINE - $(date +%s) ))
+  [ "$left" -lt 1 ] && left=1
+  [ "$left" -lt "$own" ] && echo "$left" || echo "$own"
+}
 
 # ---- environment ---------------------------------------------------------------------------
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || {
@@ -73,10 +83,10 @@ if want build; then
     # FP8T_BUILD_APP_ONLY=1: fp8train alone (a benchmark-only call).
     rc_tests=0
     if [ "${FP8T_BUILD_APP_ONLY:-0}" != 1 ]; then
-      timeout "${FP8T_BUILD_TIMEOUT:-1800}" ninja -C "$BUILD_DIR" -j"$JOBS" fp8t_tests >"$OUT/build.log" 2>&1
+      timeout "$(limit "${FP8T_BUILD_TIMEOUT:-1800}")" ninja -C "$BUILD_DIR" -j"$JOBS" fp8t_tests >"$OUT/build.log" 2>&1
       rc_tests=$?
     fi
-    timeout "${FP8T_BUILD_TIMEOUT:-1800}" ninja -C "$BUILD_DIR" -j"$JOBS" fp8train >>"$OUT/build.log" 2>&1
+    timeout "$(limit "${FP8T_BUILD_TIMEOUT:-1800}")" ninja -C "$BUILD_DIR" -j"$JOBS" fp8train >>"$OUT/build.log" 2>&1
     rc_app=$?
     if [ $rc_tests -eq 0 ] && [ $rc_app -eq 0 ]; then
       note build ok "fp8t_tests + fp8train in $(secs $t0) s"
@@ -99,7 +109,7 @@ if want sanitizer; then
     for tool in memcheck racecheck; do
       log "compute-sanitizer --tool $tool on [kernels][cuda] (large shapes skipped), in the background"
       SAN_T0[$tool]=$(date +%s)
-      FP8T_TEST_SMALL=1 timeout "${FP8T_SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
+      FP8T_TEST_SMALL=1 timeout "$(limit "${FP8T_SANITIZER_TIMEOUT:-300}")" compute-sanitizer --tool "$tool" \
         --error-exitcode 99 "$TESTS" "[kernels][cuda]" >"$OUT/sanitizer-$tool.log" 2>&1 &
       SAN_PID[$tool]=$!
     done
@@ -115,7 +125,7 @@ if want tests; then
     # the GPU: beside the sanitizer runs they measure a shared GPU (seen: the AdamW kernel at 960
     # GB/s there, 4130 GB/s alone).
     log "fp8t_tests [cuda]~[timing]"
-    FP8T_TEST_REPORT=1 timeout "${FP8T_TESTS_TIMEOUT:-300}" "$TESTS" "[cuda]~[timing]" --durations yes >"$OUT/tests-cuda.log" 2>&1
+    FP8T_TEST_REPORT=1 timeout "$(limit "${FP8T_TESTS_TIMEOUT:-300}")" "$TESTS" "[cuda]~[timing]" --durations yes >"$OUT/tests-cuda.log" 2>&1
     rc=$?
     result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-cuda.log" | tail -1)
     grep -E "gemm worst|norm (ln|rms)" "$OUT/tests-cuda.log"
@@ -123,7 +133,7 @@ if want tests; then
     # The CPU tests that only a CUDA build has (they run in CI's ctest too when the toolkit is
     # there): the codec against cuda_fp8.h and the cuBLASLt problem rules of lib/gemm.
     log "fp8t_tests [cuda_fp8_h],[gemm]~[cuda]"
-    "$TESTS" "[cuda_fp8_h],[gemm]~[cuda]" >"$OUT/tests-cuda-build.log" 2>&1
+    timeout "$(limit 300)" "$TESTS" "[cuda_fp8_h],[gemm]~[cuda]" >"$OUT/tests-cuda-build.log" 2>&1
     rc=$?
     result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-cuda-build.log" | tail -1)
     if [ $rc -eq 0 ]; then note cpu-in-cuda ok "$result"; else note cpu-in-cuda FAIL "rc=$rc: $result"; fi
@@ -146,7 +156,7 @@ done
 if want tests && [ -x "$TESTS" ]; then
   t0=$(date +%s)
   log "fp8t_tests [cuda][timing] (alone on the GPU)"
-  FP8T_TEST_REPORT=1 timeout "${FP8T_TESTS_TIMEOUT:-300}" "$TESTS" "[cuda][timing]" --durations yes >"$OUT/tests-timing.log" 2>&1
+  FP8T_TEST_REPORT=1 timeout "$(limit "${FP8T_TESTS_TIMEOUT:-300}")" "$TESTS" "[cuda][timing]" --durations yes >"$OUT/tests-timing.log" 2>&1
   rc=$?
   result=$(grep -E "^(All tests passed|test cases:)" "$OUT/tests-timing.log" | tail -1)
   if [ $rc -eq 0 ]; then note timing ok "$result ($(secs $t0) s)"; else note timing FAIL "rc=$rc: $result"; grep -B2 -A12 -E "FAILED" "$OUT/tests-timing.log" | head -40; fi
@@ -157,11 +167,11 @@ if want bench; then
   t0=$(date +%s)
   if [ -x "$APP" ] && "$APP" bench-gemm --help >/dev/null 2>&1; then
     log "fp8train bench-gemm"
-    timeout "${FP8T_BENCH_TIMEOUT:-300}" "$APP" bench-gemm --json "$OUT/bench-gemm.json" >"$OUT/bench-gemm.log" 2>&1
+    timeout "$(limit "${FP8T_BENCH_TIMEOUT:-300}")" "$APP" bench-gemm --json "$OUT/bench-gemm.json" >"$OUT/bench-gemm.log" 2>&1
     rc=$?
   elif [ -x "$TESTS" ]; then
     log "fp8train bench-gemm unavailable; running the benchmark through fp8t_tests [bench-gemm]"
-    FP8T_BENCH_JSON="$OUT/bench-gemm.json" timeout "${FP8T_BENCH_TIMEOUT:-300}" "$TESTS" "[bench-gemm]" >"$OUT/bench-gemm.log" 2>&1
+    FP8T_BENCH_JSON="$OUT/bench-gemm.json" timeout "$(limit "${FP8T_BENCH_TIMEOUT:-300}")" "$TESTS" "[bench-gemm]" >"$OUT/bench-gemm.log" 2>&1
     rc=$?
   else
     rc=127
