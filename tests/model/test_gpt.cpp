@@ -242,3 +242,38 @@ TEST_CASE("gpt: head_loss runs the chunked head where the head computes in BF16,
   REQUIRE(chunked(small_chunks));
   CHECK(std::fabs(small_chunks.item<double>() - ref.item<double>()) <= std::ldexp(1.0, -8) * ref.item<double>());
 }
+
+namespace {
+// Unit hooks that do nothing: with hooks set the model does not hand a tied head's weight gradient
+// to the embedding (the sharded holder's hooks must see each unit's gradients as autograd makes them).
+class NoHooks : public model::UnitHooks {
+ public:
+  void before_forward(int /*unit*/) override {}
+  std::vector<at::Tensor> after_forward(int /*unit*/, std::vector<at::Tensor> outputs) override { return outputs; }
+};
+}  // namespace
+
+TEST_CASE("gpt: a tied head's weight gradient handed to the embedding equals autograd's sum of the two", "[model]") {
+  torch::manual_seed(3);
+  ModelSection m = tiny();
+  m.tie_embeddings = true;
+  model::Gpt gpt(m);
+  const at::Tensor idx = torch::randint(0, 50, {4, 12});
+  const at::Tensor targets = torch::randint(0, 50, {4, 12});
+  const compat::AutocastGuard bf16(c10::DeviceType::CPU, at::kBFloat16);
+  auto wte_grad = [&] {
+    gpt.forward_loss(idx, targets).backward();
+    at::Tensor g = gpt.wte->weight.grad().clone();
+    for (const auto& [name, p] : gpt.unique_named_parameters()) p.mutable_grad().reset();
+    return g;
+  };
+  const at::Tensor handed = wte_grad();  // ops::tied_embedding takes the head's dW
+  gpt.set_unit_hooks(std::make_shared<NoHooks>());
+  const at::Tensor summed = wte_grad();  // autograd adds the dense embedding gradient to dW
+  gpt.set_unit_hooks(nullptr);
+  // The same FP32 terms in another order (tests/ops/test_tied_embedding.cpp: 2e-7 norm-wise).
+  const double rel = ((handed - summed).norm() / summed.norm()).item<double>();
+  CAPTURE(rel);
+  CHECK(rel <= 2e-7);
+  CHECK(!at::equal(handed, at::zeros_like(handed)));
+}

@@ -1,7 +1,8 @@
 // lib/ops/tied_embedding.*: the embedding lookup whose backward takes the tied head's weight
 // gradient from ops::linear_cross_entropy and adds its rows to it: the weight's gradient against
 // autograd's sum of the two uses, gradient accumulation over two micro-batches, a head gradient
-// that no embedding backward took (not added to a later one), and the lookup alone.
+// that no embedding backward took (not added to a later one), and the lookup alone; on CUDA the
+// same sum, the same bits run to run.
 #include "lib/ops/tied_embedding.h"
 
 #include <torch/torch.h>  // torch::autograd::grad
@@ -12,6 +13,9 @@
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy
 #include "lib/util/error.h"                // fp8t::Error
 #include "tests/catch.h"
+#if defined(FP8T_WITH_CUDA)
+#include "tests/kernels/cuda_test_util.h"  // require_gpu
+#endif
 
 namespace {
 
@@ -122,3 +126,32 @@ TEST_CASE("tied_embedding: errors name what is wrong", "[ops]") {
   REQUIRE_THROWS_WITH(tied_embedding(e, at::zeros({2}), tied), FP8T_CONTAINS("integer"));
   REQUIRE_THROWS_WITH(tied_embedding(at::randn({5}), at::zeros({2}, at::kLong), tied), FP8T_CONTAINS("2-D"));
 }
+
+#if defined(FP8T_WITH_CUDA)
+TEST_CASE("tied_embedding on CUDA: the hand-over gives autograd's sum, the same bits run to run", "[ops][cuda]") {
+  fp8t::test::require_gpu();
+  // A BF16 head (the chunked op's CUDA kernels and GEMMs) over 1024 tokens of a 500-row vocabulary:
+  // many repeated ids per row of the weight.
+  at::manual_seed(13);
+  const at::Device cuda(at::kCUDA);
+  const at::Tensor e0 = (at::randn({500, 64}) * 0.5).to(cuda);
+  const at::Tensor ids = at::randint(0, 500, {8, 128}, at::kLong).to(cuda);
+  const at::Tensor targets = at::randint(0, 500, {8, 128}, at::kLong).to(cuda);
+  auto run = [&](bool hand_over) {
+    at::Tensor e = leaf(e0);
+    const auto tied = hand_over ? std::make_shared<TiedGradient>() : nullptr;
+    const at::Tensor x = hand_over ? tied_embedding(e, ids, tied) : at::embedding(e, ids);
+    linear_cross_entropy(at::tanh(x * 1.5).to(at::kBFloat16), e, targets, /*chunk_rows=*/300,
+                         fp8t::ops::kLinearCrossEntropyChunkBytes, tied)
+        .backward();
+    return e.grad().cpu();
+  };
+  const at::Tensor handed = run(true), again = run(true), summed = run(false);
+  REQUIRE(at::equal(handed, again));  // sorted-index accumulation: deterministic
+  // The FP32 terms in another order: the CPU cases' bound (not yet run on a GPU when written).
+  const double err = rel_norm(handed, summed);
+  CAPTURE(err);
+  CHECK(err <= 2e-7);
+}
+#endif
+

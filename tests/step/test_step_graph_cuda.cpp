@@ -148,6 +148,10 @@ std::vector<Variant> variants() {
   recompute.train.recompute = Recompute::kBlock;
   recompute.train.grad_accum_steps = 2;
   v.push_back({"bf16, 2 micro-batches, recompute block", recompute});
+  ExperimentConfig tied = small(Precision::kBf16);
+  tied.model.tie_embeddings = true;  // the head's dW handed to the embedding's backward (index_put_ in the graph)
+  tied.train.grad_accum_steps = 2;   // one hand-over per micro-batch
+  v.push_back({"bf16, tied head, 2 micro-batches", tied});
   ExperimentConfig micro = small(Precision::kFp8);
   micro.fp8.amax_update = fp8::AmaxUpdate::kMicrobatch;  // one micro-batch: its update runs after the replay
   v.push_back({"fp8 delayed, amax_update microbatch", micro});
