@@ -16,7 +16,7 @@ using torch::autograd::variable_list;
 // How the norm's output reaches the consumer's FP8 input slot: cast in the norm kernel with a
 // scale known beforehand (`fused`, delayed scaling); when nothing reads y itself (a carrier) and
 // the recipe takes its scale from an amax alone (current), a first norm pass for the amax and a
-// second that casts in the kernel (`two_pass`: y is never written); else written in high
+// second over the same input that casts in its kernel (y is never written); else written in high
 // precision with its amax computed in the same kernel and then cast by the recipe (block).
 struct NormCast {
   Scaling* scaling;
