@@ -216,13 +216,25 @@ TEST_CASE("amax pass: GELU and GELU backward equal the amax of the fused casts",
   }
 }
 
+namespace {
+// N(0, 1e25^2) values with every 97th element +inf, every 89th -inf and every 83rd NaN (offsets
+// 0, 1, 2): values that overflow an activation, infinities and NaNs spread over the warps.
+at::Tensor huge_inf_nan(int64_t rows, int64_t cols) {
+  const float inf = std::numeric_limits<float>::infinity();
+  at::Tensor huge = at::randn({rows, cols}) * 1e25;
+  huge.view({-1}).slice(0, 0, rows * cols, 97).fill_(inf);
+  huge.view({-1}).slice(0, 1, rows * cols, 89).fill_(-inf);
+  huge.view({-1}).slice(0, 2, rows * cols, 83).fill_(std::numeric_limits<float>::quiet_NaN());
+  return huge;
+}
+}  // namespace
+
 TEST_CASE("amax pass: GELU inputs where the skipped-element bound is loose or the value overflows",
           "[kernels][cuda]") {
   // The GELU passes evaluate only elements whose cheap bound (|x|, 1.25 |dy|) exceeds the warp's
   // running max. Inputs where that bound is far from the value (all-negative h: |gelu| <= 0.17),
   // where the largest value comes last, and where GELU or its derivative overflow to inf or NaN.
   require_gpu();
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t rows = 1031, cols = 1024;  // > one round of every thread, vector path
   at::manual_seed(99);
   struct Input {
@@ -233,10 +245,7 @@ TEST_CASE("amax pass: GELU inputs where the skipped-element bound is loose or th
   spike[rows - 1][cols - 1] = 9.0f;
   at::Tensor dy_spike = at::randn({rows, cols});
   dy_spike[rows - 1][cols - 3] = -700.0f;
-  at::Tensor huge = at::randn({rows, cols}) * 1e25;
-  huge.view({-1}).slice(0, 0, rows * cols, 97).fill_(inf);
-  huge.view({-1}).slice(0, 1, rows * cols, 89).fill_(-inf);
-  huge.view({-1}).slice(0, 2, rows * cols, 83).fill_(nan);
+  const at::Tensor huge = huge_inf_nan(rows, cols);
   const Input inputs[] = {
       {"all-negative h", -at::rand({rows, cols}) * 10.0, at::randn({rows, cols}) * 1e3},
       {"one spike at the very end", spike, dy_spike},
@@ -295,7 +304,6 @@ TEST_CASE("amax pass: SwiGLU inputs where the skipped-point bound is loose, the 
   // where silu' is tiny), where the largest value comes last, where dy * up is subnormal, and
   // where values overflow to inf or are NaN: the amax is still the host's of every value.
   require_gpu();
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t rows = 1031, f = 1024;  // > one round of every thread, vector path
   at::manual_seed(77);
   struct Input {
@@ -306,10 +314,7 @@ TEST_CASE("amax pass: SwiGLU inputs where the skipped-point bound is loose, the 
   spike[rows - 1][f - 1] = 9.0f;       // the last gate
   spike[rows - 1][2 * f - 1] = -30.0f;  // and its up
   dy_spike[rows - 1][f - 2] = 500.0f;
-  at::Tensor huge = at::randn({rows, 2 * f}) * 1e25;
-  huge.view({-1}).slice(0, 0, rows * 2 * f, 97).fill_(inf);
-  huge.view({-1}).slice(0, 1, rows * 2 * f, 89).fill_(-inf);
-  huge.view({-1}).slice(0, 2, rows * 2 * f, 83).fill_(nan);
+  const at::Tensor huge = huge_inf_nan(rows, 2 * f);
   at::Tensor tiny_dy = at::randn({rows, f}) * std::ldexp(1.0f, -70);
   const Input inputs[] = {
       {"all-negative gates", at::cat({-at::rand({rows, f}) * 10.0, at::randn({rows, f}) * 1e3}, 1),

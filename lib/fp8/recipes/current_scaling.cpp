@@ -64,9 +64,11 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
 SlotRef CurrentScaling::slot_for_known_amax(int slot, const at::Tensor& known_amax, bool record) {
   const CastState st = cast_state(slot, record);
   // A known amax needs no pass over a source: the scale kernel alone, which also records it
-  // (the source names only the device).
-  backend_for(known_amax.device())
-      .current_amax_scale(CastSource::tensor(known_amax), known_amax, st.amax, st.scale, st.scale_inv, st.workspace,
+  // (the source names only the device). Also the scale of a sharded weight's parts
+  // (Scaling::sharded_weight_scale: the whole weight's amax, reduced over the ranks).
+  const at::Tensor amax = known_amax.reshape({});
+  backend_for(amax.device())
+      .current_amax_scale(CastSource::tensor(amax), amax, st.amax, st.scale, st.scale_inv, st.workspace,
                           format_max(slot_format(slot)), two_pow_margin_, /*may_write_value=*/false);
   return SlotRef{st.scale, st.amax, slot_format(slot), slot};
 }
@@ -74,15 +76,6 @@ SlotRef CurrentScaling::slot_for_known_amax(int slot, const at::Tensor& known_am
 // The scale the cast that just ran used: the slot's (recorded) or the scratch one (under
 // NoRecordScope), copied before the slot's next cast overwrites it.
 at::Tensor CurrentScaling::recast_scale(int slot) const { return cast_state(slot, true).scale.clone(); }
-
-// What quantize() of the whole weight records, from the amax the parts' amaxes reduced to.
-at::Tensor CurrentScaling::sharded_weight_scale(int slot, const at::Tensor& whole_amax, bool record) {
-  const CastState st = cast_state(slot, record);
-  st.amax.copy_(whole_amax.reshape({}));
-  backend_for(st.amax.device()).current_scale(st.amax, st.scale, st.scale_inv, format_max(slot_format(slot)),
-                                              two_pow_margin_);
-  return st.scale.clone();  // the slot's next recorded cast overwrites it
-}
 
 void CurrentScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
   if (last_of_step) ++steps_ended_;

@@ -44,9 +44,6 @@ class CurrentScaling final : public Scaling {
   bool scales_from_known_amax() const override { return true; }
   SlotRef slot_for_known_amax(int slot, const at::Tensor& known_amax, bool record) override;
 
-  // Sharded weights: any element range, cast with the scale of the whole weight's amax.
-  WeightParts weight_parts() const override { return WeightParts{0, true}; }
-  at::Tensor sharded_weight_scale(int slot, const at::Tensor& whole_amax, bool record) override;
 
   void end_micro_batch(bool last_of_step, const at::Tensor& skip = at::Tensor()) override;
   int64_t weight_epoch() const override { return steps_ended_; }

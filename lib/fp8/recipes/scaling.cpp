@@ -53,10 +53,6 @@ SlotRef Scaling::slot_for_known_amax(int /*slot*/, const at::Tensor& /*known_ama
   return SlotRef{};
 }
 
-at::Tensor Scaling::sharded_weight_scale(int /*slot*/, const at::Tensor& /*whole_amax*/, bool /*record*/) {
-  FP8T_CHECK(false, "fp8 recipe ", to_string(kind()), ": its weight casts need no whole-tensor amax");
-  return at::Tensor();
-}
 
 bool Scaling::fast_accumulation(GemmKind kind) const {
   const FastAccumulation& f = recipe_.fast_accumulation;

@@ -159,16 +159,20 @@ class Scaling {
     // parts are whole bands of this many rows (block: 128, whose 128x128 blocks find their own
     // scales in the rows they hold).
     int64_t row_multiple = 0;
-    // The scale needs max|W| over the whole weight before any part is cast (current scaling):
-    // the holder reduces the parts' amaxes and calls sharded_weight_scale.
+    // The scale needs max|W| over the whole weight before any part is cast (the recipes that
+    // scale from an amax alone: scales_from_known_amax): the holder reduces the parts' amaxes
+    // and calls sharded_weight_scale.
     bool whole_amax = false;
   };
-  virtual WeightParts weight_parts() const { return {}; }
+  virtual WeightParts weight_parts() const { return {0, scales_from_known_amax()}; }
   // For WeightParts::whole_amax recipes: the scale the parts of weight slot `slot` are cast with
   // (CastOptions::scale, record false) when max|W| over all parts is `whole_amax` (0-d float32),
   // recorded as a cast of the whole weight records it when `record`. Every rank calls it, also
   // for weights it holds no part of, so that every rank's slot state is what a whole cast leaves.
-  virtual at::Tensor sharded_weight_scale(int slot, const at::Tensor& whole_amax, bool record);
+  // slot_for_known_amax's scale, copied (the slot's next recorded cast overwrites it).
+  at::Tensor sharded_weight_scale(int slot, const at::Tensor& whole_amax, bool record) {
+    return slot_for_known_amax(slot, whole_amax, record).scale.clone();
+  }
 
   // ---- step boundaries ----------------------------------------------------------------------
   // After the backward of every micro-batch. skip (optional 0-d device tensor, non-zero = the
