@@ -1,6 +1,7 @@
 // AdamW on a GPU, FP32 and bf16 moments (train.moments_dtype): kernels/adamw.cu (through
 // lib/optim/adamw_step_cuda.cpp) gives the CPU loop's bits (both are lib/optim/adamw_math.h), over
-// many tensors of odd sizes and alignments, with a device lr, grad_scale and found_inf; AdamW's
+// many tensors of odd sizes and alignments, with a device lr, grad_scale and found_inf, and the
+// amaxes of the updated values (AdamWBatch::amaxes) for some of them; AdamW's
 // step without a host sync and replayed from a CUDA graph; and the kernel's bandwidth at the 1.3B
 // model's size against LibTorch's fused AdamW.
 #if defined(FP8T_WITH_CUDA)
@@ -11,6 +12,7 @@
 #include <c10/cuda/CUDAGuard.h>      // c10::cuda::CUDAStreamGuard
 
 #include <algorithm>   // std::sort
+#include <cmath>       // std::nanf, INFINITY
 #include <cstdio>      // std::printf
 #include <functional>  // std::function
 #include <string>      // std::string
@@ -106,6 +108,15 @@ TEST_CASE("adamw kernel, fp32 and bf16 moments: the CPU loop's bits over 61 tens
   CAPTURE(moments);
   Flat cpu = make_flat(sizes, at::kCPU, 1, moments);
   Flat gpu = make_flat(sizes, at::kCUDA, 1, moments);
+  // Two of every three tensors ask for their amax (AdamWBatch::amaxes), across both launches; a
+  // NaN and an inf in the parameters (the amax ignores the one and counts the other).
+  for (Flat* f : {&cpu, &gpu}) {
+    f->p[5].fill_(std::nanf(""));
+    f->p[4100].fill_(-INFINITY);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      f->batch.amaxes.push_back(i % 3 == 1 ? at::Tensor() : at::full({}, -1.0f, f->p.options()));
+    }
+  }
   REQUIRE(same_bits(cpu.p, gpu.p));
   for (int step = 0; step < 5; ++step) {
     CAPTURE(step);
@@ -131,6 +142,13 @@ TEST_CASE("adamw kernel, fp32 and bf16 moments: the CPU loop's bits over 61 tens
     REQUIRE(same_bits(cpu.m, gpu.m));
     REQUIRE(same_bits(cpu.v, gpu.v));
     for (size_t i = 0; i < sizes.size(); ++i) REQUIRE(same_bits(cpu.states[i], gpu.states[i]));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (i % 3 == 1) continue;
+      CAPTURE(i);
+      REQUIRE(same_bits(cpu.batch.amaxes[i], gpu.batch.amaxes[i]));  // the skipped step 3 included
+      const at::Tensor a = gpu.batch.params[i].abs();
+      REQUIRE(gpu.batch.amaxes[i].item<float>() == a.masked_fill(a.isnan(), 0.0f).max().item<float>());
+    }
   }
   CHECK(cpu.states[0][0].item<float>() == 4.0f);  // 5 steps, one skipped
   CHECK(gpu.states[60][0].item<float>() == 4.0f);  // the last tensor (second launch)
@@ -153,14 +171,14 @@ TEST_CASE("adamw kernel: a batch whose moments do not match its parameters is re
   auto* odd = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(gpu.m.data_ptr()) + 1);
   float* state = gpu.states[0].data_ptr<float>();
   const int64_t n = 8;
-  REQUIRE(fp8t_adamw_bf16_moments(1, &p, &g, &odd, &odd, &state, &n, nullptr, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
+  REQUIRE(fp8t_adamw_bf16_moments(1, &p, &g, &odd, &odd, &state, nullptr, &n, nullptr, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
                                   nullptr, nullptr, at::cuda::getCurrentCUDAStream().stream()) ==
           cudaErrorInvalidValue);
   CHECK(std::string(fp8t_last_precondition()).find("fp8t_adamw_bf16_moments: a parameter, gradient or moment not "
                                                    "aligned to its element size") != std::string::npos);
   // The same for float32 moments, misaligned by 2 bytes.
   auto* odd_f = reinterpret_cast<float*>(reinterpret_cast<char*>(gpu.m.data_ptr()) + 2);
-  REQUIRE(fp8t_adamw_fp32_moments(1, &p, &g, &odd_f, &odd_f, &state, &n, nullptr, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
+  REQUIRE(fp8t_adamw_fp32_moments(1, &p, &g, &odd_f, &odd_f, &state, nullptr, &n, nullptr, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
                                   nullptr, nullptr, at::cuda::getCurrentCUDAStream().stream()) ==
           cudaErrorInvalidValue);
   CHECK(std::string(fp8t_last_precondition()).find("fp8t_adamw_fp32_moments: a parameter, gradient or moment not "
@@ -268,8 +286,9 @@ TEST_CASE("adamw timing: 1.3B parameters in 150 tensors, fp8train's kernel (fp32
   double n = 0;
   for (int64_t s : sizes) n += static_cast<double>(s);
   const at::TensorOptions f = on_cuda(at::kFloat);
-  // fp8train's kernel with `moments` moments; the tensors are freed before the next measurement.
-  auto kernel_ms = [&](at::ScalarType moments) {
+  // fp8train's kernel with `moments` moments, and each tensor's amax when `amaxes` (current
+  // scaling's weight amaxes); the tensors are freed before the next measurement.
+  auto kernel_ms = [&](at::ScalarType moments, bool amaxes = false) {
     AdamWBatch b;
     for (int64_t s : sizes) {
       b.params.push_back(at::randn({s}, f));
@@ -277,6 +296,7 @@ TEST_CASE("adamw timing: 1.3B parameters in 150 tensors, fp8train's kernel (fp32
       b.exp_avgs.push_back(at::zeros({s}, on_cuda(moments)));
       b.exp_avg_sqs.push_back(at::zeros({s}, on_cuda(moments)));
       b.states.push_back(at::tensor({0.0f, 1.0f, 1.0f}).cuda());
+      if (amaxes) b.amaxes.push_back(at::zeros({}, f));
     }
     AdamWStepArgs a;
     a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f, a.weight_decay = 0.1f;
@@ -286,6 +306,7 @@ TEST_CASE("adamw timing: 1.3B parameters in 150 tensors, fp8train's kernel (fp32
     return median_ms([&] { train::adamw_multi_tensor_step(b, a); });
   };
   const double bf16_ms = kernel_ms(at::kBFloat16), fp32_ms = kernel_ms(at::kFloat);
+  const double amax_ms = kernel_ms(at::kFloat, /*amaxes=*/true);
   double fused_ms = 0;
   {
     std::vector<at::Tensor> p, g, m, v, steps;
@@ -309,11 +330,16 @@ TEST_CASE("adamw timing: 1.3B parameters in 150 tensors, fp8train's kernel (fp32
               "(fp8train / fused) %.2f\n",
               n, kTensors, fp32_ms, gbs(28.0, fp32_ms), bf16_ms, gbs(20.0, bf16_ms), fused_ms, gbs(28.0, fused_ms),
               fp32_ms / fused_ms);
+  // What writing every tensor's amax costs, against the amax passes it saves (a read of 4 bytes
+  // per parameter: at the bandwidth above, about a seventh of the fp32 step).
+  std::printf("AdamW with every tensor's amax, fp32 moments: %.3f ms (%+.3f ms, %.2fx of without)\n", amax_ms,
+              amax_ms - fp32_ms, amax_ms / fp32_ms);
   // A robust floor only (a serialised or broken launch lands far below); an H200 moves ~4 TB/s.
   CHECK(gbs(20.0, bf16_ms) > 1500.0);
   CHECK(gbs(28.0, fp32_ms) > 1500.0);
   CHECK(fp32_ms < fused_ms);  // the reason the fp32 path runs on this kernel
   CHECK(bf16_ms < fp32_ms);
+  CHECK(amax_ms < fp32_ms * 1.1);  // the amax must cost less than the pass it replaces (about +14%)
 }
 
 #endif  // FP8T_WITH_CUDA
