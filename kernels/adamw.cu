@@ -14,12 +14,12 @@
 // the step, NaN elements ignored and inf counted (lib/fp8/math/scaling_math.h amax_combine), as
 // current scaling's amax pass over the weight would compute it before the next forward's cast,
 // which then reads this value instead of reading the FP32 weight once more. The prologue zeroes
-// it; each block keeps its elements' max in registers and commits it with one atomicMax
+// it; each block keeps its elements' max in a register and commits it with one atomicMax
 // (fp8_device.cuh block_amax_commit). A skipped step (found_inf) leaves the weight as it was and
 // still writes its amax (the kernel then only reads p).
 #include <stdint.h>  // uint16_t, int64_t
 
-#include "fp8_device.cuh"             // abs_bits, block_amax_commit
+#include "fp8_device.cuh"             // block_amax_commit
 #include "fp8t_optimizer_kernels.h"  // the C API
 #include "lib/optim/adamw_math.h"    // fp8t::train::adamw::update_element, advance_state
 #include "packed.cuh"                // Packed (16- and 8-byte accesses)
@@ -95,39 +95,43 @@ struct MomentVector {
   }
 };
 
+// The running max of |x| (m >= 0, never NaN): fmaxf returns m for a NaN x and counts inf, so the
+// max is fp8_device.cuh's abs_bits order (amax_combine) and its bits go to block_amax_commit as
+// they are. (A float max rather than an int one keeps the kernel at 40 registers: 6 blocks per SM.)
+__device__ __forceinline__ float abs_max(float m, float x) { return fmaxf(m, fabsf(x)); }
+
 // Four consecutive elements, starting at a multiple of 4 of a vectorized tensor. The moments go
 // through float registers: update_element<float> on the widened values, then store() rounds them
-// as update_element<uint16_t> would. Returns the max of the updated values' abs bits.
+// as update_element<uint16_t> would. Returns the max of the updated values' magnitudes (NaN
+// ignored: see abs_max).
 template <typename Moment>
-__device__ __forceinline__ int update_vector(float* p, const float* g, Moment* m, Moment* v, int64_t e,
+__device__ __forceinline__ float update_vector(float* p, const float* g, Moment* m, Moment* v, int64_t e,
                                               const adamw::Constants& c, const adamw::StepScalars& s,
                                               bool has_scale, float scale) {
   Packed<16> pw = Packed<16>::load(p + e);
   const Packed<16> gw = Packed<16>::ldg(g + e);
   MomentVector mv = MomentVector::load(m + e);
   MomentVector vv = MomentVector::load(v + e);
-  int amax_bits = 0;
+  float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     float pj = __uint_as_float(pw.w[j]);
     const float gj = adamw::scaled_grad(__uint_as_float(gw.w[j]), has_scale, scale);
     adamw::update_element(pj, gj, mv.f[j], vv.f[j], c, s);
     pw.w[j] = __float_as_uint(pj);
-    amax_bits = max(amax_bits, fp8t::kern::abs_bits(pj));
+    amax = abs_max(amax, pj);
   }
   pw.store(p + e);
   mv.store(m + e);
   vv.store(v + e);
-  return amax_bits;
+  return amax;
 }
 
 // A skipped step with an amax asked for: max|p| of [begin, end), p as it is.
-__device__ __forceinline__ int amax_bits_of(const float* p, int64_t begin, int64_t end) {
-  int amax_bits = 0;
-  for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) {
-    amax_bits = max(amax_bits, fp8t::kern::abs_bits(p[e]));
-  }
-  return amax_bits;
+__device__ __forceinline__ float amax_of(const float* p, int64_t begin, int64_t end) {
+  float amax = 0.0f;
+  for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) amax = abs_max(amax, p[e]);
+  return amax;
 }
 
 template <typename Moment>
@@ -143,9 +147,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(TensorList<Moment> t, a
   const int64_t begin = static_cast<int64_t>(block - t.first_block[i]) * kChunk;
   const int64_t end = begin + kChunk < t.numel[i] ? begin + kChunk : t.numel[i];
   float* p = t.param[i];
-  int amax_bits = 0;
+  float amax_value = 0.0f;
   if (skip) {
-    amax_bits = amax_bits_of(p, begin, end);
+    amax_value = amax_of(p, begin, end);
   } else {
     const adamw::StepScalars s = adamw::step_scalars(t.state[i], lr != nullptr ? *lr : lr_value, c.weight_decay);
     const bool has_scale = grad_scale != nullptr;
@@ -157,16 +161,16 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(TensorList<Moment> t, a
     if (t.vectorized[i]) {
       const int64_t vector_end = begin + (end - begin) / kVec * kVec;
       for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * kVec; e < vector_end; e += kThreads * kVec) {
-        amax_bits = max(amax_bits, update_vector(p, g, m, v, e, c, s, has_scale, scale));
+        amax_value = fmaxf(amax_value, update_vector(p, g, m, v, e, c, s, has_scale, scale));
       }
       scalar_from = vector_end;
     }
     for (int64_t e = scalar_from + threadIdx.x; e < end; e += kThreads) {
       adamw::update_element(p[e], adamw::scaled_grad(g[e], has_scale, scale), m[e], v[e], c, s);
-      amax_bits = max(amax_bits, fp8t::kern::abs_bits(p[e]));
+      amax_value = abs_max(amax_value, p[e]);
     }
   }
-  if (amax != nullptr) fp8t::kern::block_amax_commit(amax_bits, amax);
+  if (amax != nullptr) fp8t::kern::block_amax_commit(__float_as_int(amax_value), amax);
 }
 
 }  // namespace
