@@ -9,7 +9,7 @@
 
 #include "lib/fp8/math/scaling_math.h"  // fp8::amax_combine
 #include "lib/optim/adamw_math.h"       // adamw::update_element, advance_state, step_scalars
-#include "lib/util/error.h"        // FP8T_CHECK
+#include "lib/util/error.h"             // FP8T_CHECK
 
 namespace fp8t::train {
 namespace {
