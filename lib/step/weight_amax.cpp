@@ -14,14 +14,14 @@ OptimizerWeightAmaxes::OptimizerWeightAmaxes(model::Gpt& model, const fp8::Scali
   if (scaling == nullptr || !scaling->scales_from_known_amax()) return;
   for (const auto& m : model.modules(/*include_self=*/false)) {
     auto* layer = dynamic_cast<fp8::Fp8Linear*>(m.get());
-    if (layer == nullptr || layer->gathered_weight() != nullptr) continue;
+    if (layer == nullptr) continue;
     auto known = std::make_shared<fp8::KnownWeightAmax>();
     known->amax = at::zeros({}, layer->weight.options().dtype(at::kFloat).requires_grad(false));
     const at::Tensor weight = layer->weight;
     const auto stamp = [known, weight] { known->weight_version = static_cast<int64_t>(weight._version()); };
     if (!optimizer.track_abs_max(weight, known->amax, stamp)) continue;
     layer->set_known_weight_amax(known);
-    links_.push_back(Link{layer, weight, std::move(known)});
+    links_.push_back(Link{layer, std::move(known)});
   }
 }
 
@@ -32,13 +32,15 @@ OptimizerWeightAmaxes::~OptimizerWeightAmaxes() {
 std::vector<bool> OptimizerWeightAmaxes::current_links() const {
   std::vector<bool> current;
   current.reserve(links_.size());
-  for (const Link& l : links_) current.push_back(l.known->weight_version == static_cast<int64_t>(l.weight._version()));
+  for (const Link& l : links_) {
+    current.push_back(l.known->weight_version == static_cast<int64_t>(l.layer->weight._version()));
+  }
   return current;
 }
 
 void OptimizerWeightAmaxes::restamp(const std::vector<bool>& current) {
   for (size_t i = 0; i < links_.size(); ++i) {
-    if (current[i]) links_[i].known->weight_version = static_cast<int64_t>(links_[i].weight._version());
+    if (current[i]) links_[i].known->weight_version = static_cast<int64_t>(links_[i].layer->weight._version());
   }
 }
 

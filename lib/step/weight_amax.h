@@ -54,8 +54,7 @@ class OptimizerWeightAmaxes {
 
  private:
   struct Link {
-    fp8::Fp8Linear* layer;
-    at::Tensor weight;
+    fp8::Fp8Linear* layer;  // its weight is the tracked parameter
     std::shared_ptr<fp8::KnownWeightAmax> known;
   };
   std::vector<bool> current_links() const;

@@ -335,7 +335,7 @@ const Fp8Tensor& Fp8Linear::weight_fp8(bool record, bool rowwise, bool columnwis
   opt.columnwise = columnwise;
   opt.record = record;
   const KnownWeightAmax* known = known_weight_amax_.get();
-  if (known != nullptr && known->weight_version == version && scaling_->scales_from_known_amax()) {
+  if (known != nullptr && known->weight_version == version) {
     opt.known_amax = known->amax;
   }
   c.fp8 = scaling_->quantize(slot_weight_, CastSource::tensor(weight.detach()), opt);

@@ -115,7 +115,8 @@ class Fp8Linear : public model::UnaryModule {
   // known amax (set_known_weight_amax) the cast takes its scale from it: no amax pass over the
   // FP32 weight, the same codes.
   const Fp8Tensor& weight_fp8(bool record, bool rowwise, bool columnwise);
-  // Null (the default): every weight cast under current scaling makes its own amax pass.
+  // Null (the default): every weight cast under current scaling makes its own amax pass. Linked
+  // only under a recipe that scales from an amax alone (the others' casts ignore a known amax).
   void set_known_weight_amax(std::shared_ptr<KnownWeightAmax> known) { known_weight_amax_ = std::move(known); }
   const std::shared_ptr<KnownWeightAmax>& known_weight_amax() const { return known_weight_amax_; }
   // The cached FP8 weight as it stands (tests: which layouts the cache holds).

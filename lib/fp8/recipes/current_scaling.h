@@ -40,10 +40,10 @@ class CurrentScaling final : public Scaling {
   Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) override;
   // A copy: the slot's next recorded cast overwrites its scale.
   at::Tensor recast_scale(int slot) const override;
-  // The norm's two passes: its amax, then its cast with the scale from it (fp8_norm.cpp).
+  // A scale from an amax computed elsewhere: the norm's first pass (fp8_norm.cpp), the AdamW
+  // kernel that wrote a weight (lib/step/weight_amax.h), a sharded weight's reduced parts.
   bool scales_from_known_amax() const override { return true; }
   SlotRef slot_for_known_amax(int slot, const at::Tensor& known_amax, bool record) override;
-
 
   void end_micro_batch(bool last_of_step, const at::Tensor& skip = at::Tensor()) override;
   int64_t weight_epoch() const override { return steps_ended_; }

@@ -53,7 +53,6 @@ SlotRef Scaling::slot_for_known_amax(int /*slot*/, const at::Tensor& /*known_ama
   return SlotRef{};
 }
 
-
 bool Scaling::fast_accumulation(GemmKind kind) const {
   const FastAccumulation& f = recipe_.fast_accumulation;
   switch (kind) {
