@@ -10,10 +10,13 @@ torchao tensorwise run, the nearest there is (torchao 0.18 has no delayed scalin
 torchao rowwise (one scale per row, the nearest to 1x128 / 128x128 blocks), when it was run.
 
   python3 scripts/peer_table.py --bench bench-llama3-1b.json --peers peer-*.json [--markdown]
+  python3 scripts/peer_table.py --curve DIR [DIR...]   # scripts/curve-bench.sh's folders (curve_table.py)
 """
 import argparse
 import json
 import sys
+
+import curve_table
 
 PEER_OF = {"bf16": ("compile", None), "fp8:current": ("float8", "tensorwise"), "fp8:delayed": ("float8", "tensorwise"),
            "fp8:block": ("float8", "rowwise"), "fp8": ("float8", "tensorwise")}
@@ -78,11 +81,18 @@ def rows(bench, peers):
 
 def main():
     a = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    a.add_argument("--bench", required=True, help="fp8train bench --json output")
+    a.add_argument("--bench", help="fp8train bench --json output")
+    a.add_argument("--curve", nargs="*", default=None,
+                   help="scripts/curve-bench.sh output folders (each holds MODEL/ folders): the curve table, "
+                        "with repeats (median and range) instead of --bench/--peers")
     a.add_argument("--peers", nargs="*", default=[], help="reference_bench.py --json outputs")
     a.add_argument("--markdown", action="store_true")
     a.add_argument("--json", default="", help="also write the table here")
     args = a.parse_args()
+    if args.curve is not None:
+        return curve_table.main(args.curve, args.json)
+    if not args.bench:
+        a.error("--bench (or --curve) is required")
     with open(args.bench) as f:
         bench = json.load(f)
     peers = []
@@ -108,4 +118,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,8 +6,13 @@ The model (--model picks the shape of one of configs/*.yaml; the flags below ove
 - gpt: nanoGPT-style (learned positions, LayerNorm without bias, tanh GELU, fused q/k/v, tied head);
 - llama: RoPE, grouped-query attention through scaled_dot_product_attention's enable_gqa, RMSNorm,
   SwiGLU, no biases, tied or untied head.
-Training: FP32 weights under BF16 autocast, fused AdamW, global-norm clip 1.0, one micro-batch per
-step on random tokens. --mode picks eager, torch.compile, or torchao's float8 training (every Linear
+Training: FP32 weights under BF16 autocast, AdamW, global-norm clip 1.0, one micro-batch per step on
+random tokens. --loss chunked (the default; scripts/peer_train.py) runs the head and its FP32
+cross-entropy in chunks of --loss-chunk-mib MiB of logits, computing each chunk's gradients in the
+forward, as fp8train's chunked head does; --loss full builds the [tokens x vocab] logits and upcasts
+them (the earlier peer). --optimizer compiled (the default when the model is compiled) runs the clip
+and a foreach AdamW with a tensor learning rate under torch.compile; eager: fused AdamW outside it.
+--mode picks eager, torch.compile, or torchao's float8 training (every Linear
 but the head converted; --float8-recipe: tensorwise = dynamic scaling of each tensor by its own amax,
 the peer of fp8train's `current` recipe; rowwise = one scale per row, the nearest to `block`) with
 torch.compile. --compile-mode is torch.compile's mode: default and max-autotune-no-cudagraphs launch
@@ -20,11 +25,15 @@ Reports the median step time, tokens/s, model TFLOP/s (fp8train's formula: 6 x n
 parameters + 12 x n_layer x seq_len x d_model per token; a tied head counts as the head GEMM) and
 the peak CUDA memory, as text and (with --json) JSON. Exit 2 when --mode float8 lacks torchao.
 --wait-for FILE compiles and warms up first, then waits until FILE exists before the timed steps (a
-caller can compile while the GPU is busy elsewhere and time when it is free).
+caller can compile while the GPU is busy elsewhere and time when it is free). --rounds N times N
+rounds of --steps steps, round r > 1 waiting for FILE.r (scripts/curve-bench.sh interleaves fp8train
+between them); the JSON, written after every round, holds each round's figures and the versions
+(torch, CUDA, torchao, the card, --commit).
 
   python3 scripts/reference_bench.py --model gpt-1.3b --mode compile
   python3 scripts/reference_bench.py --model gpt-1.3b --mode float8 --json ref-1.3b-float8.json
   python3 scripts/reference_bench.py --model llama3-1b --mode compile
+  python3 scripts/reference_bench.py --model llama3-3b --mode compile --loss full --optimizer eager  # the earlier peer
   python3 scripts/reference_bench.py --model llama3-1b --mode float8 --compile-mode reduce-overhead
   .venv/bin/python scripts/reference_bench.py --model gpt2-124m --n-layer 2 --d-model 128 --n-head 4 \
       --vocab 512 --seq-len 64 --micro-batch 2 --mode eager --device cpu
@@ -39,6 +48,8 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from peer_train import chunk_rows, chunked_head_loss, make_adamw, make_optimizer_step
 
 
 class Rotary(nn.Module):
@@ -116,12 +127,20 @@ class LanguageModel(nn.Module):
             if p.dim() == 2:
                 nn.init.normal_(p, std=0.02)
 
+    # The head and loss: "full" builds the [tokens x vocab] logits and upcasts them; "chunked"
+    # (scripts/peer_train.py) runs them `loss_rows` rows at a time in `loss_dtype` (set by main).
+    loss = "full"
+    loss_rows = 0
+    loss_dtype = torch.bfloat16
+
     def forward(self, idx, targets):
         x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(idx.size(1), device=idx.device))
         for b in self.blocks:
             x = b(x)
+        if self.loss == "chunked":
+            return chunked_head_loss(self.ln_f(x), self.lm_head.weight, targets, self.loss_rows, self.loss_dtype)
         logits = self.lm_head(self.ln_f(x))
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
@@ -147,6 +166,10 @@ PRESETS = {
                      seq_len=2048, micro_batch=8, tied=True),
     "llama3-1b": dict(arch="llama", n_layer=16, d_model=2048, n_head=32, n_kv_head=8, d_ff=8192, vocab=128256,
                       seq_len=2048, micro_batch=8, tied=True, rope_theta=500000.0),
+    "llama3-3b": dict(arch="llama", n_layer=28, d_model=3072, n_head=24, n_kv_head=8, d_ff=8192, vocab=128256,
+                      seq_len=2048, micro_batch=4, tied=True, rope_theta=500000.0),
+    "llama3-8b": dict(arch="llama", n_layer=32, d_model=4096, n_head=32, n_kv_head=8, d_ff=14336, vocab=128256,
+                      seq_len=2048, micro_batch=1, tied=False, rope_theta=500000.0),
 }
 
 
@@ -159,12 +182,24 @@ def parse_args():
                    help="torch.compile's mode (reduce-overhead and max-autotune replay CUDA graphs)")
     p.add_argument("--float8-recipe", choices=["tensorwise", "rowwise", "rowwise_with_gw_hp"], default="tensorwise",
                    help="torchao's float8 recipe (--mode float8): tensorwise is fp8train's `current` peer")
+    p.add_argument("--loss", choices=["chunked", "full"], default="chunked",
+                   help="head + cross-entropy: chunked (scripts/peer_train.py: never the whole logits) or full "
+                        "(the [tokens x vocab] logits, upcast to FP32)")
+    p.add_argument("--loss-chunk-mib", type=float, default=512,
+                   help="--loss chunked: MiB of logits per chunk (fp8train's train.loss_chunk_mib)")
+    p.add_argument("--optimizer", choices=["auto", "compiled", "eager"], default="auto",
+                   help="clip + AdamW step: compiled (torch.compile, foreach AdamW, tensor lr) or eager (fused "
+                        "AdamW); auto: compiled when the model is")
     p.add_argument("--wait-for", default="", help="compile and warm up, then wait for this file before timing")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="timed rounds of --steps steps; with --wait-for, round r > 1 waits for FILE.r (a caller "
+                        "interleaves other timings between rounds); each round starts with 2 untimed steps")
+    p.add_argument("--commit", default=os.environ.get("FP8T_COMMIT", ""), help="recorded in the JSON")
     for name in ("n-layer", "d-model", "n-head", "n-kv-head", "d-ff", "vocab", "seq-len", "micro-batch"):
         p.add_argument("--" + name, type=int, default=None, help="override the preset")
     p.add_argument("--rope-theta", type=float, default=None)
     p.add_argument("--untied", dest="tied", action="store_false", default=None, help="separate output head")
-    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps (median reported)")
+    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per round (median reported)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens here)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", default="", help="also write the results here")
@@ -177,6 +212,10 @@ def parse_args():
             setattr(a, k, v)
     if a.rope_theta is None:
         a.rope_theta = 10000.0
+    if a.optimizer == "auto":
+        a.optimizer = "eager" if a.mode == "eager" else "compiled"
+    if a.rounds < 1 or a.steps < 1:
+        p.error("--rounds and --steps must be at least 1")
     return a
 
 
@@ -204,16 +243,31 @@ def wait_for(path):
         time.sleep(0.2)
 
 
-def train_step(step_fn, model, opt, x, y, dev, graphs):
+def gate_of(path, r):
+    """The file round r (1-based) waits for: PATH for the first (peer-bench.sh's gate), PATH.r after."""
+    return path if r == 1 else f"{path}.{r}"
+
+
+def train_step(step_fn, opt_step, opt, x, y, dev, graphs):
     if graphs:
         torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last replay's outputs may go
     with torch.autocast(dev.type, dtype=torch.bfloat16):
         loss = step_fn(x, y)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
+    opt_step()
     opt.zero_grad(set_to_none=True)
     return loss
+
+
+def versions(a, dev):
+    """torch, CUDA, torchao (where importable), the card and the commit, for every result."""
+    try:
+        import torchao
+        torchao_version = torchao.__version__
+    except ImportError:
+        torchao_version = None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "torchao": torchao_version,
+            "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "commit": a.commit or None}
 
 
 def profile_kernels(run_step, steps, sync):
@@ -238,78 +292,115 @@ def profile_kernels(run_step, steps, sync):
     return {"steps": steps, "device_ms_per_step": sum(k["ms_per_step"] for k in kernels), "kernels": kernels}
 
 
+def build(a, dev):
+    """The model (FP32 master weights, torchao float8 Linears for --mode float8) with its head + loss."""
+    torch.manual_seed(0)
+    model = (gpt(a) if a.arch == "gpt" else llama(a)).to(dev)
+    model.loss = a.loss
+    model.loss_rows = chunk_rows(a.vocab, a.loss_chunk_mib)
+    if a.mode == "float8":
+        to_float8(model, a.float8_recipe)
+    return model
+
+
+def time_round(run_step, steps, sync):
+    """Two untimed steps (the allocator regrows after a gate's empty_cache), then `steps` timed ones."""
+    for _ in range(2):
+        run_step()
+    times = []
+    for _ in range(steps):
+        sync()
+        t0 = time.perf_counter()
+        loss = run_step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times, loss
+
+
+def describe(a, graphs):
+    framework = f"pytorch {torch.__version__} bf16 autocast"
+    if a.mode == "float8":
+        framework += f" + torchao float8 ({a.float8_recipe})"
+    if a.mode != "eager":
+        framework += f" + torch.compile ({a.compile_mode}, CUDA graphs {'on' if graphs else 'off'})"
+    return framework + f"; {a.loss} head + loss, {a.optimizer} clip + AdamW"
+
+
+def round_result(times, tok, flops_per_token):
+    step_s = statistics.median(times)
+    return {"step_ms": 1e3 * step_s, "min_step_ms": 1e3 * min(times), "max_step_ms": 1e3 * max(times),
+            "tokens_per_s": tok / step_s, "model_tflops": flops_per_token * tok / step_s / 1e12}
+
+
 def main():
     a = parse_args()
     dev = torch.device(a.device)
-    torch.manual_seed(0)
-    model = (gpt(a) if a.arch == "gpt" else llama(a)).to(dev)
-    if a.mode == "float8":
-        to_float8(model, a.float8_recipe)
+    model = build(a, dev)
     n_params = sum(t.numel() for t in model.parameters())
     embeddings = (0 if a.tied else model.wte.weight.numel()) + (model.wpe.weight.numel() if a.arch == "gpt" else 0)
     dense = n_params - embeddings
     flops_per_token = 6 * dense + 12 * a.n_layer * a.seq_len * a.d_model
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=dev.type == "cuda")
+    opt = make_adamw(model.parameters(), a.optimizer == "compiled", dev)
+    opt_step = make_optimizer_step(model.parameters(), opt, a.optimizer == "compiled")
     compiled = a.mode != "eager"
     graphs = compiled and COMPILE_MODES[a.compile_mode] and dev.type == "cuda"
     step_fn = torch.compile(model, mode=None if a.compile_mode == "default" else a.compile_mode) if compiled else model
     tokens = torch.randint(0, a.vocab, (a.micro_batch, a.seq_len + 1), device=dev)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    run_step = lambda: train_step(step_fn, opt_step, opt, x, y, dev, graphs)  # noqa: E731
     # Peak memory from the first step on: CUDA-graph replays allocate nothing, their pool is
     # counted while the graphs are recorded (the warm-up).
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t_compile = time.perf_counter()
     for _ in range(a.warmup):
-        loss = train_step(step_fn, model, opt, x, y, dev, graphs)
+        loss = run_step()
     sync()
     compile_s = time.perf_counter() - t_compile
-    wait_for(a.wait_for)
-    times = []
-    for _ in range(a.steps):
-        sync()
-        t0 = time.perf_counter()
-        loss = train_step(step_fn, model, opt, x, y, dev, graphs)
-        sync()
-        times.append(time.perf_counter() - t0)
-    step_s = statistics.median(times)
     tok = a.micro_batch * a.seq_len
-    framework = f"pytorch {torch.__version__} bf16 autocast"
-    if a.mode == "float8":
-        framework += f" + torchao float8 ({a.float8_recipe})"
-    if compiled:
-        framework += f" + torch.compile ({a.compile_mode}, CUDA graphs {'on' if graphs else 'off'})"
     res = {
-        "framework": framework, "model": a.model, "mode": a.mode,
+        "framework": describe(a, graphs), "model": a.model, "mode": a.mode,
         "compile_mode": a.compile_mode if compiled else None, "cuda_graphs": graphs,
         "float8_recipe": a.float8_recipe if a.mode == "float8" else None,
-        "micro_batch": a.micro_batch, "seq_len": a.seq_len,
+        "loss": a.loss, "loss_chunk_rows": model.loss_rows if a.loss == "chunked" else None,
+        "optimizer": a.optimizer, "micro_batch": a.micro_batch, "seq_len": a.seq_len,
         "params": n_params, "flops_per_token": flops_per_token, "tokens_per_step": tok,
-        "step_ms": 1e3 * step_s, "tokens_per_s": tok / step_s,
-        "model_tflops": flops_per_token * tok / step_s / 1e12,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None,
-        "warmup_s": compile_s, "final_loss": loss.item(),
-        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
+        "timed_steps": a.steps, "warmup_steps": a.warmup, "warmup_s": compile_s,
+        "versions": versions(a, dev), "rounds": [],
     }
-    print(f"{res['framework']} on {res['device']}: {n_params / 1e9:.3f}B params, {a.micro_batch} x {a.seq_len} "
-          f"tokens/step: {res['step_ms']:.1f} ms/step, {res['tokens_per_s']:.0f} tokens/s, "
-          f"{res['model_tflops']:.1f} TFLOP/s, peak {res['peak_memory_gib'] or 0:.2f} GiB, loss {res['final_loss']:.3f} "
-          f"(warm-up {compile_s:.0f} s)")
+    all_times = []
+    for r in range(1, a.rounds + 1):
+        if a.wait_for:
+            wait_for(gate_of(a.wait_for, r))
+        times, loss = time_round(run_step, a.steps, sync)
+        all_times += times
+        res["rounds"].append(round_result(times, tok, flops_per_token))
+        # Every round's figures are on disk before the caller's next timing (a later round may be cut off).
+        res.update(round_result(all_times, tok, flops_per_token))
+        res["step_ms_over_rounds"] = [q["step_ms"] for q in res["rounds"]]
+        res["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
+        res["final_loss"] = loss.item()
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=2)
+        print(f"{res['framework']} on {res['versions']['device']}: {n_params / 1e9:.3f}B params, {a.micro_batch} x "
+              f"{a.seq_len} tokens/step: round {r}/{a.rounds}: {res['rounds'][-1]['step_ms']:.1f} ms/step, "
+              f"{res['rounds'][-1]['tokens_per_s']:.0f} tokens/s, {res['rounds'][-1]['model_tflops']:.1f} TFLOP/s, "
+              f"peak {res['peak_memory_gib'] or 0:.2f} GiB, loss {res['final_loss']:.3f} (warm-up {compile_s:.0f} s)",
+              flush=True)
     if a.profile > 0 and dev.type == "cuda":
         try:
-            res["profile"] = profile_kernels(lambda: train_step(step_fn, model, opt, x, y, dev, graphs), a.profile,
-                                             sync)
+            res["profile"] = profile_kernels(run_step, a.profile, sync)
         except Exception as e:  # the timing stands without it
             print(f"reference_bench.py: --profile failed ({e}); the timed figures are written without it",
                   file=sys.stderr)
     if "profile" in res:
         print(f"profiled {a.profile} steps: {res['profile']['device_ms_per_step']:.2f} ms of GPU kernels per step, "
               f"{len(res['profile']['kernels'])} kernel names")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=2)
 
 
 if __name__ == "__main__":
