@@ -1,6 +1,7 @@
 # scripts/prepare_data.py on awkward inputs, with a byte-level BPE trained here on a generated corpus:
 #   - a literal "<|endoftext|>" inside a .txt document is text: 40 documents stay 40 (manifest and
 #     the separators in the shards agree), and that document's ids are its text's, without the separator;
+#     a separator that is not a special token, found in a document, is exit 2 naming the document;
 #   - .txt.xz / .txt.gz read as the plain .txt (byte-identical shards);
 #   - a null text is exit 2 naming the row, in .parquet as in .jsonl;
 #   - an empty validation input is exit 2 naming the file; an empty input among others is a warning
@@ -67,6 +68,16 @@ starts = [i for i, t in enumerate(stream) if t == 0]
 assert stream[starts[20] + 1:starts[21]] == want, "document 20's ids are not its text's"
 print(f"40 documents, {len(stream)} tokens; document 20 is {len(want)} tokens of text")
 PY
+# A separator that is an ordinary token (not special) cannot be told from text: exit 2 naming the document.
+"$PY" - <<'PY' || fail "could not make the word-level tokenizer"
+from tokenizers import Tokenizer, models, pre_tokenizers
+t = Tokenizer(models.WordLevel({"<|endoftext|>": 0, "[UNK]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
+t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+t.save("plain-separator.json")
+PY
+printf '{"text": "hello world"}\n{"text": "hello <|endoftext|> world"}\n' > sep.jsonl
+expect_rc 2 "a separator that is not special" "${PREPARE[@]}" --tokenizer plain-separator.json --out bad sep.jsonl
+out_has "sep.jsonl: document 2 holds text that the tokenizer encodes as the separator '<|endoftext|>'"
 
 # ---- compressed .txt reads as plain ------------------------------------------------------------
 for f in book.txt book.txt.xz book.txt.gz; do
