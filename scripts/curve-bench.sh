@@ -11,21 +11,23 @@
 #   scripts/curve-bench.sh --fp8train build-device/fp8train --commit abc1234 --deadline $(( $(date +%s) + 480 ))
 #   scripts/curve-bench.sh --fp8train build-device/fp8train --models llama3-3b --repeats 3
 #
-# How the rounds interleave: each peer process compiles once (torch.compile: about 0.5-1 min for
-# gpt2-124m, 1-2 min for 3B, plus the compiled optimizer), then times --repeats rounds of --steps
-# steps, waiting at a gate file before each; between its rounds the fp8train rows it is the peer
-# of (bf16 <-> PyTorch bf16; delayed, current <-> tensorwise; block <-> rowwise) run as one
-# `fp8train bench` process (per --autotune setting), the order alternating per round (peer
-# first in odd rounds, fp8train first in even ones). A waiting peer holds its weights and AdamW
-# state (12 bytes/parameter; the cached activations are returned), so --parallel peers (default
-# 1; 3 fits gpt2-124m and llama3-1b on an H200) compile at once and stay resident together.
-# Costs (estimates, not yet measured on this script: dominated by the peers' compiles, one per
-# peer and model; fp8train runs 2 x 3 processes per model and repeat with --autotune both):
-# gpt2-124m about 3 min, llama3-1b about 4 min, llama3-3b about 6 min on an H200 with the defaults;
-# use --models and several device calls (the table reads every MODEL folder under --out) or
-# --parallel 3 for the small models. --deadline (seconds since the epoch): no process runs past
-# it (each gets `timeout` of the time left); a peer or fp8train process that would start with
-# less time left than its estimate is skipped; what did not run is recorded as not run. The
+# How the rounds interleave: each peer process compiles once, then times --repeats rounds of
+# --steps steps, waiting at a gate file before each; between its rounds the fp8train rows it is
+# the peer of (bf16 <-> PyTorch bf16; delayed, current <-> tensorwise; block <-> rowwise) run as
+# one `fp8train bench` process, the order alternating per round (peer first in odd rounds,
+# fp8train first in even ones). With --autotune both, every row also runs without GEMM autotuning
+# (the peers have none), once per round, as one more process of all the rows. A waiting peer
+# holds its weights and AdamW state (12 bytes/parameter; its cached activations are returned:
+# a 3B peer waits with about 38 GiB beside fp8train's run), so --parallel peers compile at once
+# and stay resident together (auto: 3 for gpt2-124m, else 1).
+# Costs, seen on an H200: a peer's start + compile + warm-up took 55 s for gpt2-124m (PyTorch
+# bf16) and 132 s for llama3-3b (46 s of it building the model on the CPU, since moved to the
+# GPU); a 5-step round took 2 s (124M) and 4 s (3B). fp8train's processes (4 per model and
+# repeat) are not yet timed here. Expect several minutes per model: give each device call one
+# or two models (--models; the table reads every MODEL folder under --out) and a --deadline.
+# --deadline (seconds since the epoch): no process runs past it (each gets `timeout` of the time
+# left); a peer or fp8train process that would start with less time left than its estimate is
+# skipped; what did not run is recorded as not run. The
 # commit recorded: --commit, else $FP8T_COMMIT, else `git describe --always --dirty` (a device
 # copy of the tree may have no .git: pass --commit there).
 #
@@ -36,11 +38,11 @@
 # --autotune on|off|both (fp8train's train.gemm_autotune: both = every fp8train row also without
 # its GEMM autotuning, which the peers do not have; default both), --compile-mode MODE (the peers'
 # torch.compile mode, default), --loss chunked|full, --optimizer compiled|eager (the peers'),
-# --parallel N, --idle-wait S (60), --commit HASH, --out DIR (${OUT:-/tmp/out}/curve). Outputs: DIR/MODEL/peer-ROW.{json,log},
-# DIR/MODEL/fp8train-SLOT-autotune-{on,off}-rR.{json,log}, DIR/environment.json, DIR/curve.md
+# --parallel N|auto, --idle-wait S (60), --commit HASH, --out DIR (${OUT:-/tmp/out}/curve). Outputs: DIR/MODEL/peer-ROW.{json,log},
+# DIR/MODEL/fp8train-SLOT-autotune-{on,off}-rR.{json,log} (SLOT: the peer beside it, or all), DIR/environment.json, DIR/curve.md
 # and DIR/curve.json (the table), DIR/gpu-busy.txt (timings beside other GPU work, if any).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 APP=build-device/fp8train
 MODELS=gpt2-124m,llama3-1b,llama3-3b
 REPEATS=3
@@ -53,7 +55,7 @@ AUTOTUNE=both
 CMODE=default
 LOSS=chunked
 OPTIMIZER=compiled
-PARALLEL=1
+PARALLEL=auto
 IDLE_WAIT=60
 DEADLINE=0
 COMMIT=${FP8T_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (pass --commit)")}
@@ -84,10 +86,11 @@ while [ $# -gt 0 ]; do
 done
 bad() { echo "curve-bench.sh: $*" >&2; exit 2; }
 case "$AUTOTUNE" in on|off|both) ;; *) bad "--autotune is on, off or both, not '$AUTOTUNE'" ;; esac
-for n in REPEATS STEPS WARMUP PARALLEL IDLE_WAIT DEADLINE; do
+[ "$PARALLEL" = auto ] || [[ "$PARALLEL" =~ ^[1-9][0-9]*$ ]] || bad "--parallel is auto or a positive whole number, not '$PARALLEL'"
+for n in REPEATS STEPS WARMUP IDLE_WAIT DEADLINE; do
   [[ "${!n}" =~ ^[0-9]+$ ]] || bad "--$(echo "$n" | tr 'A-Z_' 'a-z-') must be a whole number, not '${!n}'"
 done
-[ "$REPEATS" -ge 1 ] && [ "$STEPS" -ge 1 ] && [ "$PARALLEL" -ge 1 ] || bad "--repeats, --steps and --parallel are at least 1"
+if [ "$REPEATS" -lt 1 ] || [ "$STEPS" -lt 1 ]; then bad "--repeats and --steps are at least 1"; fi
 [ -z "$BATCH" ] || [[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || bad "--micro-batch must be a positive whole number, not '$BATCH'"
 IFS=, read -ra model_list <<<"$MODELS"
 for m in "${model_list[@]}"; do [ -f "configs/$m.yaml" ] || bad "--models: no configs/$m.yaml"; done
@@ -142,13 +145,16 @@ fits() {  # fits KEY DEFAULT: the time left covers KEY's last duration (or DEFAU
 slot_args() {
   local want=() r
   case "$1" in
+    all) echo "--precisions bf16,fp8 --recipes $RECIPES"; return ;;
     bf16) echo "--precisions bf16"; return ;;
-    tensorwise) for r in delayed current; do contains "$RECIPES" $r && want+=($r); done ;;
+    tensorwise) for r in delayed current; do contains "$RECIPES" $r && want+=("$r"); done ;;
     rowwise) contains "$RECIPES" block && want+=(block) ;;
   esac
   [ ${#want[@]} -gt 0 ] && echo "--precisions fp8 --recipes $(IFS=,; echo "${want[*]}")"
 }
-autotunes() { case "$AUTOTUNE" in both) echo "on off" ;; *) echo "$AUTOTUNE" ;; esac; }
+# The GEMM-autotune setting of the rows timed beside their peers; with --autotune both the other
+# setting's rows (off) run once per round as one process of every row (slot "all").
+PRIMARY=$([ "$AUTOTUNE" = off ] && echo off || echo on)
 
 # not_run FILE KEY=VALUE...: a record that names what did not run and why (the table lists it).
 not_run() {
@@ -172,7 +178,9 @@ run_fp8train() {
     not_run "$name.json" not_run="$why" slot="$s" autotune="$a" round="$r"
     return 0
   fi
-  local cmd=("$APP" bench --config "configs/$m.yaml" $args --bench-steps "$STEPS" --bench-warmup "$WARMUP"
+  local split
+  read -ra split <<<"$args"
+  local cmd=("$APP" bench --config "configs/$m.yaml" "${split[@]}" --bench-steps "$STEPS" --bench-warmup "$WARMUP"
              --set "train.micro_batch_size=$MB" --set "train.gemm_autotune=$([ "$a" = on ] && echo true || echo false)"
              --json "$name.json")
   await_idle_gpu "fp8train $m $s (autotune $a, round $r)"
@@ -192,7 +200,8 @@ peer_args() {  # the reference_bench.py mode and recipe of peer p
 }
 
 start_peer() {
-  local m=$1 p=$2 f="$OUTDIR/$m/peer-$2"
+  local m=$1 p=$2
+  local f="$OUTDIR/$m/peer-$p"
   rm -f "$OUTDIR/$m/go-$p"*
   # shellcheck disable=SC2046  # peer_args: words
   PYTHONUNBUFFERED=1 FP8T_COMMIT="$COMMIT" timeout "$(left)" "$PY" scripts/reference_bench.py --model "$m" \
@@ -239,9 +248,12 @@ run_model() {
   # The fp8train slots without a peer (--peers leaves it out) still run, alone, each round.
   local lone=()
   for p in bf16 tensorwise rowwise; do contains "$PEERS" "$p" || lone+=("$p"); done
-  local order=("${peer_list[@]}")
-  for ((i = 0; i < ${#order[@]}; i += PARALLEL)); do
-    batch=("${order[@]:i:PARALLEL}")
+  local order=("${peer_list[@]}") parallel=$PARALLEL
+  # auto: gpt2-124m's three peers compile at once (8.6 GiB each at their peak on an H200); larger
+  # models one at a time (three 1B warm-ups at once would need about 3 x 60 GiB).
+  [ "$parallel" = auto ] && { [ "$m" = gpt2-124m ] && parallel=3 || parallel=1; }
+  for ((i = 0; i < ${#order[@]}; i += parallel)); do
+    batch=("${order[@]:i:parallel}")
     local started=()
     for p in "${batch[@]}"; do
       if fits "compile-$m" "$(compile_estimate "$m")"; then
@@ -262,12 +274,13 @@ run_model() {
       for p in "${batch[@]}"; do
         if [ $((r % 2)) -eq 1 ]; then
           time_peer_round "$m" "$p" "$r"
-          for a in $(autotunes); do run_fp8train "$m" "$p" "$r" "$a"; done
+          run_fp8train "$m" "$p" "$r" "$PRIMARY"
         else
-          for a in $(autotunes); do run_fp8train "$m" "$p" "$r" "$a"; done
+          run_fp8train "$m" "$p" "$r" "$PRIMARY"
           time_peer_round "$m" "$p" "$r"
         fi
       done
+      [ "$i" -eq 0 ] && [ "$AUTOTUNE" = both ] && run_fp8train "$m" all "$r" off
     done
     for p in "${started[@]}"; do
       while alive "$m" "$p"; do sleep 0.2; done
@@ -275,7 +288,8 @@ run_model() {
     done
   done
   for ((r = 1; r <= REPEATS; r++)); do
-    for p in "${lone[@]}"; do for a in $(autotunes); do run_fp8train "$m" "$p" "$r" "$a"; done; done
+    for p in "${lone[@]}"; do run_fp8train "$m" "$p" "$r" "$PRIMARY"; done
+    [ ${#order[@]} -eq 0 ] && [ "$AUTOTUNE" = both ] && run_fp8train "$m" all "$r" off
   done
   rm -f "$OUTDIR/$m"/go-* "$OUTDIR/$m"/*.pid
 }

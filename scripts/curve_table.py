@@ -71,7 +71,7 @@ def fp8train_runs(model_dir, autotune):
         if "not_run" in d:
             slot = d.get("slot", "")
             for label, s in SLOT_OF.items():
-                if s == slot:
+                if s == slot or slot == "all":
                     rows[label]["notes"].append(f"round {d.get('round', '?')}: {d['not_run']}")
             continue
         for r in d.get("results", []):

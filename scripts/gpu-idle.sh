@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/peer-bench.sh and scripts/curve-bench.sh: wait for an idle GPU before a
 # timing. The caller defines log() and sets OUTDIR (gpu-busy.txt goes there) and IDLE_WAIT (s).
 

@@ -20,7 +20,9 @@ r = int(re.search(r"-r(\d+)\.json$", out).group(1))
 off = "train.gemm_autotune=false" in args
 mb = int([a for a in args if a.startswith("train.micro_batch_size=")][0].split("=")[1])
 base = {"bf16": 80.0, "fp8:delayed": 110.0, "fp8:current": 114.0, "fp8:block": 105.0}
-labels = ["bf16"] if val("--precisions") == "bf16" else ["fp8:" + x for x in val("--recipes").split(",")]
+precisions = val("--precisions").split(",")
+labels = (["bf16"] if "bf16" in precisions else []) + \
+    (["fp8:" + x for x in val("--recipes").split(",")] if "fp8" in precisions else [])
 rows = []
 for label in labels:
     prec, _, recipe = label.partition(":")
@@ -66,28 +68,30 @@ export PATH="$WORK/fakebin:$PATH"
 CURVE=$FP8T_SOURCE_DIR/scripts/curve-bench.sh
 
 FP8T_PYTHON=$WORK/fake_python.sh bash "$CURVE" --fp8train "$WORK/fake_fp8train.sh" --models gpt2-124m \
-  --out "$WORK/curve" --commit abc1234 > curve.out 2>&1 || { cat curve.out; fail "curve-bench.sh exited non-zero"; }
-# The order: peer bf16 round 1, fp8train bf16 (autotune on, off), then fp8train before the peer in
-# round 2, the peer first again in round 3; then the tensorwise peer with delayed,current.
-grep -E "^(timed|fp8train)" "$CALLS" | sed -E 's/^fp8train .*--precisions ([a-z0-9]+)( --recipes ([a-z,]+))?.*gemm_autotune=(true|false).*-r([0-9]).json$/fp8 \1 \3 \4 r\5/' \
+  --parallel 1 --out "$WORK/curve" --commit abc1234 > curve.out 2>&1 || { cat curve.out; fail "curve-bench.sh exited non-zero"; }
+# The order (--parallel 1): peer bf16 round 1, fp8train bf16 (autotune on), then every row with
+# autotune off; fp8train before the peer in round 2, the peer first again in round 3; then the
+# tensorwise peer with delayed,current.
+grep -E "^(timed|fp8train)" "$CALLS" | sed -E 's/^fp8train .*--precisions ([a-z0-9,]+)( --recipes ([a-z,]+))?.*gemm_autotune=(true|false).*-r([0-9]).json$/fp8 \1 \3 \4 r\5/' \
   > order.txt
-head -9 order.txt > got.txt
+head -12 order.txt > got.txt
 cat > want.txt <<'TXT'
 timed bf16 round 1
 fp8 bf16  true r1
-fp8 bf16  false r1
+fp8 bf16,fp8 delayed,current,block false r1
 fp8 bf16  true r2
-fp8 bf16  false r2
 timed bf16 round 2
+fp8 bf16,fp8 delayed,current,block false r2
 timed bf16 round 3
 fp8 bf16  true r3
-fp8 bf16  false r3
+fp8 bf16,fp8 delayed,current,block false r3
+timed tensorwise round 1
+fp8 fp8 delayed,current true r1
+fp8 fp8 delayed,current true r2
 TXT
 diff want.txt got.txt || { cat curve.out; fail "the rounds do not interleave as documented"; }
-[ "$(sed -n 10,12p order.txt | tr '\n' '|')" = "timed tensorwise round 1|fp8 fp8 delayed,current true r1|fp8 fp8 delayed,current false r1|" ] \
-  || { cat order.txt; fail "the tensorwise peer's rounds are not beside fp8train delayed,current"; }
-[ "$(grep -c '^timed' "$CALLS")" = 9 ] && [ "$(grep -c '^fp8train' "$CALLS")" = 18 ] \
-  || { cat "$CALLS"; fail "expected 3 peers x 3 rounds and 3 slots x 2 autotune settings x 3 rounds"; }
+[ "$(grep -c '^timed' "$CALLS")" = 9 ] && [ "$(grep -c '^fp8train' "$CALLS")" = 12 ] \
+  || { cat "$CALLS"; fail "expected 3 peers x 3 rounds and (3 slots + 1 autotune-off) x 3 rounds"; }
 # Both sides: gpt2-124m's micro-batch 16 and sequence 1024 (configs/gpt2-124m.yaml).
 grep "^peer " "$CALLS" | grep -q -- "--micro-batch 16 --seq-len 1024" || fail "the peer's shape is not the config's"
 ! grep "^fp8train " "$CALLS" | grep -qv -- "train.micro_batch_size=16" || fail "fp8train's micro-batch is not the config's"
