@@ -41,6 +41,7 @@ or whose vocabulary does not fit the format, an output folder that holds shards 
 import argparse
 import array
 import collections
+import contextlib
 import json
 import multiprocessing
 import os
@@ -105,7 +106,8 @@ def train_tokenizer(inputs, vocab_size, separator, path):
 
 def train_in_child(inputs, args, path):
     """train_tokenizer in a child process (its Rust merge loop would hold off signals here), all cores."""
-    with multiprocessing.Pool(1, initializer=init_child, initargs=(args, True)) as pool:
+    with contextlib.ExitStack() as stack:
+        pool = start_pool(stack, 1, init_child, (args, True))
         return pool.apply_async(train_tokenizer, (inputs, args.train_tokenizer, args.separator or SEPARATORS[0],
                                                   path)).get()
 
@@ -142,6 +144,13 @@ def describe_tokenizer(args, trained=None):
 _WORKER = {}
 
 
+def start_pool(stack, processes, initializer, initargs):
+    """A Pool that stack terminates; started with the stop signals held off, so that one arriving meanwhile
+    (delivered when they are let through again, the pool already on the stack) leaves no process behind."""
+    with prepare_io.Blocked():
+        return stack.enter_context(multiprocessing.Pool(processes, initializer=initializer, initargs=initargs))
+
+
 def init_child(args, parallel):
     """A pool process: the parent's options; dies on SIGTERM, leaves SIGINT to the parent (which ends the pool)."""
     global ARGS
@@ -149,6 +158,7 @@ def init_child(args, parallel):
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, prepare_io.Blocked.SIGNALS)  # held off by start_pool
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if parallel else "false"
 
 
@@ -375,7 +385,8 @@ def run(args):
         # With --val-input its documents are the validation shard; else the first --val-tokens.
         phases = [(val_inputs, None), (train_inputs, None)] if val_inputs else [(inputs, args.val_tokens)]
         initargs = (args, spec, sep_id, width)
-        with multiprocessing.Pool(args.workers, initializer=init_worker, initargs=initargs) as pool:
+        with contextlib.ExitStack() as stack:
+            pool = start_pool(stack, args.workers, init_worker, initargs)
             for part, val_tokens in phases:
                 for tokens, ndocs, source in tokenized(part, pool, width, sep_token):
                     writer.add(tokens, val_tokens)

@@ -30,7 +30,7 @@ stop_midway() {  # stop_midway SIGNAL WANT_RC WAIT_FOR OUT ARGS...: start, wait 
   local sig=$1 want=$2 wait_for=$3 out=$4; shift 4
   "$@" --out "$out" > stop.log 2>&1 &
   local pid=$! rc=0
-  for _ in $(seq 300); do $wait_for "$out" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+  for _ in $(seq 1500); do $wait_for "$out" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
   $wait_for "$out" || { wait "$pid" || true; cat stop.log; fail "$out: the run ended or never started before the signal"; }
   kill -s "$sig" "$pid"
   timeout 30 tail --pid="$pid" -f /dev/null || { kill -9 "$pid"; fail "$out: still running 30 s after SIG$sig"; }
