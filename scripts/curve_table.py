@@ -147,6 +147,8 @@ def model_rows(model, model_dir, expected):
                             "peak_gib": max(row["peak"]) if row["peak"] else None, "notes": row["notes"],
                             "fp8_over_bf16": s_range, "over_peer": v_range, "versions": row.get("versions")})
     for p, row in peers.items():
+        if 0 < len(row["tps"]) < expected and not row["notes"]:
+            row["notes"].append(f"ended after {len(row['tps'])} rounds: see peer-{p}.log")
         speedup, s_range = ("", None)
         if p != "bf16" and "bf16" in peers:
             speedup, s_range = ratio_cell(row["tps"], peers["bf16"]["tps"])

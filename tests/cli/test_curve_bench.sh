@@ -113,6 +113,15 @@ row "fp8train fp8:delayed" | grep -qF "| 1.10× (1.08–1.12) torchao" || { cat 
 row "fp8train fp8:current (GEMM autotune off)" | grep -qF "| 110 (109–111) |" || fail "the autotune-off row"
 grep -q "commit abc1234" curve/curve.md || fail "the table does not name the commit"
 
+# --parallel auto: gpt2-124m's three peers compile at once, then each round times them in turn,
+# each beside its fp8train rows.
+: > "$CALLS"
+FP8T_PYTHON=$WORK/fake_python.sh bash "$CURVE" --fp8train "$WORK/fake_fp8train.sh" --models gpt2-124m \
+  --repeats 1 --autotune on --out "$WORK/par" > par.out 2>&1 || { cat par.out; fail "curve-bench.sh (parallel)"; }
+[ "$(grep -E '^(peer|timed|fp8train)' "$CALLS" | cut -d' ' -f1-2 | tr '\n' '|')" = \
+  "peer scripts/reference_bench.py|peer scripts/reference_bench.py|peer scripts/reference_bench.py|timed bf16|fp8train bench|timed tensorwise|fp8train bench|timed rowwise|fp8train bench|" ] \
+  || { cat "$CALLS"; fail "--parallel auto does not start gpt2-124m's peers together"; }
+
 # A peer that never finishes its compile: stopped at --deadline, named as not run; the script ends.
 : > "$CALLS"
 start=$(date +%s)
