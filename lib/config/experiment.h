@@ -35,6 +35,10 @@ enum class Recompute { kNone, kActivation, kCasts, kAttention, kMlp, kBlock };
 enum class MomentsDtype { kFp32, kBf16 };
 // The dtype gradients travel in when they are reduced across ranks (dist.reduce_dtype).
 enum class ReduceDtype { kFp32, kBf16 };
+// Which fused kernel runs scaled-dot-product attention on a CUDA device (train.attention_backend;
+// lib/model/attention_backend.h). kAuto: fp8train's measured choice for the GPU; the others put
+// that backend first, and ATen falls back to the next one where it refuses a shape.
+enum class AttentionBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 
 struct RunSection {
   std::string name = "default";   // run folder name under out_dir
@@ -113,6 +117,8 @@ struct TrainSection {
   // CUDA: time the cuBLASLt heuristic's first candidates for each FP8/BF16 GEMM of lib/gemm on its
   // first use and keep the fastest (lib/gemm/gemm_autotune.h); off: the heuristic's first choice.
   bool gemm_autotune = false;
+  // CUDA: the scaled-dot-product attention kernel tried first (lib/model/attention_backend.h).
+  AttentionBackend attention_backend = AttentionBackend::kAuto;
 };
 
 // Data-parallel settings (used only when launched by torchrun, lib/dist/launch.h).

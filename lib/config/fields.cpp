@@ -75,6 +75,14 @@ const EnumNames<Recompute>& recompute_names() {
       {Recompute::kAttention, "attention"}, {Recompute::kMlp, "mlp"},          {Recompute::kBlock, "block"}};
   return n;
 }
+const EnumNames<AttentionBackend>& attention_backend_names() {
+  static const EnumNames<AttentionBackend> n = {{AttentionBackend::kAuto, "auto"},
+                                                {AttentionBackend::kFlash, "flash"},
+                                                {AttentionBackend::kCudnn, "cudnn"},
+                                                {AttentionBackend::kEfficient, "efficient"},
+                                                {AttentionBackend::kMath, "math"}};
+  return n;
+}
 const EnumNames<fp8::SwigluWgradCopy>& swiglu_wgrad_copy_names() {
   static const EnumNames<fp8::SwigluWgradCopy> n(fp8::kSwigluWgradCopyNames.begin(), fp8::kSwigluWgradCopyNames.end());
   return n;
@@ -227,6 +235,11 @@ std::vector<Field> build_table() {
                          "on its first use and keep the fastest (if 3% faster than the first); a GEMM's algorithm "
                          "sets its accumulation order, so two runs may then differ in the last bits",
                          [](auto& c) -> auto& { return c.train.gemm_autotune; }));
+  t.push_back(enum_field("train.attention_backend",
+                         "CUDA: the attention kernel tried first: auto (cudnn on Hopper and newer, where it was "
+                         "measured faster; elsewhere flash), flash, cudnn, efficient or math; a backend that cannot "
+                         "run a shape falls back to the next (docs/precision.md: Attention)",
+                         attention_backend_names(), [](auto& c) -> auto& { return c.train.attention_backend; }));
   // precision
   // dist
   t.push_back(int_field("dist.timeout_s",

@@ -10,6 +10,7 @@
 #include "lib/dist/grad_sync.h"               // dist::GradientSync
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/fp8/rewrite.h"                  // fp8::rewrite_to_fp8
+#include "lib/model/attention_backend.h"      // model::select_attention_backend
 #include "lib/model/gpt.h"                    // model::Gpt
 #include "lib/optim/grad_clip.h"              // global_grad_norm, sharded_grad_norm, clip_divisor
 #include "lib/step/loss_scaler.h"             // LossScaler
@@ -124,6 +125,9 @@ void Session::build() {
   // train.gemm_autotune: lib/gemm times each new GEMM plan's candidate algorithms (process-wide).
   if (device_.is_cuda()) gemm::GemmEngine::instance().set_autotune(cfg_.train.gemm_autotune);
 #endif
+  // train.attention_backend: the SDPA kernel ATen tries first (process-wide; CUDA only).
+  const std::string attention = model::select_attention_backend(cfg_.train.attention_backend, device_);
+  if (device_.is_cuda()) spdlog::debug("attention: {} first (train.attention_backend)", attention);
   if (cfg_.precision == Precision::kFp8) {
     auto rewritten = fp8::rewrite_to_fp8(*gpt_, cfg_.fp8, device_);
     scaling_ = rewritten.scaling;
