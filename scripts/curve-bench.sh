@@ -22,9 +22,12 @@
 # and stay resident together (auto: 3 for gpt2-124m, else 1).
 # Costs, seen on an H200: a peer's start + compile + warm-up took 55 s for gpt2-124m (PyTorch
 # bf16) and 132 s for llama3-3b (46 s of it building the model on the CPU, since moved to the
-# GPU); a 5-step round took 2 s (124M) and 4 s (3B). fp8train's processes (4 per model and
-# repeat) are not yet timed here. Expect several minutes per model: give each device call one
-# or two models (--models; the table reads every MODEL folder under --out) and a --deadline.
+# GPU); a 5-step round took 2 s (124M) and 4 s (3B). Not yet seen: the float8 peers' compiles
+# and fp8train's processes (4 per model and round). Estimates with the defaults: gpt2-124m 3-4
+# min, llama3-1b 6-8 min, llama3-3b 8-10 min (--autotune on halves fp8train's
+# share), so give a 10-minute device call one model (two small ones at most) and a --deadline;
+# the table reads every MODEL folder under --out, several --out folders through
+# `scripts/peer_table.py --curve DIR...`. The peers need torchao (python3 -m pip install torchao).
 # --deadline (seconds since the epoch): no process runs past it (each gets `timeout` of the time
 # left); a peer or fp8train process that would start with less time left than its estimate is
 # skipped; what did not run is recorded as not run. The
@@ -102,6 +105,7 @@ for r in "${recipe_list[@]}"; do case "$r" in delayed|current|block) ;; *) bad "
 mkdir -p "$OUTDIR"
 rm -f "$OUTDIR/gpu-busy.txt"
 log() { echo "[curve-bench $(date +%H:%M:%S)] $*"; }
+# shellcheck source=scripts/gpu-idle.sh disable=SC2034  # IDLE_WAIT: read there
 source scripts/gpu-idle.sh
 contains() { [[ ",$1," == *",$2,"* ]]; }
 left() { [ "$DEADLINE" -gt 0 ] && echo $(( DEADLINE - $(date +%s) )) || echo 999999; }

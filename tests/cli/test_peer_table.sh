@@ -68,9 +68,9 @@ PATH="$WORK/fakebin:$PATH" bash "$FP8T_SOURCE_DIR/scripts/peer-bench.sh" --out "
 grep -q "WARNING: fp8train bench is timed while the GPU is busy with other work (utilization 90%" busy.out \
   || { cat busy.out; fail "a timing beside other GPU work is not named in the log"; }
 grep -q "fp8train bench: timed while the GPU was busy" busy/gpu-busy.txt || fail "no gpu-busy.txt record"
-echo 0 > util
+echo 0 > util  # idle: 3 quiet seconds end the wait (--idle-wait 10: whole-second clock reads made 2 flaky)
 PATH="$WORK/fakebin:$PATH" bash "$FP8T_SOURCE_DIR/scripts/peer-bench.sh" --out "$WORK/busy" --peers "" \
-  --fp8train "$WORK/fake_fp8train.sh" --idle-wait 2 > idle.out 2>&1 || { cat idle.out; fail "peer-bench.sh (idle GPU)"; }
+  --fp8train "$WORK/fake_fp8train.sh" --idle-wait 10 > idle.out 2>&1 || { cat idle.out; fail "peer-bench.sh (idle GPU)"; }
 ! grep -q "WARNING" idle.out || { cat idle.out; fail "an idle GPU is reported busy"; }
 [ ! -e busy/gpu-busy.txt ] || fail "the earlier run's gpu-busy.txt was kept"
 echo "peer table: not-run peers named, ratios from measured ones; timings beside other GPU work named"
