@@ -22,6 +22,8 @@ void add_bench_gemm_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 // `fp8train export --run DIR --out FILE`: a run's weights as safetensors (Hugging Face names on request).
 void add_export_command(CLI::App& app);
+// `fp8train eval --run DIR | --weights FILE`: validation loss and perplexity of saved weights (lib/train/evaluate.h).
+void add_eval_command(CLI::App& app);
 
 // A subcommand whose options fill one Args struct; `run` receives it when the subcommand is
 // chosen. Returns the subcommand (to add options to) and the struct (their targets).

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   fp8t::app::add_bench_gemm_command(app);
   fp8t::app::add_report_command(app);
   fp8t::app::add_export_command(app);
+  fp8t::app::add_eval_command(app);
   try {
     fp8t::setup_logging(/*quiet=*/false, "");  // messages (and errors) on stderr from the start
     app.parse(argc, argv);

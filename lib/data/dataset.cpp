@@ -255,8 +255,32 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
   return Dataset(std::move(impl));
 }
 
+Dataset Dataset::open_validation(DataSource source, const std::vector<std::string>& paths,
+                                 std::string_view config_key, const ModelSection& model) {
+  FP8T_CHECK(source != DataSource::kSynthetic, "open_validation reads files (text or tokens)");
+  FP8T_INPUT_CHECK(model.seq_len >= 1, "model.seq_len must be at least 1, got ", model.seq_len);
+  FP8T_INPUT_CHECK(!paths.empty(), config_key, " must name the validation files");
+  if (source == DataSource::kText) {
+    FP8T_INPUT_CHECK(model.vocab_size >= kByteVocabSize, "text files are read as bytes (256 token ids), but "
+                     "model.vocab_size is ", model.vocab_size);
+  }
+  const LoadedFiles val = load_data_files(source, paths, config_key, model);
+  auto impl = std::make_shared<Impl>();
+  impl->source = source;
+  impl->seq_len = model.seq_len;
+  impl->vocab_size = model.vocab_size;
+  impl->val = ShardSet(val.spans, model.seq_len);
+  impl->vocab_needed = val.max_token + 1;
+  std::ostringstream describe;
+  describe << (source == DataSource::kText ? "text" : "tokens") << ": " << val.names() << " (" << val.format
+           << "), " << impl->val.tokens() << " tokens, " << impl->val.windows() << " windows of " << model.seq_len;
+  impl->description = describe.str();
+  return Dataset(std::move(impl));
+}
+
 Batch Dataset::next_train(int64_t batch_size) {
   const Impl& d = *impl_;
+  FP8T_CHECK(d.chain || d.train.windows() > 0, "next_train on a validation-only dataset");
   const uint64_t position = static_cast<uint64_t>(train_position_);
   // Row r of rank k is row k * B + r of the global batch, so W ranks of B rows draw exactly
   // the rows one process of W * B rows draws. (The 0 is a fixed field of the key layout.)
@@ -336,6 +360,8 @@ std::optional<double> Dataset::entropy_floor_nats() const {
 }
 
 int64_t Dataset::vocab_size_needed() const { return impl_->vocab_needed; }
+
+int64_t Dataset::val_windows() const { return impl_->val.windows(); }
 
 int64_t Dataset::seq_len() const { return impl_->seq_len; }
 

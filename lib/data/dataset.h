@@ -35,6 +35,8 @@
 #include <memory>    // std::shared_ptr
 #include <optional>  // std::optional
 #include <string>    // std::string
+#include <string_view>  // std::string_view
+#include <vector>     // std::vector
 
 #include "lib/config/experiment.h"  // DataSection, ModelSection
 
@@ -52,6 +54,12 @@ class Dataset {
   // file and the config key). rank / world_size: data-parallel sharding.
   static Dataset open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank = 0,
                       int world_size = 1);
+  // Validation only (`fp8train eval --data`): the files of `paths` (paths, globs, lists) in
+  // `source` (text or tokens), checked as open() checks data.val_path, with errors that name
+  // `config_key`; val_batch draws from them exactly as from data.val_path. It has no training
+  // data: next_train is an internal error.
+  static Dataset open_validation(DataSource source, const std::vector<std::string>& paths,
+                                 std::string_view config_key, const ModelSection& model);
 
   // The next training batch; advances the train position by one call and world_size *
   // batch_size windows. A data file that changed since open (truncated, or holding a token
@@ -87,6 +95,9 @@ class Dataset {
   std::optional<double> entropy_floor_nats() const;
   // Largest token id in the data + 1: the smallest model.vocab_size that fits.
   int64_t vocab_size_needed() const;
+  // The non-overlapping validation windows of the files (val_batch wraps around after them);
+  // 0 for synthetic data, whose validation stream never ends.
+  int64_t val_windows() const;
   int64_t seq_len() const;
 
  private:

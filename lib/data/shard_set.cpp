@@ -33,7 +33,8 @@ TokenSpan load_file(DataSource source, const std::string& path, std::string_view
     const int64_t at = store->find_first_at_least(model.vocab_size);
     FP8T_THROW(ExitCode::kBadInput, key, ": '", path, "' holds token ", store->at(at), " at position ", at,
                ", but model.vocab_size is ", model.vocab_size, " (the largest token in the file is ",
-               store->max_token(), ", so model.vocab_size must be at least ", store->max_token() + 1, ")");
+               store->max_token(), ", so model.vocab_size must be at least ", store->max_token() + 1,
+               ", or the tokens were made by another tokenizer than the model's)");
   }
   const int64_t needed = model.seq_len + 1;
   FP8T_INPUT_CHECK(store->size() >= needed, key, ": '", path, "' holds ", store->size(),

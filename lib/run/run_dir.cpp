@@ -77,14 +77,19 @@ std::string lock_owner(const fs::path& lock_path) {
              " (another fp8train writes it); wait for it to finish, stop it, or choose another --run-name");
 }
 
-// Read-only probe: throws when another process holds the folder's lock. Opens the lock file
+// Read-only probe: whether another process holds the folder's lock. Opens the lock file
 // read-only (creates nothing); no lock file means no writer.
-void check_not_locked(const fs::path& dir) {
+bool lock_held(const fs::path& dir) {
   const int fd = ::open((dir / kLockFile).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   ::close(fd);
-  if (held) throw_in_use(dir);
+  return held;
+}
+
+// Throws when another process holds the folder's lock.
+void check_not_locked(const fs::path& dir) {
+  if (lock_held(dir)) throw_in_use(dir);
 }
 
 bool only_lock_file(const fs::path& dir) {
@@ -151,6 +156,11 @@ bool RunDir::is_managed_name(const std::string& filename) {
 
 void RunDir::check(const std::string& out_dir, const std::string& name, Mode mode) {
   check_folder(run_path(out_dir, name), mode, /*probe_lock=*/true);
+}
+
+std::optional<std::string> RunDir::writer_pid(const fs::path& dir) {
+  if (!lock_held(dir)) return std::nullopt;
+  return lock_owner(dir / kLockFile);
 }
 
 void RunDir::check_folder(const fs::path& dir, Mode mode, bool probe_lock) {

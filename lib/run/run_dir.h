@@ -24,6 +24,7 @@
 #include <filesystem>  // std::filesystem::path
 #include <functional>  // std::function
 #include <memory>      // std::shared_ptr
+#include <optional>    // std::optional
 #include <string>      // std::string
 #include <vector>      // std::vector
 
@@ -52,6 +53,11 @@ class RunDir {
   // The run folder's paths without checking or touching the disk (for readers such as the
   // other ranks of a data-parallel job, which never write).
   static RunDir locate(const std::string& out_dir, const std::string& name);
+
+  // The pid (as its lock file records it, "?" when unreadable) of the process that holds the
+  // lock of the folder `dir` (a run that writes it), or nothing when none does. Read-only:
+  // creates nothing (for readers such as `fp8train eval`).
+  static std::optional<std::string> writer_pid(const std::filesystem::path& dir);
 
   // The names of the files fp8train writes into a run folder (the fixed names above).
   static const std::vector<std::string>& managed_files();
