@@ -1,8 +1,9 @@
 # Your own data, end to end (README "Your own data"):
-#   (a) a BPE tokenizer (vocabulary 512) trained here on anna-karenina.txt; scripts/prepare_data.py
-#       makes 1 validation and >= 3 training shards from .txt, .jsonl and .parquet parts of the
-#       book, byte for byte the same with 1 and 2 workers and with the BPE as vocab.json +
-#       merges.txt; its errors are exit 2 naming the file;
+#   (a) a BPE tokenizer (vocabulary 512) trained here on a generated Windows-1252 corpus
+#       (tests/cli/make_corpus.py: the test needs no outside file); scripts/prepare_data.py
+#       makes 1 validation and >= 3 training shards from .txt, .jsonl and .parquet parts of it,
+#       byte for byte the same with 1 and 2 workers and with the BPE as vocab.json + merges.txt;
+#       its errors are exit 2 naming the file, leaving no --out folder;
 #       a vocabulary beyond 16 bits gives uint32 (v7) shards, and is refused as uint16;
 #   (b) 40 steps on 2 Gloo ranks over all shards with data.order sequential: every training
 #       window is used once in the first epoch, none twice in the second, and the two ranks'
@@ -19,8 +20,8 @@ if ! "$PY" -c 'import tokenizers, pyarrow, tqdm' 2>/dev/null; then
   "$PY" -m pip install -q tokenizers pyarrow tqdm || fail "cannot install tokenizers, pyarrow and tqdm into $PY"
 fi
 PREPARE=("$PY" "$FP8T_SOURCE_DIR/scripts/prepare_data.py" --quiet)
-BOOK="$FP8T_SOURCE_DIR/../shared/data/anna-karenina.txt"
-[ -f "$BOOK" ] || fail "the corpus $BOOK is missing (shared/data/ beside the repository)"
+BOOK="$WORK/book.txt"  # about 400 KB of prose with curly quotes, dashes and accents, as Windows-1252
+"$PY" "$FP8T_SOURCE_DIR/tests/cli/make_corpus.py" "$BOOK" 2000 --encoding cp1252 || fail "could not make the corpus"
 
 # ---- (a) tokenizer and shards ----------------------------------------------------------------
 mkdir corpus
@@ -28,7 +29,7 @@ mkdir corpus
 import json, sys
 import pyarrow as pa, pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-text = open(sys.argv[1], "rb").read().decode("cp1252", errors="replace")  # the book is Windows-1252
+text = open(sys.argv[1], "rb").read().decode("cp1252", errors="replace")  # the corpus is Windows-1252
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()
@@ -41,8 +42,8 @@ words = {"<|endoftext|>": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(69998)
 wide = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
 wide.pre_tokenizer = pre_tokenizers.Whitespace()
 wide.save("wide.json")
-# Three parts of the book: raw bytes (.txt), then paragraphs as .jsonl and as .parquet.
-raw = open(sys.argv[1], "rb").read()[:16000]
+# Three parts of the corpus's start (about 7600 tokens): raw bytes (.txt), then paragraphs as .jsonl and .parquet.
+raw = open(sys.argv[1], "rb").read()[:28000]
 paragraphs = [p for p in raw.decode("cp1252", errors="replace").split("\n\n") if p.strip()]
 third = len(paragraphs) // 3
 open("corpus/part1.txt", "wb").write("\n\n".join(paragraphs[:third]).encode("cp1252", errors="replace"))
@@ -96,7 +97,7 @@ expect_prep_error() {  # expect_prep_error NEEDLE ARGS...
 expect_prep_error "corpus/missing.txt" --tokenizer tokenizer.json --out bad corpus/missing.txt
 printf '{"text": "fine"}\n{"text": 3}\n' > broken.jsonl
 expect_prep_error "broken.jsonl:2" --tokenizer tokenizer.json --out bad broken.jsonl
-[ -z "$(ls bad 2>/dev/null)" ] || fail "a failed prepare_data.py left files: $(ls bad)"
+[ ! -e bad ] || fail "a failed prepare_data.py left its --out folder: $(ls -A bad)"
 expect_prep_error "no-such-tokenizer.json" --tokenizer no-such-tokenizer.json --out bad corpus
 expect_prep_error "wide.json" --tokenizer wide.json --format uint16 --out bad corpus
 expect_prep_error "holds shards already" --tokenizer tokenizer.json --out shards corpus
