@@ -1,5 +1,5 @@
 // The activations the FP8 casts evaluate in their kernels (GELU, its backward, and the dtype
-// rounding the SwiGLU math of lib/fp8/math/swiglu_math.h takes), written once: the fused casts
+// rounding the SwiGLU math of lib/numerics/swiglu_math.h takes), written once: the fused casts
 // (kernels/cast_transpose.cu, kernels/swiglu_cast.cu) and current scaling's amax passes
 // (kernels/amax.cu) call the same functions, so an amax pass sees exactly the values the cast
 // then quantizes.
@@ -60,7 +60,7 @@ void dispatch_act(int act, F&& f) {
   }
 }
 
-// The activation dtype as a rounding of FP32 values (the Round of lib/fp8/math/swiglu_math.h).
+// The activation dtype as a rounding of FP32 values (the Round of lib/numerics/swiglu_math.h).
 // bf16 on sm_80+: the hardware conversion (cvt.rn.bf16.f32, round to nearest even), one
 // instruction against the integer rounding's five: the same value as round_to_dtype for every
 // non-NaN input; a NaN stays a NaN (the canonical one, which the GPU's arithmetic gives for a

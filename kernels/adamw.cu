@@ -1,6 +1,6 @@
 // AdamW over many tensors, with FP32 or bfloat16 moments (train.moments_dtype).
 //
-// The arithmetic is lib/optim/adamw_math.h (shared with the CPU loop); this file maps elements
+// The arithmetic is lib/numerics/adamw_math.h (shared with the CPU loop); this file maps elements
 // onto threads. Multi-tensor: the tensors' pointers travel in the kernel arguments (TensorList, up
 // to kMaxTensors per launch), never through a device table, so a step captured in a CUDA graph
 // replays without a host-to-device copy and each step's freshly allocated gradients need none
@@ -11,7 +11,7 @@
 // 16-byte (fp32) or 8-byte (4 bf16) ones for m and v.
 //
 // A tensor may also ask for the amax of its updated values (amaxes[i] not null): max|p| after
-// the step, NaN elements ignored and inf counted (lib/fp8/math/scaling_math.h amax_combine), as
+// the step, NaN elements ignored and inf counted (lib/numerics/scaling_math.h amax_combine), as
 // current scaling's amax pass over the weight would compute it before the next forward's cast,
 // which then reads this value instead of reading the FP32 weight once more. The prologue zeroes
 // it; each block keeps its elements' max in a register and commits it with one atomicMax
@@ -20,10 +20,10 @@
 #include <stdint.h>  // uint16_t, int64_t
 
 #include "fp8_device.cuh"             // block_amax_commit
-#include "fp8t_optimizer_kernels.h"  // the C API
-#include "lib/optim/adamw_math.h"    // fp8t::train::adamw::update_element, advance_state
-#include "packed.cuh"                // Packed (16- and 8-byte accesses)
-#include "precondition.cuh"          // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE, aligned
+#include "fp8t_optimizer_kernels.h"   // the C API
+#include "lib/numerics/adamw_math.h"  // fp8t::train::adamw::update_element, advance_state
+#include "packed.cuh"                 // Packed (16- and 8-byte accesses)
+#include "precondition.cuh"           // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE, aligned
 
 namespace {
 

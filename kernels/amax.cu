@@ -8,9 +8,9 @@
 // Unlike the tiled cast kernels (cast_tile.cuh), whose 64x64 tiles suit the transposed store,
 // this pass has nothing to store, so it streams the inputs flat: a grid of a few CTAs per SM
 // strides over 16-byte vectors, several loads in flight per thread, every value through
-// kernels/activation.cuh / lib/fp8/math/swiglu_math.h exactly as the cast computes it (GELU values
+// kernels/activation.cuh / lib/numerics/swiglu_math.h exactly as the cast computes it (GELU values
 // only where they could raise the max: see "skipping" below; likewise the SwiGLU values when the
-// pass does not write them, by lib/fp8/math/swiglu_math.h's bounds; the pass that writes a bf16
+// pass does not write them, by lib/numerics/swiglu_math.h's bounds; the pass that writes a bf16
 // SwiGLU's value reads silu(gate) from the table of kernels/silu_table.cuh, built by each CTA in
 // shared memory, as in the casts). Each CTA reduces to one max (warp shuffles), then one atomicMax
 // into the workspace accumulator (|x| as int bits: fp8_device.cuh abs_bits, so NaN elements are
@@ -26,9 +26,9 @@
 #include "dispatch.cuh"                 // dispatch_dtype, IntTag
 #include "fp8_device.cuh"               // abs_bits, warp_max_int, load_elem, store_elem, quotient
 #include "fp8t_kernels.h"               // the C API
-#include "lib/fp8/math/scaling_math.h"  // fp8t::fp8::current_scale
+#include "lib/numerics/scaling_math.h"  // fp8t::fp8::current_scale
 #include "launch.cuh"                   // sm_count, allow_dynamic_smem
-#include "lib/fp8/math/swiglu_math.h"   // swiglu_given, swiglu_backward_given
+#include "lib/numerics/swiglu_math.h"   // swiglu_given, swiglu_backward_given
 #include "packed.cuh"                   // Packed128, elem_bytes, stg_floats
 #include "precondition.cuh"             // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 #include "silu_table.cuh"               // GateSilu, build_gate_silu, silu_table_bytes
@@ -120,7 +120,7 @@ template <int kDtype, int kOp>
 using OpSilu = GateSilu<kDtype, kOp == kDswiglu>;
 
 // The SwiGLU passes that do not write the value skip by bounds (below) and evaluate few gates:
-// they take silu_of_gate by the formula, the table's bits (tests/fp8/math/test_swiglu_math.cpp),
+// they take silu_of_gate by the formula, the table's bits (tests/numerics/test_swiglu_math.cpp),
 // and build no table.
 template <int kOp, bool kStore>
 constexpr bool skips_by_bound() {

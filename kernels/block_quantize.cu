@@ -1,7 +1,7 @@
 // Block-scaled FP8 quantisation (E4M3): 1x128 blocks (activations, gradients) and 128x128 blocks
 // (weights), both layouts from ONE read of the high-precision input, optionally of GELU or the
 // GELU backward evaluated on the fly (kernels/activation.cuh, the functions of the per-tensor
-// GELU casts) and with dbias. Scales: lib/fp8/math/block_math.h.
+// GELU casts) and with dbias. Scales: lib/numerics/block_math.h.
 //
 // Tiling (kernels/block_tile.cuh): a block of 256 threads owns a 128x128 tile of x; thread (tr, tc)
 // = (tid / 16, tid % 16) holds the 8x8 sub-tile rows 8*tr.. and cols 8*tc.. in registers, in the
@@ -28,7 +28,7 @@
 #include "dispatch.cuh"               // dispatch_dtype, IntTag
 #include "fp8_device.cuh"             // load_elem, store_elem, round_to_dtype
 #include "fp8t_block_kernels.h"       // the C API
-#include "lib/fp8/math/block_math.h"  // block_scale_from_amax, block_scale_inv, layouts
+#include "lib/numerics/block_math.h"  // block_scale_from_amax, block_scale_inv, layouts
 #include "precondition.cuh"           // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------

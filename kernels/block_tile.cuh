@@ -15,8 +15,8 @@
 #include "activation.cuh"             // gelu_tanh, gelu_tanh_backward, Act, dispatch_act
 #include "fp8_device.cuh"             // load_elem, round_to_dtype
 #include "fp8t_kernels.h"             // FP8T_DTYPE_*, FP8T_ACT_*
-#include "lib/fp8/math/block_math.h"  // kBlockLen
-#include "lib/fp8/math/format.h"      // encode_e4m3 (pre-sm_89 fallback)
+#include "lib/numerics/block_math.h"  // kBlockLen
+#include "lib/numerics/format.h"      // encode_e4m3 (pre-sm_89 fallback)
 #include "packed.cuh"                 // Packed
 
 namespace fp8t {

@@ -1,11 +1,11 @@
 // Current scaling: the per-tensor scale of one cast from the amax of the tensor being cast, on the
 // device (no host synchronisation between the amax pass and the cast that reads the scale).
 //
-// The arithmetic is lib/fp8/math/scaling_math.h current_scale (shared with the CPU backend); this file
+// The arithmetic is lib/numerics/scaling_math.h current_scale (shared with the CPU backend); this file
 // only runs it in one thread: for casts whose producer handed over its amax (the norm). An amax
 // pass computes its scale in its own launch (kernels/amax.cu).
 #include "fp8t_kernels.h"               // the C API
-#include "lib/fp8/math/scaling_math.h"  // fp8t::fp8::current_scale
+#include "lib/numerics/scaling_math.h"  // fp8t::fp8::current_scale
 #include "precondition.cuh"             // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------

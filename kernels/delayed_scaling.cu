@@ -1,10 +1,10 @@
 // Delayed-scaling update of every FP8 slot of the model in one launch.
 //
-// The arithmetic is lib/fp8/math/scaling_math.h (shared with the CPU backend); this file only maps
+// The arithmetic is lib/numerics/scaling_math.h (shared with the CPU backend); this file only maps
 // slots onto threads. One thread per slot: the history walk is strided across slots, so
 // consecutive threads read consecutive floats of each history row (coalesced).
 #include "fp8t_kernels.h"               // the C API
-#include "lib/fp8/math/scaling_math.h"  // fp8t::fp8::update_slot
+#include "lib/numerics/scaling_math.h"  // fp8t::fp8::update_slot
 #include "precondition.cuh"             // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@
 #include <stdint.h>        // uint8_t, uint16_t
 
 #include "fp8t_kernels.h"         // FP8T_DTYPE_*, FP8T_FORMAT_*
-#include "lib/fp8/math/format.h"  // fp8t::fp8::encode_e4m3 / encode_e5m2 (the reference codec)
+#include "lib/numerics/format.h"  // fp8t::fp8::encode_e4m3 / encode_e5m2 (the reference codec)
 
 namespace fp8t {
 namespace kern {
@@ -68,7 +68,7 @@ __device__ __forceinline__ int64_t quotient(int64_t p, int64_t d) {
 // ---- float -> FP8 -----------------------------------------------------------------------
 
 // One value. On sm_89+ the hardware conversion (cvt.rn.satfinite) gives the same codes as
-// lib/fp8/math/format.h for every non-NaN input (round to nearest even, saturate to +-max, keep the
+// lib/numerics/format.h for every non-NaN input (round to nearest even, saturate to +-max, keep the
 // sign of an underflow); NaN is mapped to format.h's canonical 0x7F explicitly, since the
 // hardware's NaN code is not part of that contract. tests/kernels/test_cast.cpp checks this
 // bit for bit on the GPU.
@@ -101,7 +101,7 @@ __device__ __forceinline__ uint8_t to_fp8(float a) {
 // ---- amax ---------------------------------------------------------------------------------
 //
 // |x| as an int: for non-negative floats the int order is the float order, so an integer max
-// over abs_bits is fp8::amax_combine (lib/fp8/math/scaling_math.h). A NaN element counts as 0: it
+// over abs_bits is fp8::amax_combine (lib/numerics/scaling_math.h). A NaN element counts as 0: it
 // never reaches the amax, as in TransformerEngine's fmaxf-based cast amax; +-inf counts (its
 // bits are the largest non-NaN ones). Blocks reduce in registers/shared memory and issue ONE
 // atomicMax each.

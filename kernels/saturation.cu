@@ -6,7 +6,7 @@
 #include "dispatch.cuh"                    // dispatch_dtype_format
 #include "fp8_device.cuh"                  // load_elem, to_fp8
 #include "fp8t_kernels.h"                  // the C API
-#include "lib/fp8/math/saturation_math.h"  // fp8t::fp8::saturates, flushes_to_zero
+#include "lib/numerics/saturation_math.h"  // fp8t::fp8::saturates, flushes_to_zero
 #include "precondition.cuh"                // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 
 // ---- kernels --------------------------------------------------------------------------------

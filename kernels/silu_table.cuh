@@ -1,8 +1,8 @@
-// The SwiGLU kernels' silu(gate) for bf16 gates: lib/fp8/math/swiglu_math.h's table of
+// The SwiGLU kernels' silu(gate) for bf16 gates: lib/numerics/swiglu_math.h's table of
 // silu_of_gate, built by every block in its shared memory from the formula itself (8192 gates:
 // the silu as bf16 bits, and for the backward the sigmoid in FP32), then read once per element
 // instead of evaluating vector_exp and the IEEE divisions (silu_of_bf16_gate). fp32 gates take
-// the formula. The values are the formula's bit for bit (tests/fp8/math/test_swiglu_math.cpp
+// the formula. The values are the formula's bit for bit (tests/numerics/test_swiglu_math.cpp
 // checks every bf16 gate on the host; the kernels' tests check every one on the GPU).
 //
 // Shared memory: 16 KiB for the forward, 48 KiB for the backward, dynamic (the callers' own static
@@ -18,7 +18,7 @@
 
 #include "activation.cuh"              // DtypeRound
 #include "fp8t_kernels.h"              // FP8T_DTYPE_*
-#include "lib/fp8/math/swiglu_math.h"  // silu_of_gate, silu_of_bf16_gate, silu_table_gate, kSiluTable*
+#include "lib/numerics/swiglu_math.h"  // silu_of_gate, silu_of_bf16_gate, silu_table_gate, kSiluTable*
 
 namespace fp8t {
 namespace kern {

@@ -5,7 +5,7 @@
 // output kept for the backward (one [rows, cols] tensor per layer), the product, and in the
 // backward two products, silu_backward and the concatenation of the halves.
 //
-// The values are lib/fp8/math/swiglu_math.h's (the fused FP8 casts of kernels/swiglu_cast.cu
+// The values are lib/numerics/swiglu_math.h's (the fused FP8 casts of kernels/swiglu_cast.cu
 // evaluate the same functions), rounded to the dtype where the unfused composition rounds, so
 // they equal the CPU computation bit for bit (tests/kernels/test_swiglu.cpp). For bf16 the silu of
 // the gate comes from the table of kernels/silu_table.cuh, which each block builds first, so the
@@ -17,7 +17,7 @@
 #include "fp8_device.cuh"              // load_elem, store_elem, quotient
 #include "fp8t_kernels.h"              // the C API
 #include "launch.cuh"                  // resident_blocks, allow_dynamic_smem
-#include "lib/fp8/math/swiglu_math.h"  // swiglu_given, swiglu_backward_given
+#include "lib/numerics/swiglu_math.h"  // swiglu_given, swiglu_backward_given
 #include "packed.cuh"                  // ldg_floats, stg_floats
 #include "precondition.cuh"            // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 #include "silu_table.cuh"              // GateSilu, build_gate_silu, silu_table_bytes

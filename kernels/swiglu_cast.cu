@@ -6,7 +6,7 @@
 //             producer's gradient scale: rowwise [rows, 2F] and columnwise [2F, rows], plus
 //             dbias [2F] = column sums of dh in FP32.
 //
-// Neither y nor dh is written in high precision. The values are lib/fp8/math/swiglu_math.h's, rounded
+// Neither y nor dh is written in high precision. The values are lib/numerics/swiglu_math.h's, rounded
 // to the input dtype at the points where the unfused LibTorch composition rounds, so the codes
 // are those of casting the unfused result computed on the CPU.
 //
@@ -28,7 +28,7 @@
 #include "fp8_device.cuh"              // round_to_dtype, to_fp8x2, abs_bits, block_amax_commit
 #include "fp8t_kernels.h"              // the C API
 #include "launch.cuh"                  // allow_dynamic_smem
-#include "lib/fp8/math/swiglu_math.h"  // swiglu, swiglu_backward, swiglu_given, swiglu_backward_given
+#include "lib/numerics/swiglu_math.h"  // swiglu, swiglu_backward, swiglu_given, swiglu_backward_given
 #include "precondition.cuh"            // FP8T_LAUNCHER, FP8T_KERNEL_REQUIRE
 #include "silu_table.cuh"              // GateSilu, build_gate_silu, silu_table_bytes
 

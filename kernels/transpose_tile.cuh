@@ -29,7 +29,7 @@
 #include "fp8_device.cuh"         // bf16_bits_to_float, float_to_bf16_bits, load_elem
 #include "fp8t_kernels.h"         // FP8T_DTYPE_*, FP8T_FORMAT_*
 #include "launch.cuh"             // kern::resident_blocks
-#include "lib/fp8/math/format.h"  // fp8::encode_e4m3 / encode_e5m2 (pre-sm_89 fallback)
+#include "lib/numerics/format.h"  // fp8::encode_e4m3 / encode_e5m2 (pre-sm_89 fallback)
 #include "packed.cuh"             // Packed128, elem_bytes
 
 namespace fp8t {

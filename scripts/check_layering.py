@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Checks that includes between the folders of lib/ (and apps/, kernels/) flow downward.
 
-Usage: scripts/check_layering.py [--edges]
+Usage: scripts/check_layering.py [--edges] [--root DIR]
 
-kernels/ may include only the host/device math headers (lib/fp8/math/, lib/optim/adamw_math.h).
-A folder is lib/<name>, or lib/fp8/<room> for lib/fp8's rooms (lib/fp8 itself holds the
-rewrite, above its rooms). LAYERS lists them top to bottom, as docs/architecture.md draws them;
+kernels/ may include only the floor, lib/numerics/ (the host/device math). A folder is
+lib/<name>, or lib/fp8/<room> for lib/fp8's rooms (lib/fp8 itself holds the rewrite, above its
+rooms). LAYERS lists them top to bottom, as docs/architecture.md draws them;
 folders on one line are peers and must not include each other. Every `#include "lib/..."` and
 `#include "apps/..."` line of every source file is read; an include of a folder on the same
 line or above is reported with its file and line, and the exit code is 1. --edges prints the
-folder graph that was found (how often each folder includes each other one).
+folder graph that was found (how often each folder includes each other one). --root checks
+another tree laid out like this one (default: the checkout this script is in); ctest runs the
+check (`layering`) and a test that it fails on a planted upward include
+(tests/scripts/test_check_layering.py).
 """
-import collections, pathlib, re, sys
+import argparse, collections, pathlib, re, sys
 
 LAYERS = [
     ["apps/fp8train"],
@@ -24,16 +27,16 @@ LAYERS = [
     ["lib/fp8"],
     ["lib/fp8/layers"],
     ["lib/model"],
-    ["lib/config"],
     ["lib/fp8/recipes"],
     ["lib/fp8/backends"],
     ["lib/ops"],
     ["lib/gemm"],
-    ["lib/fp8/math"],
+    ["lib/config"],
     ["lib/util"],
+    ["lib/numerics"],  # the floor: host/device math, includes nothing of lib/
 ]
-# kernels/ is CUDA only: of lib/ it may include the host/device math headers and nothing else.
-KERNELS_MAY_INCLUDE = re.compile(r"^lib/(fp8/math/[a-z0-9_]+\.h|optim/adamw_math\.h)$")
+# kernels/ is CUDA only: of lib/ it may include the floor's headers and nothing else.
+KERNELS_MAY_INCLUDE = re.compile(r"^lib/numerics/[a-z0-9_]+\.h$")
 RANK = {folder: i for i, line in enumerate(LAYERS) for folder in line}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"((?:lib|apps|kernels)/[^"]+)"')
 SOURCES = ("*.h", "*.cpp", "*.cu", "*.cuh", "*.h.in")
@@ -51,7 +54,15 @@ def folder_of(path: str) -> str:
 
 
 def main() -> int:
-    root = pathlib.Path(__file__).resolve().parent.parent
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--edges", action="store_true", help="print the folder graph")
+    parser.add_argument("--root", type=pathlib.Path, default=pathlib.Path(__file__).resolve().parent.parent,
+                        help="the tree to check (default: this checkout)")
+    args = parser.parse_args()
+    root = args.root.resolve()
+    if not (root / "lib").is_dir():
+        print(f"check_layering: {root} has no lib/ folder", file=sys.stderr)
+        return 2
     edges = collections.Counter()
     problems = []
     unknown = set()
@@ -70,7 +81,7 @@ def main() -> int:
                     if src == "kernels":
                         edges[(src, dst)] += 1
                         if not KERNELS_MAY_INCLUDE.match(m.group(1)):
-                            problems.append(f"{rel}:{n}: kernels/ includes {m.group(1)} (only host/device math headers)")
+                            problems.append(f"{rel}:{n}: kernels/ includes {m.group(1)} (only lib/numerics/)")
                         continue
                     edges[(src, dst)] += 1
                     for folder in (src, dst):
@@ -78,7 +89,7 @@ def main() -> int:
                             unknown.add(folder)
                     if src in RANK and dst in RANK and RANK[dst] <= RANK[src]:
                         problems.append(f"{rel}:{n}: {src} includes {m.group(1)} ({dst} is not below it)")
-    if "--edges" in sys.argv:
+    if args.edges:
         for (src, dst), count in sorted(edges.items(), key=lambda e: (RANK.get(e[0][0], 99), RANK.get(e[0][1], 99))):
             print(f"{src:18} -> {dst:18} {count}")
     for folder in sorted(unknown):

@@ -16,7 +16,7 @@ FLAGS=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. -DSPDLOG_FMT_EX
 mkdir -p "$OUT"
 case "${1:-build}" in
   build)
-    "$CXX" "${FLAGS[@]}" tests/fuzz/fuzz_config.cpp lib/config/*.cpp lib/fp8/recipes/recipe_fields.cpp -lyaml-cpp -lspdlog -lfmt -o "$OUT/fuzz_config"
+    "$CXX" "${FLAGS[@]}" tests/fuzz/fuzz_config.cpp lib/config/*.cpp -lyaml-cpp -lspdlog -lfmt -o "$OUT/fuzz_config"
     "$CXX" "${FLAGS[@]}" tests/fuzz/fuzz_token_file.cpp lib/data/token_file.cpp lib/data/token_store.cpp \
       lib/data/data_file.cpp lib/data/text_source.cpp -o "$OUT/fuzz_token_file"
     # Seeds: the shipped configs; a tiny llm.c shard and nanoGPT file.

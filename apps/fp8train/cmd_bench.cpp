@@ -19,7 +19,7 @@
 #include "lib/config/fields.h"       // config::to_string
 #include "lib/config/loader.h"       // config::load
 #include "lib/dist/launch.h"         // dist::launch_info_from_environment
-#include "lib/fp8/recipes/recipe.h"  // fp8::RecipeKind, fp8::to_string
+#include "lib/config/fp8_recipe.h"   // fp8::RecipeKind, fp8::to_string
 #include "lib/bench/bench.h"         // train::run_bench
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 #include "lib/util/log.h"            // setup_logging

@@ -2,7 +2,7 @@
 // conventions of fp8t_kernels.h (launch on `stream`, checked preconditions named by
 // fp8t_last_precondition(), device pointers, FP8 data as uint8 codes).
 //
-// Block scaling is E4M3 only. Every block's scale comes from lib/fp8/math/block_math.h
+// Block scaling is E4M3 only. Every block's scale comes from lib/numerics/block_math.h
 // (block_scale_from_amax; power_of_2 = fp8.block_power_of_2_scales); the kernels write the
 // scale_inv (dequantisation factor) of every block in the layouts cuBLASLt's block scale modes read
 // (block_math.h; docs/fp8.md "Block scaling"); padding entries of a scale array are written as 0.

@@ -4,7 +4,7 @@
 // status, and returns a cudaError_t (cudaSuccess, cudaErrorInvalidValue for a violated
 // precondition, or the launch error). After a violated precondition, fp8t_last_precondition()
 // says which one (the host side puts it into its error message). Pointers are device pointers. FP8 data are uint8 codes
-// (lib/fp8/math/format.h). "amax" arguments are single floats that the kernel max-accumulates
+// (lib/numerics/format.h). "amax" arguments are single floats that the kernel max-accumulates
 // into (NaN elements ignored, inf counted: fp8::amax_combine); "scale" is read on the device
 // (no host reads).
 #pragma once
@@ -16,7 +16,7 @@
 // Element types of high-precision inputs/outputs (`*_dtype` arguments).
 #define FP8T_DTYPE_F32 0
 #define FP8T_DTYPE_BF16 1
-// FP8 formats (`fp8_format` arguments); the values of fp8t::fp8::Format (lib/fp8/math/format.h).
+// FP8 formats (`fp8_format` arguments); the values of fp8t::fp8::Format (lib/numerics/format.h).
 #define FP8T_FORMAT_E4M3 0
 #define FP8T_FORMAT_E5M2 1
 
@@ -148,7 +148,7 @@ cudaError_t fp8t_transpose_codes(const uint8_t* in, int64_t rows, int64_t cols, 
                                  cudaStream_t stream);
 
 // ---- SwiGLU casts (kernels/swiglu_cast.cu) ---------------------------------------------------
-// h [rows, 2 * cols] = [gate | up] (row-major, fp32 or bf16). The values are lib/fp8/math/swiglu_math.h
+// h [rows, 2 * cols] = [gate | up] (row-major, fp32 or bf16). The values are lib/numerics/swiglu_math.h
 // swiglu / swiglu_backward, rounded to the dtype where at::silu(gate) * up and its autograd
 // round, so the codes equal those of casting the unfused result of the CPU emulation.
 //
@@ -274,7 +274,7 @@ cudaError_t fp8t_rope(const fp8t_rope_part* parts, int n_parts, int dtype, int64
 
 // ---- SwiGLU in high precision (kernels/swiglu.cu) ------------------------------------------
 // The plain model's SwiGLU on h [rows, 2 * cols] = [gate | up] (row-major, contiguous, fp32 or
-// bf16), with the values of lib/fp8/math/swiglu_math.h rounded to the dtype where at::silu(gate) *
+// bf16), with the values of lib/numerics/swiglu_math.h rounded to the dtype where at::silu(gate) *
 // up and its autograd round (those of the CPU computation):
 //   forward:  y [rows, cols] = silu(gate) * up;
 //   backward: dh [rows, 2 * cols] = [dgate | dup] from dy [rows, cols] (h's dtype).

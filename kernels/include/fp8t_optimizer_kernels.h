@@ -12,7 +12,7 @@ extern "C" {
 // ---- AdamW over many tensors (kernels/adamw.cu) ----------------------------------------------
 // One AdamW step of n_tensors parameters whose moments are stored as float32
 // (fp8t_adamw_fp32_moments; train.moments_dtype: fp32) or as bfloat16 (fp8t_adamw_bf16_moments;
-// bf16), each element by lib/optim/adamw_math.h update_element (FP32 math, bias corrections from
+// bf16), each element by lib/numerics/adamw_math.h update_element (FP32 math, bias corrections from
 // the running products in the parameter's state), so the CPU loop over that header gives the same
 // bits. Per tensor i (the arrays are HOST arrays of device pointers, read during the call and
 // passed to the kernels by value: a captured CUDA graph replays the same pointers, no host-to-

@@ -11,7 +11,7 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
-#include "lib/fp8/recipes/recipe.h"  // fp8::Recipe (the `fp8` section)
+#include "lib/config/fp8_recipe.h"  // fp8::Recipe (the `fp8` section)
 
 namespace fp8t {
 

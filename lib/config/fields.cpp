@@ -8,8 +8,8 @@
 
 #include "lib/config/field_builders.h"  // bool_field, int_field, ..., enum_field, EnumNames
 #include "lib/config/text.h"            // join, shortest, edit_distance
-#include "lib/fp8/recipes/recipe.h"     // fp8::kRecipeFormatNames, ...
-#include "lib/fp8/math/scaling_math.h"  // fp8::kMaxMargin
+#include "lib/config/fp8_recipe.h"      // fp8::kRecipeFormatNames, ...
+#include "lib/numerics/scaling_math.h"  // fp8::kMaxMargin
 
 namespace fp8t {
 namespace config {

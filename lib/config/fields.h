@@ -9,7 +9,7 @@
 // Sections (ExperimentConfig members): run (name, folder, seed, device, output), model, data,
 // train (steps, optimizer, schedule, eval, checkpoints), dist (data-parallel jobs under
 // torchrun: rendezvous/collective timeout, gradient bucket size), precision (a top-level
-// scalar), fp8 (the recipe, lib/fp8/recipes/recipe.h).
+// scalar), fp8 (the recipe, lib/config/fp8_recipe.h).
 #pragma once
 
 #include <array>        // std::array

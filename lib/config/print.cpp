@@ -5,7 +5,7 @@
 #include <sstream>    // std::ostringstream
 
 #include "lib/config/fields.h"              // fields(), format_value, top_level_names
-#include "lib/fp8/recipes/recipe_fields.h"  // recipe_fields_in_effect, recipe_fields_without_effect
+#include "lib/config/fp8_recipe_fields.h"   // recipe_fields_in_effect, recipe_fields_without_effect
 
 namespace fp8t {
 namespace config {

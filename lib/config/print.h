@@ -14,7 +14,7 @@ namespace config {
 std::string to_yaml(const ExperimentConfig& config);
 
 // For precision fp8: YAML comment lines saying which recipe keys take effect under fp8.recipe
-// and which are ignored (lib/fp8/recipes/recipe_fields.h); "" for other precisions. --print-config
+// and which are ignored (lib/config/fp8_recipe_fields.h); "" for other precisions. --print-config
 // appends them to to_yaml (comments, so the printed file still reads back).
 std::string recipe_note(const ExperimentConfig& config);
 

@@ -12,7 +12,7 @@
 #include "lib/config/fields.h"              // fields(), format_value, to_string
 #include "lib/config/parse.h"               // fail
 #include "lib/config/text.h"                // format_float
-#include "lib/fp8/recipes/recipe_fields.h"  // recipe_fields_without_effect, why_no_effect
+#include "lib/config/fp8_recipe_fields.h"   // recipe_fields_without_effect, why_no_effect
 
 namespace fp8t {
 namespace config {
@@ -67,7 +67,7 @@ void warn_unused_fp8_flags(const ExperimentConfig& c, const ConfigSources& s) {
   }
 }
 
-// A recipe key without effect under fp8.recipe (lib/fp8/recipes/recipe_fields.h) is an error when it
+// A recipe key without effect under fp8.recipe (lib/config/fp8_recipe_fields.h) is an error when it
 // was set explicitly: by a flag or --set, or in the file with a value other than the built-in
 // default. A file value equal to the default is ignored: the shipped configs spell out every
 // key, so that `--fp8-recipe current` works with them.

@@ -7,7 +7,7 @@
 
 #include "lib/fp8/backends/block_quantize.h"  // make_block_scales
 #include "lib/fp8/layers/fp8_linear.h"        // Fp8Linear, GatheredWeight
-#include "lib/fp8/math/block_math.h"          // blk128_scale_rows, blk128_scale_stride
+#include "lib/numerics/block_math.h"          // blk128_scale_rows, blk128_scale_stride
 #include "lib/fp8/recipes/scaling.h"          // Scaling
 #include "lib/util/error.h"                   // FP8T_CHECK
 

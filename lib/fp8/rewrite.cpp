@@ -7,7 +7,7 @@
 #include "lib/fp8/layers/fp8_activation.h"  // Fp8Gelu, Fp8Swiglu
 #include "lib/fp8/layers/fp8_linear.h"      // Fp8Linear
 #include "lib/fp8/layers/fp8_norm.h"        // Fp8Norm
-#include "lib/fp8/recipes/recipe_fields.h"  // recipe_summary
+#include "lib/config/fp8_recipe_fields.h"   // recipe_summary
 #include "lib/model/gpt.h"                  // Gpt::recompute (train.recompute activation)
 #include "lib/model/layers.h"               // SlotModule, Linear, Norm
 

@@ -24,7 +24,7 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/fp8/recipes/recipe.h"   // Recipe
+#include "lib/config/fp8_recipe.h"    // Recipe
 #include "lib/fp8/recipes/scaling.h"  // Scaling
 
 namespace fp8t {

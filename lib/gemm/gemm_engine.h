@@ -25,7 +25,7 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
-#include "lib/fp8/math/format.h"     // fp8::Format
+#include "lib/numerics/format.h"     // fp8::Format
 #include "lib/gemm/gemm_autotune.h"  // TuneRecord
 #include "lib/gemm/gemm_problem.h"   // GemmProblem, DataType
 
@@ -83,7 +83,7 @@ at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::T
                     const std::string& label);
 
 // One block-scaled FP8 operand: uint8 codes [rows, K] (K contiguous) and its scale_inv grid in the
-// layout cuBLASLt reads for `mode` (lib/fp8/math/block_math.h; 16-byte aligned):
+// layout cuBLASLt reads for `mode` (lib/numerics/block_math.h; 16-byte aligned):
 //   kVec128 (1x128 blocks along K): sizes [rows, ceil(K/128)], strides (1, round_up4(rows));
 //   kBlk128x128:                    sizes [ceil(rows/128), ceil(K/128)], strides (round_up4(ceil(K/128)), 1).
 struct BlockScaledOperand {

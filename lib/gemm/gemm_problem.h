@@ -7,7 +7,7 @@
 //
 // Block-scaled FP8 GEMMs (the block recipe) give each operand a scale mode: one factor per 1x128
 // block along K (kVec128) or per 128x128 block (kBlk128x128) instead of one per tensor; the scale
-// layouts are lib/fp8/math/block_math.h's (docs/fp8.md, "Block scaling").
+// layouts are lib/numerics/block_math.h's (docs/fp8.md, "Block scaling").
 //
 // validate() runs on the host before anything touches the device, so its errors (which name the
 // GEMM, the shape and the fix) are testable without a GPU.
@@ -17,7 +17,7 @@
 #include <cstdint>  // int64_t
 #include <string>   // std::string
 
-#include "lib/fp8/math/format.h"  // fp8::Format
+#include "lib/numerics/format.h"  // fp8::Format
 
 namespace fp8t {
 namespace gemm {

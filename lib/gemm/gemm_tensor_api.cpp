@@ -6,7 +6,7 @@
 
 #include <cstdint>  // uintptr_t
 
-#include "lib/fp8/math/block_math.h"  // ceil_div, kBlockLen, vec128/blk128 scale strides
+#include "lib/numerics/block_math.h"  // ceil_div, kBlockLen, vec128/blk128 scale strides
 #include "lib/gemm/gemm_engine.h"
 #include "lib/util/error.h"           // FP8T_CHECK, FP8T_INPUT_CHECK
 
@@ -115,7 +115,7 @@ at::Tensor run_fp8(const GemmProblem& p, const at::Tensor& a, const at::Tensor& 
 }
 
 // The scale grid of a block-scaled operand [rows, K] in the layout cuBLASLt reads for `mode`
-// (lib/fp8/math/block_math.h): its device pointer, after checking sizes, strides and alignment.
+// (lib/numerics/block_math.h): its device pointer, after checking sizes, strides and alignment.
 const float* block_scale_ptr(const BlockScaledOperand& op, const at::Tensor& codes, const char* name,
                              const std::string& what) {
   const int64_t rows = codes.size(0), k = codes.size(1);

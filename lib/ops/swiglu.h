@@ -1,7 +1,7 @@
 // The plain model's SwiGLU, silu(gate) * up of h = [gate | up], in one kernel each way on the GPU
 // (kernels/swiglu.cu): the backward reads h and dy once and writes [dgate | dup] once, and only h
 // is kept for it (the unfused composition also keeps silu(gate), a [rows, F] tensor per layer).
-// The values are those of the CPU composition (lib/fp8/math/swiglu_math.h: at::silu's FP32
+// The values are those of the CPU composition (lib/numerics/swiglu_math.h: at::silu's FP32
 // expression with ATen's CPU vector exp, rounded where at::silu and the product round), so the GPU
 // gives the CPU's bits; ATen's CUDA silu (expf) differs from them in the last bit of some
 // elements. Used by model::Activation on CUDA; elsewhere the model runs at::silu(gate) * up.

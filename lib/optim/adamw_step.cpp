@@ -7,8 +7,8 @@
 #include <cmath>    // std::fabs
 #include <cstdint>  // int64_t, uint16_t
 
-#include "lib/fp8/math/scaling_math.h"  // fp8::amax_combine
-#include "lib/optim/adamw_math.h"       // adamw::update_element, advance_state, step_scalars
+#include "lib/numerics/scaling_math.h"  // fp8::amax_combine
+#include "lib/numerics/adamw_math.h"    // adamw::update_element, advance_state, step_scalars
 #include "lib/util/error.h"             // FP8T_CHECK
 
 namespace fp8t::train {

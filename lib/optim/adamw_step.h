@@ -1,5 +1,5 @@
 // One AdamW update of a list of tensors on one device, by the arithmetic of
-// lib/optim/adamw_math.h, with FP32 or bfloat16 moments (train.moments_dtype). AdamW
+// lib/numerics/adamw_math.h, with FP32 or bfloat16 moments (train.moments_dtype). AdamW
 // (optimizer.h) collects the tensors; this is the loop over them: on the CPU here
 // (adamw_step.cpp), on CUDA through kernels/adamw.cu (adamw_step_cuda.cpp), bit-equal.
 #pragma once
@@ -21,7 +21,7 @@ struct AdamWBatch {
   std::vector<at::Tensor> states;       // float32 [3] = {t, beta1^t, beta2^t} (adamw_math.h)
   // Optional: empty, or one entry per parameter, each undefined (none) or a float32 tensor of one
   // element on the parameter's device, set to max|param| after the step (NaN ignored, inf
-  // counted: lib/fp8/math/scaling_math.h amax_combine), also when found_inf skips the step. What
+  // counted: lib/numerics/scaling_math.h amax_combine), also when found_inf skips the step. What
   // current scaling's amax pass over the weight would give, computed while AdamW writes it.
   std::vector<at::Tensor> amaxes;
 };

@@ -6,9 +6,9 @@
 #include <ATen/ATen.h>            // at::zeros, at::tensor
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
-#include "lib/optim/adamw_math.h"  // adamw::state_from_step
-#include "lib/optim/adamw_step.h"  // adamw_multi_tensor_step
-#include "lib/util/error.h"        // FP8T_CHECK, FP8T_INPUT_CHECK
+#include "lib/numerics/adamw_math.h"  // adamw::state_from_step
+#include "lib/optim/adamw_step.h"     // adamw_multi_tensor_step
+#include "lib/util/error.h"           // FP8T_CHECK, FP8T_INPUT_CHECK
 
 namespace fp8t::train {
 namespace {

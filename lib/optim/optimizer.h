@@ -1,6 +1,6 @@
 // AdamW with FP32 master weights and FP32 (or, by choice, bfloat16) moments, stepped by
 // fp8train's own multi-tensor kernel (kernels/adamw.cu; on the CPU the same arithmetic in a loop,
-// lib/optim/adamw_math.h, bit-equal to the kernel).
+// lib/numerics/adamw_math.h, bit-equal to the kernel).
 //
 // Per parameter p (0-based step count t before the step, lr given to step()):
 //   t      += 1
@@ -99,7 +99,7 @@ class AdamW {
   void step(const at::Tensor& lr, const at::Tensor& grad_scale = at::Tensor(), const at::Tensor& found_inf = at::Tensor());
 
   // Asks every later step to write max|param| into `amax` (a float32 tensor of one element on
-  // the parameter's device; NaN elements ignored, inf counted: lib/fp8/math/scaling_math.h
+  // the parameter's device; NaN elements ignored, inf counted: lib/numerics/scaling_math.h
   // amax_combine), computed by the update as it writes the parameter, also when found_inf skips
   // the step: what current scaling's amax pass over that weight would find before the next cast.
   // `updated` (optional) runs on the host after each step() that wrote it. Only for a parameter

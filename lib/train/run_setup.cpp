@@ -12,7 +12,7 @@
 #include "lib/dist/fingerprint.h"           // dist::check_same_on_every_rank
 #include "lib/dist/fully_sharded.h"         // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"             // dist::GradientSync
-#include "lib/fp8/recipes/recipe_fields.h"  // recipe_fields_in_effect, recipe_fields_without_effect
+#include "lib/config/fp8_recipe_fields.h"   // recipe_fields_in_effect, recipe_fields_without_effect
 #include "lib/fp8/recipes/scaling.h"        // fp8::Scaling
 #include "lib/model/gpt.h"                  // model::Gpt
 #include "lib/train/job_fingerprint.h"      // job_fingerprint, input_files

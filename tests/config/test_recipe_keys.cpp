@@ -1,9 +1,9 @@
-// Recipe keys and fp8.recipe (lib/config/validate.cpp, lib/fp8/recipes/recipe_fields.*, print.cpp's
+// Recipe keys and fp8.recipe (lib/config/validate.cpp, lib/config/fp8_recipe_fields.*, print.cpp's
 // recipe_note): a key without effect under the chosen recipe is an exit-2 error when it was set
 // explicitly, and ignored otherwise.
 #include "tests/config/config_test_util.h"
 
-#include "lib/fp8/recipes/recipe_fields.h"  // recipe_field_applies, recipe_summary
+#include "lib/config/fp8_recipe_fields.h"  // recipe_field_applies, recipe_summary
 
 using fp8t::config::testing::bad_input_message;
 using fp8t::config::testing::bad_yaml_message;

@@ -1,5 +1,5 @@
 // References of the SwiGLU tests (tests/fp8/backends/test_swiglu*.cpp, tests/kernels/test_swiglu_cast.cpp):
-// the unfused LibTorch composition the model runs, and lib/fp8/math/swiglu_math.h evaluated on the
+// the unfused LibTorch composition the model runs, and lib/numerics/swiglu_math.h evaluated on the
 // host element by element (what the CUDA kernels evaluate).
 #pragma once
 
@@ -9,7 +9,7 @@
 
 #include <string>  // std::string
 
-#include "lib/fp8/math/swiglu_math.h"  // swiglu, swiglu_backward
+#include "lib/numerics/swiglu_math.h"  // swiglu, swiglu_backward
 
 namespace fp8t {
 namespace test {

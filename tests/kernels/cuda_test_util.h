@@ -1,4 +1,4 @@
-// Helpers of the GPU tests (tests/kernels, tests/gemm): host references built on lib/fp8/math/format.h
+// Helpers of the GPU tests (tests/kernels, tests/gemm): host references built on lib/numerics/format.h
 // and comparisons that say where two results differ.
 #pragma once
 
@@ -11,8 +11,8 @@
 #include <cstring>  // std::memcpy
 #include <string>   // std::string
 
-#include "lib/fp8/math/format.h"        // fp8::encode, fp8::Format
-#include "lib/fp8/math/scaling_math.h"  // fp8::amax_combine
+#include "lib/numerics/format.h"        // fp8::encode, fp8::Format
+#include "lib/numerics/scaling_math.h"  // fp8::amax_combine
 #include "tests/catch.h"                // REQUIRE
 
 namespace fp8t {

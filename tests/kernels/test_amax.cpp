@@ -15,7 +15,7 @@
 #include <vector>      // std::vector
 
 #include "fp8t_kernels.h"                  // fp8t_amax_scale, fp8t_swiglu_amax_scale_value, fp8t_cast_transpose_act
-#include "lib/fp8/math/scaling_math.h"     // current_scale
+#include "lib/numerics/scaling_math.h"     // current_scale
 #include "tests/fp8/swiglu_test_util.h"    // math_swiglu, math_swiglu_backward
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, host_amax, same_bits
 #include "tests/kernels/cuda_timing.h"     // median_event_ms

@@ -13,7 +13,7 @@
 #include <vector>     // std::vector
 
 #include "fp8t_block_kernels.h"               // fp8t_block_quantize_1x128 / _128x128
-#include "lib/fp8/math/block_math.h"          // layouts
+#include "lib/numerics/block_math.h"          // layouts
 #include "lib/fp8/backends/block_quantize.h"  // block_quantize_cpu, block_quantize
 #include "tests/kernels/cuda_test_util.h"
 

@@ -1,4 +1,4 @@
-// kernels/cast.cu: FP8 codes bit-exact against lib/fp8/math/format.h, amax exact, scale_inv snapshot.
+// kernels/cast.cu: FP8 codes bit-exact against lib/numerics/format.h, amax exact, scale_inv snapshot.
 #if defined(FP8T_WITH_CUDA)
 
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream

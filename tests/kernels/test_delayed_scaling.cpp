@@ -8,7 +8,7 @@
 #include <vector>  // std::vector
 
 #include "lib/fp8/backends/cuda_backend.h"  // cuda_backend
-#include "lib/fp8/math/scaling_math.h"      // update_slot
+#include "lib/numerics/scaling_math.h"      // update_slot
 #include "tests/kernels/cuda_test_util.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // kernels/swiglu.cu through ops::swiglu (lib/ops/swiglu_cuda.cpp) and model::Activation: the
 // plain model's SwiGLU on the GPU gives, bit for bit, what the CPU computes (at::silu(gate) * up
-// and its autograd, through lib/fp8/math/swiglu_math.h where ATen's CPU kernel leaves its vector
+// and its autograd, through lib/numerics/swiglu_math.h where ATen's CPU kernel leaves its vector
 // loop), and keeps only h.
 #if defined(FP8T_WITH_CUDA)
 

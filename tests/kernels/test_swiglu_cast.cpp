@@ -54,7 +54,7 @@ at::Tensor make_dy(int64_t rows, int64_t f, at::ScalarType dt) {
 
 // Whether ATen's CPU silu runs only whole vectors on one thread for a [rows, F] half of h (F a
 // multiple of 64, at most 16384 elements): then the CPU emulation's unfused result is itself the
-// reference, and must equal swiglu_math.h's (tests/fp8/math/test_swiglu_math.cpp shows why).
+// reference, and must equal swiglu_math.h's (tests/numerics/test_swiglu_math.cpp shows why).
 bool emulation_is_vectorised(int64_t rows, int64_t f) {
   return aten_cpu_uses_vector_exp() && f % 64 == 0 && rows * f <= 16384;
 }

@@ -13,7 +13,7 @@
 #include <algorithm>  // std::max
 #include <vector>     // std::vector
 
-#include "lib/fp8/recipes/recipe.h"        // fp8::RecipeKind, fp8::to_string
+#include "lib/config/fp8_recipe.h"         // fp8::RecipeKind, fp8::to_string
 #include "lib/fp8/recipes/scaling.h"       // fp8::Scaling (session.scaling())
 #include "lib/model/gpt.h"                 // model::Gpt
 #include "lib/step/session.h"              // train::Session

@@ -1,5 +1,5 @@
 // train.moments_dtype bf16 on the CPU: lib/optim/adamw_step.cpp's loop over
-// lib/optim/adamw_math.h through train::AdamW (the CUDA kernel is compared with this loop bit for
+// lib/numerics/adamw_math.h through train::AdamW (the CUDA kernel is compared with this loop bit for
 // bit in test_adamw_step_cuda.cpp). FP32 moments, the default, go through the same loop
 // (test_optimizer.cpp).
 #include "lib/optim/adamw_step.h"
@@ -17,7 +17,7 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
-#include "lib/optim/adamw_math.h"            // adamw::bf16_bits
+#include "lib/numerics/adamw_math.h"         // adamw::bf16_bits
 #include "lib/run/checkpoint.h"              // save_checkpoint, load_checkpoint
 #include "lib/optim/optimizer.h"             // AdamW
 #include "lib/optim/optimizer_checkpoint.h"  // OptimizerStateLoader

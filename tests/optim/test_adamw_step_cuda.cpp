@@ -1,5 +1,5 @@
 // AdamW on a GPU, FP32 and bf16 moments (train.moments_dtype): kernels/adamw.cu (through
-// lib/optim/adamw_step_cuda.cpp) gives the CPU loop's bits (both are lib/optim/adamw_math.h), over
+// lib/optim/adamw_step_cuda.cpp) gives the CPU loop's bits (both are lib/numerics/adamw_math.h), over
 // many tensors of odd sizes and alignments, with a device lr, grad_scale and found_inf, and the
 // amaxes of the updated values (AdamWBatch::amaxes) for some of them; AdamW's
 // step without a host sync and replayed from a CUDA graph; and the kernel's bandwidth at the 1.3B

@@ -327,7 +327,7 @@ TEST_CASE("AdamW on CUDA gives the CPU loop's bits without a host sync", "[optim
     REQUIRE_THROWS(gpu.state_dict().at("w.step").item<float>());  // the mode is in force
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
   }
-  // The same IEEE operations in the same order on both devices (lib/optim/adamw_math.h).
+  // The same IEEE operations in the same order on both devices (lib/numerics/adamw_math.h).
   REQUIRE(torch::equal(wg.detach().cpu(), wc.detach()));
   REQUIRE(torch::equal(bg.detach().cpu(), bc.detach()));
   REQUIRE(gpu.state_dict().at("w.step").item<float>() == 5.0f);

@@ -2,10 +2,10 @@
 
 #include <cmath>  // std::fabs
 
-#include "lib/fp8/math/block_math.h"          // kBlockLen
+#include "lib/numerics/block_math.h"          // kBlockLen
 #include "lib/fp8/backends/block_quantize.h"  // make_block_scales
 #include "lib/fp8/backends/cpu_backend.h"     // cpu_backend
-#include "lib/fp8/math/scaling_math.h"        // amax_combine
+#include "lib/numerics/scaling_math.h"        // amax_combine
 #include "lib/fp8/backends/swiglu_ops.h"      // swiglu_value, swiglu_gradient
 #include "lib/util/error.h"                   // FP8T_THROW
 #if defined(FP8T_WITH_CUDA)

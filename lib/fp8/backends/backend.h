@@ -12,7 +12,7 @@
 #include <optional>  // std::optional
 #include <utility>   // std::move
 
-#include "lib/fp8/math/format.h"  // Format
+#include "lib/numerics/format.h"  // Format
 
 namespace fp8t {
 namespace fp8 {
@@ -41,7 +41,7 @@ struct SlotRef {
 //   kBlock128x128: the view [ceil(rows/128), ceil(K/128)] float32 with strides
 //                  (round_up4(ceil(K/128)), 1): row-major, the row stride padded to a multiple of
 //                  4 (16-byte aligned rows): one factor per 128x128 block (BLK128x128_32F).
-//   1x128 x 128x128 pairs are allowed, 128x128 x 128x128 is not (lib/fp8/math/block_math.h).
+//   1x128 x 128x128 pairs are allowed, 128x128 x 128x128 is not (lib/numerics/block_math.h).
 enum class ScaleLayout { kTensor, kBlock1x128, kBlock128x128 };
 
 // One FP8 operand of a GEMM: uint8 codes of a row-major 2-D tensor whose last dim is the GEMM's K

@@ -2,7 +2,7 @@
 
 #include <utility>  // std::move
 
-#include "lib/fp8/math/block_math.h"          // kBlockLen
+#include "lib/numerics/block_math.h"          // kBlockLen
 #include "lib/fp8/backends/block_quantize.h"  // block_quantize, block_dequantize, BlockCodes
 #include "lib/util/error.h"                   // FP8T_CHECK, FP8T_INPUT_CHECK
 

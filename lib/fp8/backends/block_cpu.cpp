@@ -5,10 +5,10 @@
 #include <algorithm>  // std::min
 #include <cmath>      // std::fabs
 
-#include "lib/fp8/math/block_math.h"          // block_scale_from_amax, layouts
+#include "lib/numerics/block_math.h"          // block_scale_from_amax, layouts
 #include "lib/fp8/backends/block_quantize.h"  // BlockQuantized, make_block_scales
-#include "lib/fp8/math/format.h"              // encode_e4m3, kE4M3Max
-#include "lib/fp8/math/scaling_math.h"        // amax_combine
+#include "lib/numerics/format.h"              // encode_e4m3, kE4M3Max
+#include "lib/numerics/scaling_math.h"        // amax_combine
 #include "lib/util/error.h"                   // FP8T_CHECK
 
 namespace fp8t {

@@ -4,8 +4,8 @@
 #include <array>      // std::array
 #include <sstream>    // std::ostringstream
 
-#include "lib/fp8/math/block_math.h"  // kBlockLen, layouts, kE4M3Max
-#include "lib/fp8/math/format.h"      // decode_e4m3
+#include "lib/numerics/block_math.h"  // kBlockLen, layouts, kE4M3Max
+#include "lib/numerics/format.h"      // decode_e4m3
 #include "lib/util/error.h"           // FP8T_CHECK
 
 namespace fp8t {

@@ -2,7 +2,7 @@
 // CPU emulation (block_cpu.cpp) or the GPU (block_quantize_cuda.cpp, kernels/block_quantize.cu),
 // bit-identical on both; their inverse and the health statistics of a cast.
 //
-// Formulas and layouts: lib/fp8/math/block_math.h. E4M3 only. A cast of x [rows, K]:
+// Formulas and layouts: lib/numerics/block_math.h. E4M3 only. A cast of x [rows, K]:
 //   block_rows = 1:   1x128 blocks along K (activations, gradients). The columnwise copy (codes of
 //                     x^T, [K, rows]) has its own 1x128 blocks along rows, quantized from x: a
 //                     1x128-quantized tensor cannot be transposed.

@@ -3,7 +3,7 @@
 #include <c10/cuda/CUDAGuard.h>  // c10::cuda::CUDAGuard
 
 #include "fp8t_block_kernels.h"               // fp8t_block_quantize_1x128 / _128x128 / _act
-#include "lib/fp8/math/block_math.h"          // kBlockLen
+#include "lib/numerics/block_math.h"          // kBlockLen
 #include "lib/fp8/backends/block_quantize.h"  // BlockQuantized, make_block_scales
 #include "lib/util/cuda_tensors.h"            // stream_of, bytes_on, floats_on, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"                   // FP8T_CHECK

@@ -8,9 +8,9 @@
 #include <cstdint>    // uintptr_t
 
 #include "lib/fp8/backends/block_backend.h"  // is_block_scaled, block_gemm
-#include "lib/fp8/math/format.h"             // encode, decode
-#include "lib/fp8/math/saturation_math.h"    // saturates, flushes_to_zero
-#include "lib/fp8/math/scaling_math.h"       // update_slot, amax_combine, current_scale
+#include "lib/numerics/format.h"             // encode, decode
+#include "lib/numerics/saturation_math.h"    // saturates, flushes_to_zero
+#include "lib/numerics/scaling_math.h"       // update_slot, amax_combine, current_scale
 #include "lib/ops/rms_norm.h"                // ops::rms_norm (the plain model's formula)
 #include "lib/util/error.h"                  // FP8T_CHECK
 

@@ -208,7 +208,7 @@ class CudaBackend final : public Backend {
                "fp8 amax pass: the workspace must be a contiguous int32 [2] on ", src.x.device().str());
     unsigned int* ws = reinterpret_cast<unsigned int*>(workspace.data_ptr<int32_t>());
     // Without may_write_value a SwiGLU takes the plain pass below, which skips the points whose
-    // bound cannot raise the max (lib/fp8/math/swiglu_math.h) and so runs at the speed of its loads.
+    // bound cannot raise the max (lib/numerics/swiglu_math.h) and so runs at the speed of its loads.
     if ((in.act == FP8T_ACT_SWIGLU || in.act == FP8T_ACT_DSWIGLU) && may_write_value) {
       const bool backward = in.act == FP8T_ACT_DSWIGLU;
       const at::Tensor& h = backward ? in.h : in.x;

@@ -3,7 +3,7 @@
 // swiglu_value is the model's expression (model::Activation kSwiGLU) and swiglu_gradient the
 // gradient autograd computes for it, op for op, so the fused model on the CPU equals the unfused
 // one bit for bit (tests/fp8/backends/test_swiglu.cpp). The CUDA kernels evaluate swiglu_math.h instead,
-// which equals these ops on the CPU (tests/fp8/math/test_swiglu_math.cpp).
+// which equals these ops on the CPU (tests/numerics/test_swiglu_math.cpp).
 #pragma once
 
 #include <ATen/ATen.h>  // at::Tensor

@@ -5,7 +5,7 @@
 #include <string>  // std::to_string
 
 #include "lib/fp8/backends/block_backend.h"   // block_quantize_source
-#include "lib/fp8/math/block_math.h"          // kBlockLen
+#include "lib/numerics/block_math.h"          // kBlockLen
 #include "lib/fp8/backends/block_quantize.h"  // block_cast_stats, BlockCodes
 #include "lib/util/error.h"                   // FP8T_CHECK
 

@@ -1,7 +1,7 @@
 // The block-scaling recipe's state class (TransformerEngine's Float8BlockScaling, the DeepSeek-V3
 // scheme): one implementation of the scaling interface, lib/fp8/recipes/scaling.h.
 //
-// Every cast computes one FP32 scale per block from the block's own amax (lib/fp8/math/block_math.h):
+// Every cast computes one FP32 scale per block from the block's own amax (lib/numerics/block_math.h):
 // 1x128 blocks along K for activations and gradients, 128x128 blocks for weights, E4M3 everywhere,
 // scales rounded down to powers of 2 under fp8.block_power_of_2_scales. The operands carry their
 // scale grids (ScaleLayout kBlock1x128 / kBlock128x128) to the block-scaled GEMMs (split

@@ -2,7 +2,7 @@
 
 #include <cmath>  // std::ldexp
 
-#include "lib/fp8/math/scaling_math.h"  // kMaxMargin
+#include "lib/numerics/scaling_math.h"  // kMaxMargin
 #include "lib/util/error.h"             // FP8T_CHECK
 
 namespace fp8t {

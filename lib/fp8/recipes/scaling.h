@@ -35,7 +35,7 @@
 #include <vector>      // std::vector
 
 #include "lib/fp8/backends/backend.h"  // CastSource, Fp8Tensor, GemmKind, SlotRef
-#include "lib/fp8/recipes/recipe.h"    // Recipe, RecipeKind
+#include "lib/config/fp8_recipe.h"     // Recipe, RecipeKind
 
 namespace fp8t {
 namespace fp8 {

@@ -1,4 +1,4 @@
-// lib/fp8/math/block_math.h and the CPU emulation of the block casts (lib/fp8/backends/block_cpu.cpp,
+// lib/numerics/block_math.h and the CPU emulation of the block casts (lib/fp8/backends/block_cpu.cpp,
 // block_quantize.cpp) against an independent float64 reference: TE's scale rule evaluated in
 // float64, the nearest E4M3 value found by search, odd shapes and edge values.
 #include "lib/fp8/backends/block_quantize.h"
@@ -12,8 +12,8 @@
 #include <tuple>    // std::tuple
 #include <vector>   // std::vector
 
-#include "lib/fp8/math/block_math.h"  // block_scale_from_amax, layouts
-#include "lib/fp8/math/format.h"      // decode_e4m3
+#include "lib/numerics/block_math.h"  // block_scale_from_amax, layouts
+#include "lib/numerics/format.h"      // decode_e4m3
 #include "tests/catch.h"
 
 using namespace fp8t::fp8;

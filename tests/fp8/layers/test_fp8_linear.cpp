@@ -4,7 +4,7 @@
 #include <torch/torch.h>  // torch::randn
 
 #include "lib/fp8/backends/cpu_backend.h"   // decode_codes
-#include "lib/fp8/math/format.h"            // encode
+#include "lib/numerics/format.h"            // encode
 #include "lib/fp8/layers/fp8_activation.h"  // Fp8Gelu
 #include "lib/fp8/recipes/scaling.h"        // make_scaling
 #include "tests/catch.h"

@@ -11,7 +11,7 @@
 
 #include "lib/fp8/backends/cuda_backend.h"    // cuda_backend
 #include "lib/fp8/recipes/current_scaling.h"  // CurrentScaling
-#include "lib/fp8/math/scaling_math.h"        // current_scale
+#include "lib/numerics/scaling_math.h"        // current_scale
 #include "tests/fp8/swiglu_test_util.h"       // math_swiglu, math_swiglu_backward
 #include "tests/kernels/cuda_test_util.h"
 

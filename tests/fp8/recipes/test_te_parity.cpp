@@ -26,7 +26,7 @@
 
 #include "lib/fp8/backends/backend.h"         // backend_for
 #include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
-#include "lib/fp8/math/scaling_math.h"        // amax_combine
+#include "lib/numerics/scaling_math.h"        // amax_combine
 #include "tests/catch.h"
 
 using namespace fp8t::fp8;
@@ -174,7 +174,7 @@ TEST_CASE("te parity: the CPU casts ignore NaN elements and count inf", "[fp8]")
 }
 
 TEST_CASE("te parity: every CUDA kernel's amax ignores NaN elements and counts inf", "[fp8][cuda]") {
-  // Each kernel's amax against amax_combine (lib/fp8/math/scaling_math.h, what the CPU emulation
+  // Each kernel's amax against amax_combine (lib/numerics/scaling_math.h, what the CPU emulation
   // records) over the values it casts: its input for the casts, its own rounded output y for
   // the norms (write_y), the operator for the GELU casts. Exact, except the GELU casts: within
   // one bf16 step (2^-8 relative) of the unfused operator, the bound of tests/kernels.

@@ -8,7 +8,7 @@
 #include <cmath>    // fabsf (host; nvcc provides the device one)
 #include <cstdint>  // uint8_t
 
-#include "lib/fp8/math/format.h"  // FP8T_HOST_DEVICE
+#include "lib/numerics/format.h"  // FP8T_HOST_DEVICE
 
 namespace fp8t {
 namespace fp8 {

@@ -7,7 +7,7 @@
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
-#include "lib/fp8/recipes/recipe.h"  // Recipe, RecipeKind
+#include "lib/config/fp8_recipe.h"  // Recipe, RecipeKind
 
 namespace fp8t {
 namespace fp8 {

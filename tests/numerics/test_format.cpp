@@ -1,5 +1,5 @@
-// lib/fp8/math/format.h against CUDA's own host conversions (cuda_fp8.h), bit for bit.
-#include "lib/fp8/math/format.h"
+// lib/numerics/format.h against CUDA's own host conversions (cuda_fp8.h), bit for bit.
+#include "lib/numerics/format.h"
 
 #include <cmath>    // std::isnan, std::signbit, std::ldexp
 #include <cstring>  // std::memcpy

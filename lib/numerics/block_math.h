@@ -17,7 +17,7 @@
 //           and dequantisation is exact;
 //   scale_inv = 1 / scale (float32, rounded to nearest; exact for power-of-2 scales).
 // An inf element of a block is cast with scale 1 and saturates to +-448; a NaN element becomes
-// the NaN code (lib/fp8/math/format.h).
+// the NaN code (lib/numerics/format.h).
 //
 // Plain C++ (no LibTorch): kernels/ include it.
 #pragma once
@@ -25,8 +25,8 @@
 #include <cfloat>   // FLT_MAX
 #include <cstdint>  // int64_t, uint32_t
 
-#include "lib/fp8/math/format.h"        // FP8T_HOST_DEVICE, detail::float_bits, kE4M3Max
-#include "lib/fp8/math/scaling_math.h"  // amax_combine, is_finite
+#include "lib/numerics/format.h"        // FP8T_HOST_DEVICE, detail::float_bits, kE4M3Max
+#include "lib/numerics/scaling_math.h"  // amax_combine, is_finite
 
 namespace fp8t {
 namespace fp8 {

@@ -1,4 +1,4 @@
-#include "lib/fp8/recipes/recipe_fields.h"
+#include "lib/config/fp8_recipe_fields.h"
 
 #include <array>  // std::array
 

@@ -1,5 +1,6 @@
-// The FP8 recipe: plain settings, no YAML and no LibTorch. config/ fills it in,
-// fp8/ reads it. Field meanings: docs/fp8.md (what runs) and docs/fp8-formats.md (delayed scaling).
+// The FP8 recipe: plain settings, no YAML and no LibTorch. config/ fills it in, fp8/ reads it;
+// it lives in config so that the schema needs nothing of lib/fp8/ (docs/architecture.md).
+// Field meanings: docs/fp8.md (what runs) and docs/fp8-formats.md (delayed scaling).
 #pragma once
 
 #include <array>    // std::array
@@ -9,7 +10,7 @@
 #include <utility>  // std::pair
 #include <vector>   // std::vector
 
-#include "lib/fp8/math/format.h"  // Format
+#include "lib/numerics/format.h"  // Format
 
 namespace fp8t {
 namespace fp8 {

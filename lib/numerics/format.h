@@ -4,17 +4,13 @@
 // kernels/ (CUDA). Semantics follow CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, fmt):
 // round to nearest, ties to even; saturate to +-max finite (also for +-inf); every NaN
 // becomes the positive NaN code 0x7F; a value that underflows keeps its sign (0x80 for -0).
-// tests/fp8/math/test_format.cpp compares these with cuda_fp8.h bit for bit.
+// tests/numerics/test_format.cpp compares these with cuda_fp8.h bit for bit.
 #pragma once
 
 #include <cstdint>  // uint8_t, uint32_t
 #include <cstring>  // std::memcpy (bit casts on the host)
 
-#if defined(__CUDACC__)
-#define FP8T_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FP8T_HOST_DEVICE inline
-#endif
+#include "lib/numerics/host_device.h"  // FP8T_HOST_DEVICE
 
 namespace fp8t {
 namespace fp8 {

@@ -13,8 +13,8 @@
 //   update of p reads the FP32 m and v before that rounding (as Megatron's precision-aware
 //   optimizer does).
 // Every step is one IEEE operation in a fixed order: products that feed a sum are fmaf (one
-// rounding), the others go through *_rn helpers that CUDA never contracts into an FMA; sqrt and
-// division are IEEE-exact on both sides (nvcc's default -prec-sqrt/-prec-div, no fast math).
+// rounding), the others go through the *_rn operations of ieee_ops.h, which CUDA never contracts
+// into an FMA; sqrt and division are IEEE-exact on both sides.
 //
 // Bias corrections without powf (libm's and CUDA's pow differ in the last bit): each parameter
 // keeps a float32 state {t, beta1^t, beta2^t}, advanced by one IEEE multiply per step on the
@@ -22,10 +22,11 @@
 // run rebuilds it from t with the same multiplies (state_from_step).
 #pragma once
 
-#include <math.h>    // sqrtf, fmaf
+#include <math.h>    // fmaf
 #include <stdint.h>  // uint16_t, uint32_t
 
-#include "lib/fp8/math/format.h"  // FP8T_HOST_DEVICE, fp8::detail::float_bits / bits_float
+#include "lib/numerics/format.h"    // FP8T_HOST_DEVICE, fp8::detail::float_bits / bits_float
+#include "lib/numerics/ieee_ops.h"  // mul_rn, add_rn, sub_rn, div_rn, sqrt_rn
 
 namespace fp8t {
 namespace train {
@@ -44,47 +45,13 @@ FP8T_HOST_DEVICE uint16_t bf16_bits(float x) {
 // bf16 bits -> float: exact (the bf16 bits are the top half of the float).
 FP8T_HOST_DEVICE float bf16_value(uint16_t b) { return fp8::detail::bits_float(static_cast<uint32_t>(b) << 16); }
 
-// ---- single IEEE operations that nvcc never fuses into an FMA ---------------------------------
+// ---- single IEEE operations that nvcc never fuses into an FMA (ieee_ops.h) --------------------
 
-FP8T_HOST_DEVICE float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;  // -std=c++20 (no GNU extensions): GCC does not contract across statements
-#endif
-}
-
-FP8T_HOST_DEVICE float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-FP8T_HOST_DEVICE float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-FP8T_HOST_DEVICE float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
-FP8T_HOST_DEVICE float sqrt_rn(float a) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(a);
-#else
-  return sqrtf(a);
-#endif
-}
+using numerics::add_rn;
+using numerics::div_rn;
+using numerics::mul_rn;
+using numerics::sqrt_rn;
+using numerics::sub_rn;
 
 // ---- the update ------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 // The SwiGLU of a LLaMA MLP, y = silu(gate) * up, and its backward, written once for host and
 // device. The fused FP8 casts (kernels/swiglu_cast.cu) evaluate these functions; the CPU
 // emulation computes the unfused LibTorch composition (at::silu(gate) * up in the activation
-// dtype, and autograd of that), and tests/fp8/math/test_swiglu_math.cpp proves the two bit-equal.
+// dtype, and autograd of that), and tests/numerics/test_swiglu_math.cpp proves the two bit-equal.
 //
 // Why this particular arithmetic: ATen's CPU silu kernels (aten/src/ATen/native/cpu/
 // Activation.cpp) evaluate
@@ -24,42 +24,21 @@
 // Plain C++ (no LibTorch): kernels/ include it.
 #pragma once
 
-#include <cmath>    // std::fma, std::fmin, std::fmax (host; nvcc provides the device ones)
+#include <cmath>    // std::fmin, std::fmax, std::fabs (host; nvcc provides the device ones)
 #include <cstdint>  // uint32_t
 
-#include "lib/fp8/math/format.h"  // FP8T_HOST_DEVICE, detail::bits_float
+#include "lib/numerics/format.h"    // FP8T_HOST_DEVICE, detail::bits_float
+#include "lib/numerics/ieee_ops.h"  // fma_rn, mul_rn, add_rn
 
 namespace fp8t {
 namespace fp8 {
 
 namespace swiglu_detail {
 
-FP8T_HOST_DEVICE float fma_rn(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
-// A product the compiler may not contract with a later add into an fma (CUDA's contraction of
-// mul.f32 into a following add.f32 can even reach through a select). Host code is not
-// contracted: the build targets x86-64 without FMA, and the header never relies on -ffp-contract.
-FP8T_HOST_DEVICE float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-FP8T_HOST_DEVICE float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
+// Single IEEE operations (ieee_ops.h): a product that feeds an add is mul_rn, never contracted.
+using numerics::add_rn;
+using numerics::fma_rn;
+using numerics::mul_rn;
 
 // t rounded to the nearest integer, ties to even (the vector unit's default conversion), as
 // both the float and the int: adding 1.5 * 2^23 leaves the integer in the low mantissa bits
@@ -193,7 +172,7 @@ FP8T_HOST_DEVICE SwigluGrad swiglu_backward(float dy, float gate, float up, Roun
 //   |gate| >= 128, finite: exp(-gate) is 0 (below -104) for a positive gate: silu = gate, sig = 1;
 //     +inf for a negative one: silu = gate / inf = -0, sig = 0;
 //   inf and NaN: the formula itself.
-// tests/fp8/math/test_swiglu_math.cpp compares every bf16 gate with the formula, bit for bit.
+// tests/numerics/test_swiglu_math.cpp compares every bf16 gate with the formula, bit for bit.
 constexpr int kSiluTableExpLo = 102;                                            // |gate| >= 2^-25
 constexpr int kSiluTableExpHi = 133;                                            // |gate| < 2^7
 constexpr int kSiluTableHalf = (kSiluTableExpHi - kSiluTableExpLo + 1) * 128;  // entries per sign
@@ -256,7 +235,7 @@ FP8T_HOST_DEVICE SiluOfGate silu_of_bf16_gate(float gate, const Table& table, Ro
 // (ignored by the amax); a NaN bound (a NaN dy, or forward up; a zero factor against an infinite
 // gate or up) comes only with values that are NaN or 0, which cannot raise the max, and callers
 // evaluate such a point anyway (bound_may_raise).
-// tests/fp8/math/test_swiglu_math.cpp checks the bounds against the formulas for every bf16 gate.
+// tests/numerics/test_swiglu_math.cpp checks the bounds against the formulas for every bf16 gate.
 constexpr float kSiluNegMax = 0.28f;         // > 0.2793, |silu| of a negative gate, rounded
 constexpr float kSwigluBoundFactor = 1.25f;  // > 1.0998 (1 + 2^-8)^2 (1 + 2^-17)
 constexpr float kSwigluBoundFloor = 0x1p-120f;  // > 2^-132

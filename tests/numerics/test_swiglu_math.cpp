@@ -1,7 +1,7 @@
-// lib/fp8/math/swiglu_math.h: the host/device SwiGLU formulas equal the unfused LibTorch path on the
+// lib/numerics/swiglu_math.h: the host/device SwiGLU formulas equal the unfused LibTorch path on the
 // CPU bit for bit (the CUDA kernels evaluate the same functions; tests/kernels/test_swiglu_cast.cpp
 // closes the loop on the GPU).
-#include "lib/fp8/math/swiglu_math.h"
+#include "lib/numerics/swiglu_math.h"
 
 #include <ATen/Version.h>  // at::get_cpu_capability
 #include <torch/torch.h>   // at::silu, at::randn

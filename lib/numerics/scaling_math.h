@@ -12,7 +12,7 @@
 
 #include <cfloat>  // FLT_MAX
 
-#include "lib/fp8/math/format.h"  // FP8T_HOST_DEVICE
+#include "lib/numerics/format.h"  // FP8T_HOST_DEVICE
 
 namespace fp8t {
 namespace fp8 {
