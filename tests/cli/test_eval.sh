@@ -7,12 +7,14 @@
 #    are the same; a safetensors file holds no FP8 scales, so the comparison is in fp32);
 #  - --batches all: every window once (sequences = windows), the same mean for two batch sizes
 #    within 1e-6 relative (only the order of float32 sums differs);
-#  - errors are exit 2 naming the thing: a token id beyond the vocabulary, a manifest.json of
-#    another tokenizer, no checkpoint, no run folder, a missing data file, a --step the folder
-#    does not keep, --weights without a config, --json onto a run folder file;
+#  - errors are exit 2 naming the thing: a token id beyond the vocabulary, a manifest.json of a
+#    larger vocabulary or of another tokenizer than the training tokens', no checkpoint, no run
+#    folder, a missing data file, a --step the folder does not keep, --weights without a config,
+#    --json onto a run folder file;
 #  - a run folder that another process holds is read all the same, with a note (and one for a
 #    checkpoint being written);
-#  - the run folder is byte for byte (names, sizes, times, contents) as before every eval.
+#  - the run folder is byte for byte (names, sizes, times, contents) as before every eval;
+#  - --json - prints the JSON instead of the line.
 source "$(dirname "$0")/lib.sh"
 
 # Tokens < 64 (the model's vocabulary): a fixed pseudo-random sequence, nanoGPT .bin (uint16).
@@ -120,7 +122,7 @@ open(os.path.join(sys.argv[1], "locked"), "w").close()
 time.sleep(30)
 PY
 HOLDER=$!
-trap 'kill "$HOLDER" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill "$HOLDER" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f busy/locked ] && break; sleep 0.1; done
 "$FP8TRAIN" eval --run busy --json busy.json > /dev/null 2> busy.log || { cat busy.log; fail "eval of a held run folder"; }
 grep -q "in use by pid" busy.log || { cat busy.log; fail "no note that the run folder is in use"; }
@@ -130,4 +132,17 @@ grep -q "being written" busy.log || { cat busy.log; fail "no note that a checkpo
 kill "$HOLDER"; wait "$HOLDER" 2>/dev/null || true
 python3 -c "import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); assert a['loss']==b['loss']" a.json busy.json \
   || fail "the held run folder's loss differs"
+
+# ---- the run's training tokens and --data from tokenizers that differ (both with manifest.json) ----
+printf '{"tokenizer": "/x/bpe-64.json", "vocab_size": 64, "separator": {"id": 0}, "shards": [{"file": "train.bin", "split": "train", "tokens": 6000}, {"file": "val.bin", "split": "val", "tokens": 1201}]}\n' \
+  > manifest.json
+mkdir t60 && cp val.bin t60/val.bin
+printf '{"tokenizer": "/x/bpe-60.json", "vocab_size": 60, "separator": {"id": 59}, "shards": [{"file": "val.bin", "split": "val", "tokens": 1201}]}\n' \
+  > t60/manifest.json
+expect_rc 2 "another tokenizer than the training tokens'" "$FP8TRAIN" eval --run runs/a --data t60/val.bin
+out_has "tokenizer mismatch"; out_has "bpe-64.json"; out_has "t60/manifest.json"
+
+# ---- --json -: the JSON on stdout instead of the line ----------------------------------------------
+"$FP8TRAIN" eval --run runs/a --json - 2> /dev/null | python3 -c "import json,sys; assert json.load(sys.stdin)['step'] == 12" \
+  || fail "--json - printed no JSON"
 echo "ok"
