@@ -108,7 +108,9 @@ std::vector<Field> build_table() {
                          [](auto& c) -> auto& { return c.run.seed; }));
   t.push_back(enum_field("run.device", "auto: cuda when available, else cpu", device_names(),
                          [](auto& c) -> auto& { return c.run.device; }));
-  t.push_back(bool_field("run.quiet", "no per-step console status lines (errors still print)",
+  t.push_back(bool_field("run.quiet",
+                         "no progress on the console (status lines, evaluation progress, info messages); warnings, "
+                         "errors and the final result line still print",
                          [](auto& c) -> auto& { return c.run.quiet; }));
   t.push_back(bool_field("run.overwrite", "allow replacing an existing run folder",
                          [](auto& c) -> auto& { return c.run.overwrite; }));

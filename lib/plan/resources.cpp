@@ -233,13 +233,16 @@ void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const
   const std::string activations = fmt::format("activations of one micro-batch: {} (set by {}, times the layers' "
                                               "widths)", gib(e.activation_bytes), batch_keys);
   const bool batch_dominates = e.activation_bytes > e.state_bytes;
+  // Two sentences with the keys, then the planner's table (what --dry-run --plan-* prints): the
+  // categories, the verdict and the levers, one per line.
+  std::string table = format_memory_plan(plan_memory(cfg, PlanTarget{world_size, capacity_bytes, device_name}));
+  if (!table.empty() && table.back() == '\n') table.pop_back();
   FP8T_THROW(ExitCode::kBadInput, "the config cannot fit on ", device_name, ": it needs at least ",
-             gib(e.total_bytes()), " but the ", device_name, " has ", gib(capacity_bytes), "; ",
+             gib(e.total_bytes()), " (a lower bound) but the ", device_name, " has ", gib(capacity_bytes), "; ",
              batch_dominates ? activations : state, "; ", batch_dominates ? state : activations,
              batch_dominates ? ". Lower train.micro_batch_size (train.grad_accum_steps keeps the batch) or the model size"
                              : ". Make the model smaller",
-             " (the estimate is a lower bound: ", e.breakdown(cfg), "). ",
-             format_levers(plan_memory(cfg, PlanTarget{world_size, capacity_bytes, device_name})));
+             ", or use a lever below:\n", table);
 }
 
 void throw_out_of_memory(const ExperimentConfig& cfg, int world_size, const std::string& when,

@@ -8,6 +8,8 @@
 #include <atomic>     // std::atomic
 #include <cmath>      // std::isfinite
 #include <csignal>    // std::signal
+#include <cstdlib>    // std::getenv, std::strtod
+#include <functional>  // std::function
 
 #include "lib/dist/communicator.h"    // dist::Communicator
 #include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
@@ -60,11 +62,16 @@ nlohmann::json fp8_stats_json(fp8::Scaling& scaling) {
   return rows;
 }
 
-// Mean validation loss over all ranks (each evaluates its rows of every global batch).
-double evaluate(Run& run) {
+// Mean validation loss over all ranks (each evaluates its rows of every global batch);
+// `before_batch(i)` runs before batch i is read.
+double evaluate(Run& run, const std::function<void(int64_t)>& before_batch) {
   const TrainSection& t = run.cfg.train;
   at::Tensor total = run.session->eval_loss_sum(
-      [&](int64_t i) { return run.data.val_batch(i, t.micro_batch_size); }, t.eval_batches);
+      [&](int64_t i) {
+        before_batch(i);
+        return run.data.val_batch(i, t.micro_batch_size);
+      },
+      t.eval_batches);
   if (run.comm) run.comm->all_reduce(total, dist::ReduceOp::kSum);
   return total.item<double>() / static_cast<double>(t.eval_batches * run.world_size);
 }
@@ -170,6 +177,35 @@ void StepLogger::add_fp8_fields(nlohmann::json& row, int64_t step) {
   }
 }
 
+double eval_progress_seconds() {
+  const char* v = std::getenv("FP8TRAIN_TEST_EVAL_PROGRESS_S");
+  if (v == nullptr || *v == '\0') return 10.0;
+  char* end = nullptr;
+  const double seconds = std::strtod(v, &end);
+  return end != v && *end == '\0' && std::isfinite(seconds) && seconds >= 0.0 ? seconds : 10.0;
+}
+
+void StepLogger::begin_eval(int64_t step, int64_t batches, bool final_eval) {
+  eval_step_ = step;
+  eval_batches_ = batches;
+  eval_clock_.reset();
+  eval_shown_at_ = 0.0;
+  if (final_eval) {
+    status_.print(fmt::format("step {}/{} | final evaluation: {} validation batches of {} x {} tokens", step,
+                              run_.cfg.train.steps, batches, run_.cfg.train.micro_batch_size, run_.cfg.model.seq_len));
+  }
+}
+
+void StepLogger::eval_batch(int64_t done) {
+  const double now = eval_clock_.seconds();
+  if (done == 0 || now - eval_shown_at_ < eval_progress_seconds()) return;
+  eval_shown_at_ = now;
+  const double remaining = now / static_cast<double>(done) * static_cast<double>(eval_batches_ - done);
+  status_.update(fmt::format("step {}/{} | evaluating: {}/{} batches | {} elapsed | ETA {}", eval_step_,
+                             run_.cfg.train.steps, done, eval_batches_, format_duration(now),
+                             format_duration(remaining)));
+}
+
 void StepLogger::log_eval(int64_t step, double val_loss) {
   write({{"step", step}, {"val_loss", val_loss}, {"elapsed_s", progress_.elapsed_s()}});
   status_.print(fmt::format("step {}/{} | val_loss {:.4f}", step, run_.cfg.train.steps, val_loss));
@@ -267,7 +303,8 @@ void TrainingLoop::evaluate_if_due(int64_t step) {
   const TrainSection& t = run_.cfg.train;
   if (t.eval_batches == 0) return;  // no validation batches: no evaluation (and no "val nan")
   if (!((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || step + 1 == t.steps)) return;
-  progress_.record_eval(evaluate(run_));
+  logger_.begin_eval(step + 1, t.eval_batches, step + 1 == t.steps);
+  progress_.record_eval(evaluate(run_, [&](int64_t done) { logger_.eval_batch(done); }));
   logger_.log_eval(step + 1, *progress_.last_val);
 }
 

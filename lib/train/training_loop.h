@@ -61,6 +61,11 @@ class StepLogger {
   // Reads the loss (and, in a job, whether any rank has `signal_pending`), builds the row,
   // writes it and updates the status line.
   LoggedStep log(const StepResult& result, bool signal_pending);
+  // Before an evaluation after `step` steps of `batches` batches: the final one says that it
+  // starts (it follows the last step's "ETA 0:00"); then eval_batch before each batch shows the
+  // batches done, at most every eval_progress_seconds() (progress: nothing when quiet).
+  void begin_eval(int64_t step, int64_t batches, bool final_eval);
+  void eval_batch(int64_t done);
   // The metrics row and the status line of an evaluation after `step` steps.
   void log_eval(int64_t step, double val_loss);
   // The one place rows are written (metrics.jsonl; TensorBoard events with run.tensorboard).
@@ -81,7 +86,16 @@ class StepLogger {
   int64_t loss_count_ = 0;
   Stopwatch window_;     // throughput since the previous log step
   int64_t window_tokens_ = 0;
+  // The evaluation in progress: its step, batches, time so far and when progress last showed.
+  int64_t eval_step_ = 0;
+  int64_t eval_batches_ = 0;
+  Stopwatch eval_clock_;
+  double eval_shown_at_ = 0.0;
 };
+
+// Seconds between the progress lines of a long evaluation: 10, or FP8TRAIN_TEST_EVAL_PROGRESS_S
+// (for tests; 0 shows every batch).
+double eval_progress_seconds();
 
 // Installs handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that only record the signal (the
 // loop then saves a checkpoint and stops), and restores the previous ones. run_training installs
