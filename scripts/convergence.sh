@@ -245,11 +245,16 @@ python3 "$REPO/scripts/convergence_table.py" "$OUTDIR" "$TARGET" || verdict=$?
 [ "$verdict" -le 1 ] || { echo "convergence.sh: convergence_table.py failed (exit $verdict)" >&2; exit 1; }
 dirs=()
 for run in "${RUNS[@]}"; do [ ! -d "$OUTDIR/runs/$run" ] || dirs+=("$OUTDIR/runs/$run"); done
+wrote="$OUTDIR/convergence.md, $OUTDIR/convergence.json"
+rm -f "$OUTDIR/convergence.html"
 if [ ${#dirs[@]} -gt 0 ]; then  # the table and every run's curves on shared axes, one offline page
-  "$APP" report "${dirs[@]}" --html "$OUTDIR/convergence.html" > "$OUTDIR/report.txt" 2>&1 \
-    || echo "convergence.sh: warning: fp8train report failed (see $OUTDIR/report.txt)" >&2
+  if "$APP" report "${dirs[@]}" --html "$OUTDIR/convergence.html" > "$OUTDIR/report.txt" 2>&1; then
+    wrote+=", $OUTDIR/convergence.html"
+  else
+    echo "convergence.sh: warning: fp8train report failed (see $OUTDIR/report.txt)" >&2
+  fi
 fi
-echo "wrote $OUTDIR/convergence.md, $OUTDIR/convergence.json, $OUTDIR/convergence.html"
+echo "wrote $wrote"
 [ "$STOP" = 0 ] || { echo "convergence.sh: interrupted; the tables hold the runs that finished" >&2; exit 130; }
 
 if [ "$KNOBS" = 1 ] && [ "$TRAIN" = 1 ]; then
