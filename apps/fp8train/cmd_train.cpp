@@ -79,7 +79,7 @@ void plan_dry_run(const TrainArgs& args, const config::LoadedConfig& loaded) {
 void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   app.add_option("-c,--config", args->config_path,
-                 "experiment YAML file (default: the built-in defaults, same as configs/default.yaml)")
+                 "experiment YAML file (default: the built-in defaults: configs/default.yaml with precision fp32)")
       ->check(CLI::ExistingFile);
   config::add_config_flags(app, &args->overrides);
   app.add_flag("--print-config", args->print_config, "print the resolved config as YAML and exit");

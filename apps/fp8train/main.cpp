@@ -14,10 +14,12 @@
 #include "lib/util/versions.h"       // fp8train_version, runtime_versions
 
 int main(int argc, char** argv) {
-  CLI::App app{"fp8train: train GPT models in FP8 with delayed scaling (CPU emulation or CUDA + cuBLASLt).\n"
-               "Run `fp8train --config configs/default.yaml`; every config key can be overridden with a flag or\n"
-               "--set section.key=value. Exit codes: 0 ok, 1 internal error, 2 bad input, 3 training failed,\n"
-               "130 interrupted.",
+  CLI::App app{"fp8train: train GPT- and LLaMA-style transformers in FP8 (recipes: delayed, current or block\n"
+               "scaling; fp32, bf16 and fp16 too), emulated on a CPU or on NVIDIA GPUs with cuBLASLt FP8 GEMMs.\n"
+               "Run `fp8train --config configs/default.yaml` (FP8, delayed scaling); every config key can be\n"
+               "overridden with a flag or --set section.key=value. --quiet silences the progress, not the result:\n"
+               "warnings, errors and the final line (status, losses, run folder) still print. Exit codes: 0 ok,\n"
+               "1 internal error, 2 bad input, 3 training failed, 130 interrupted.",
                "fp8train"};
   app.set_version_flag("--version", [] {
     return "fp8train " + fp8t::fp8train_version() + "\n" + fp8t::runtime_versions();
@@ -38,8 +40,10 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : static_cast<int>(fp8t::ExitCode::kBadInput);
   } catch (const fp8t::Error& e) {
     // An error quotes what it was given; a 50 MB value must not become 50 MB of terminal output.
+    // The longest message meant to be read whole, the memory refusal with the planner's table,
+    // runs to about 3,000 characters.
     const std::string message = e.what();
-    constexpr size_t kMaxMessage = 2000;
+    constexpr size_t kMaxMessage = 8000;
     if (message.size() <= kMaxMessage) {
       spdlog::error("{}", message);
     } else {

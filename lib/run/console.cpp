@@ -3,6 +3,8 @@
 #include <sys/ioctl.h>  // ioctl, TIOCGWINSZ, winsize
 #include <unistd.h>     // isatty, fileno
 
+#include <spdlog/spdlog.h>  // spdlog::info
+
 #include <cmath>  // std::isfinite, std::llround, std::fabs
 
 #include "lib/util/log.h"  // set_console_pre_write_hook, log_to_file
@@ -101,8 +103,10 @@ void StatusLine::clear_locked() {
   showing_ = false;
 }
 
-void StatusLine::update(const StatusFields& fields) {
-  std::string line = format_status(fields);
+void StatusLine::update(const StatusFields& fields) { update(format_status(fields)); }
+
+void StatusLine::update(const std::string& text) {
+  std::string line = text;
   log_to_file(line);  // once per update, also when quiet; the redraws below are console-only
   if (mode_ == Mode::kQuiet) return;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -130,6 +134,17 @@ void StatusLine::finish() {
   if (!showing_) return;
   write_locked("\n");
   showing_ = false;
+}
+
+void print_result(const std::string& line, bool quiet) {
+  if (!quiet) {
+    spdlog::info("{}", line);
+    return;
+  }
+  // The logger's console sink shows warnings and errors only when quiet: write around it.
+  log_to_file(line);
+  std::fprintf(stderr, "[info] %s\n", line.c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace fp8t::train

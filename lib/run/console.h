@@ -3,8 +3,9 @@
 //
 // On a terminal (isatty) the line is rewritten in place ("\r", text, clear-to-end-of-line) and
 // cut to the terminal width; log messages written meanwhile (lib/util/log.h) first clear it.
-// Elsewhere (pipes, files, CI) each update is one plain line. Quiet mode prints nothing: errors
-// and warnings still reach stderr through the logger, which StatusLine does not touch.
+// Elsewhere (pipes, files, CI) each update is one plain line. Quiet mode prints no progress:
+// errors and warnings still reach stderr through the logger, which StatusLine does not touch,
+// and the run's result line (print_result) prints all the same.
 // Every update() and print() is also recorded once in the log file (log_to_file in
 // lib/util/log.h), quiet or not, without the redraws.
 #pragma once
@@ -51,6 +52,8 @@ class StatusLine {
 
   // Shows the progress line (in place, or as a new line).
   void update(const StatusFields& fields);
+  // The same for a progress line of another kind (e.g. an evaluation's batches).
+  void update(const std::string& line);
 
   // Prints a line that stays (e.g. an eval result): clears an in-place line first. Nothing in
   // quiet mode.
@@ -72,5 +75,10 @@ class StatusLine {
   bool showing_ = false;  // an in-place line is on screen, without its newline
   bool hooked_ = false;   // installed the logger's pre-write hook
 };
+
+// The line that ends a run (status, losses, run folder): on stderr as "[info] <line>", as the
+// logger prints it, and in the log file; also in quiet mode, which silences progress, not the
+// result.
+void print_result(const std::string& line, bool quiet);
 
 }  // namespace fp8t::train

@@ -1,5 +1,6 @@
 #include "lib/train/progress.h"
 
+#include <fmt/format.h>     // fmt::format
 #include <spdlog/spdlog.h>  // spdlog::warn
 
 #include <algorithm>  // std::sort, std::max
@@ -7,6 +8,8 @@
 #include <vector>     // std::vector
 
 #include "lib/config/fields.h"   // config::to_string
+#include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
+#include "lib/fp8/rewrite.h"          // fp8::RewriteReport
 #include "lib/model/gpt.h"       // model::Gpt
 #include "lib/train/run_setup.h"  // Run
 #include "lib/util/memory.h"     // peak_memory_bytes
@@ -101,6 +104,7 @@ nlohmann::json Progress::summary(const Run& run) const {
   }
   if (auto floor = run.data.entropy_floor_nats()) out["entropy_floor"] = *floor;
   if (run.scaling() && run.cfg.fp8.stats) out["fp8_worst"] = worst_offenders(worst_fp8);
+  if (run.scaling()) out["fp8"] = fp8_summary(run, *this);
   if (run.scaling() && run.comm) out["fp8_max_scale_spread_across_ranks"] = max_scale_spread;
   return out;
 }
@@ -110,6 +114,82 @@ nlohmann::json Progress::failure_summary(const std::string& error) const {
       {"status", status}, {"steps", in_loop ? step + 1 : step}, {"error", error}, {"skipped_steps", skipped_steps}};
   if (diverged_at > 0) out["diverged_at_step"] = diverged_at;
   return out;
+}
+
+namespace {
+
+// The Linear layers of the rewrite: how many ran in FP8, and the names of those kept.
+void add_linears(const fp8::RewriteReport& report, nlohmann::json& out) {
+  int64_t linears = 0;
+  nlohmann::json kept = nlohmann::json::array();
+  for (const auto& layer : report.layers) {
+    if (layer.kind != "Linear") continue;
+    ++linears;
+    if (!layer.converted) kept.push_back(layer.name);
+  }
+  out["linears"] = linears;
+  out["fp8_linears"] = report.converted_linears;
+  out["fp8_gemm_flops_share"] = report.fp8_gemm_share;
+  out["kept_linears"] = kept;
+}
+
+// The smallest and largest per-tensor scale in use at the end (one host read; delayed and
+// current scaling: block scales are per block and change with every cast).
+void add_scale_range(const fp8::Scaling& scaling, nlohmann::json& out) {
+  if (scaling.kind() == fp8::RecipeKind::kBlock || !scaling.scale().defined() || scaling.scale().numel() == 0) return;
+  const at::Tensor scale = scaling.scale().detach().to(at::kCPU, at::kFloat);
+  out["scale_min"] = scale.min().item<double>();
+  out["scale_max"] = scale.max().item<double>();
+}
+
+std::string percent(double fraction) { return fmt::format("{:.3g}%", 100.0 * fraction); }
+
+// "h1.attn.c_proj:weight 0.0061%" for the first entry of fp8_worst's list, or "none (0%)".
+std::string worst_text(const nlohmann::json& list) {
+  if (list.empty() || list[0].at("fraction").get<double>() == 0.0) return "none";
+  return list[0].at("slot").get<std::string>() + " " + percent(list[0].at("fraction").get<double>());
+}
+
+}  // namespace
+
+nlohmann::json fp8_summary(const Run& run, const Progress& progress) {
+  const fp8::Scaling* scaling = run.scaling();
+  if (!scaling) return nullptr;
+  const fp8::Recipe& recipe = run.cfg.fp8;
+  nlohmann::json out = {{"recipe", fp8::to_string(recipe.kind)},
+                        {"format", fp8::to_string(recipe.fp8_format)},
+                        {"emulated", !run.device.is_cuda()},
+                        {"scaled_tensors", scaling->num_slots()}};
+  if (const fp8::RewriteReport* report = run.session->rewrite()) add_linears(*report, out);
+  add_scale_range(*scaling, out);
+  if (recipe.stats) out["worst"] = worst_offenders(progress.worst_fp8);
+  return out;
+}
+
+std::string fp8_summary_line(const nlohmann::json& fp8) {
+  if (!fp8.is_object()) return "";
+  const std::string format = fp8.value("format", "") == "HYBRID" ? "HYBRID: E4M3 forward, E5M2 gradients"
+                                                                  : fp8.value("format", "") + " everywhere";
+  std::string s = fmt::format("fp8 ({} scaling, {}{}): ", fp8.value("recipe", ""), format,
+                              fp8.value("emulated", false) ? "; emulated on the CPU" : "");
+  if (fp8.contains("linears")) {
+    s += fmt::format("{} of {} Linear layers in FP8 ({:.1f}% of the Linear GEMM FLOPs", fp8["fp8_linears"].get<int64_t>(),
+                     fp8["linears"].get<int64_t>(), 100.0 * fp8["fp8_gemm_flops_share"].get<double>());
+    std::string kept;
+    for (const auto& name : fp8["kept_linears"]) kept += (kept.empty() ? "" : ", ") + name.get<std::string>();
+    s += kept.empty() ? "), " : "; kept: " + kept + "), ";
+  }
+  s += fmt::format("{} scaled tensors", fp8.value("scaled_tensors", 0));
+  if (fp8.contains("scale_min")) {
+    s += fmt::format(", scales {:.3g} to {:.3g}", fp8["scale_min"].get<double>(), fp8["scale_max"].get<double>());
+  }
+  if (fp8.contains("worst")) {
+    s += fmt::format("; most saturated {}, most underflow {}", worst_text(fp8["worst"]["most_saturated"]),
+                     worst_text(fp8["worst"]["most_underflow"]));
+  } else {
+    s += "; saturation and underflow per tensor: add --fp8-stats";
+  }
+  return s;
 }
 
 }  // namespace fp8t::train

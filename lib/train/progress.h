@@ -54,4 +54,16 @@ struct Progress {
   nlohmann::json failure_summary(const std::string& error) const;
 };
 
+// What FP8 did in a run (summary.json's "fp8"; null unless precision fp8): the recipe and format,
+// the Linear layers whose GEMMs ran in FP8 and the share of the Linear FLOPs that is, the layers
+// kept in high precision, the scaled tensors and the range of their scales at the end (per-tensor
+// recipes), and with fp8.stats the slots that saturated and underflowed most.
+nlohmann::json fp8_summary(const Run& run, const Progress& progress);
+
+// The end-of-run line for an fp8 run, from fp8_summary ("" for other precisions), e.g.
+//   "fp8 (delayed scaling, HYBRID: E4M3 forward, E5M2 gradients; emulated on the CPU): 8 of 9
+//    Linear layers in FP8 (95.2% of the Linear GEMM FLOPs; kept: lm_head), 24 scaled tensors,
+//    scales 1 to 2.9e+03; saturation and underflow: add --fp8-stats"
+std::string fp8_summary_line(const nlohmann::json& fp8);
+
 }  // namespace fp8t::train

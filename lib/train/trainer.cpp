@@ -9,9 +9,10 @@
 #include <vector>    // std::vector
 
 #include "lib/config/print.h"            // config::to_yaml
+#include "lib/run/console.h"             // print_result
 #include "lib/run/metrics.h"             // write_summary
 #include "lib/train/precision_chart.h"   // precision_chart
-#include "lib/train/progress.h"          // Progress
+#include "lib/train/progress.h"          // Progress, fp8_summary_line
 #include "lib/run/resume_config.h"       // check_resume_config
 #include "lib/run/run_dir.h"             // RunDir
 #include "lib/train/run_setup.h"         // Run, setup_run, join_job
@@ -81,9 +82,12 @@ nlohmann::json finish(const Run& run, const RunDir& dir, const Progress& progres
   summary["precision_chart"] = precision_chart(*run.session, run.world_size).to_json();
   if (run.main_rank) {
     write_final_summary(dir, summary);
-    spdlog::info("{}: {} steps, final loss {:.4f}, {}, {:.0f} tokens/s, {:.1f}s -> {}", progress.status,
-                 progress.step, progress.last_loss, val_text(progress), summary["tokens_per_s"].get<double>(),
-                 progress.wall.seconds(), dir.path().string());
+    const std::string fp8 = fp8_summary_line(summary.value("fp8", nlohmann::json()));
+    if (!fp8.empty()) spdlog::info("{}", fp8);
+    print_result(fmt::format("{}: {} steps, final loss {:.4f}, {}, {:.0f} tokens/s, {:.1f}s -> {}", progress.status,
+                             progress.step, progress.last_loss, val_text(progress),
+                             summary["tokens_per_s"].get<double>(), progress.wall.seconds(), dir.path().string()),
+                 run.cfg.run.quiet);
   }
   if (progress.status == "interrupted") {
     FP8T_THROW(ExitCode::kInterrupted, "interrupted; checkpoint saved in ", dir.path().string(),
@@ -99,8 +103,9 @@ nlohmann::json finish_from_checkpoint(const Run& run, const RunDir& dir, nlohman
   summary["written_on_resume"] = true;
   if (run.main_rank) {
     write_final_summary(dir, summary);
-    spdlog::info("the run had trained all {} steps; wrote {} from its final checkpoint", summary.value("steps", 0),
-                 dir.summary_path().string());
+    print_result(fmt::format("the run had trained all {} steps; wrote {} from its final checkpoint",
+                             summary.value("steps", 0), dir.summary_path().string()),
+                 run.cfg.run.quiet);
   }
   return summary;
 }

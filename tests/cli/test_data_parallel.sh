@@ -25,7 +25,8 @@ for t in "$FP8T_SOURCE_DIR/.venv/bin/torchrun" "$(command -v torchrun || true)";
   if [ -n "$t" ] && [ -x "$t" ]; then TORCHRUN=$t; break; fi
 done
 
-common=(--config "$CONFIG" --out-dir "$WORK/runs" --quiet --steps 8 --set train.warmup_steps=2
+# fp32 unless a run says fp8 (configs/default.yaml trains in fp8; the 1e-5 tolerances are fp32's).
+common=(--config "$CONFIG" --precision fp32 --out-dir "$WORK/runs" --quiet --steps 8 --set train.warmup_steps=2
         --set train.log_interval=1 --set train.eval_interval=4 --set train.eval_batches=2)
 
 # fp32: by hand, 2 ranks x 4 rows against 1 process x 8 rows.

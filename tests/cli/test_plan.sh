@@ -72,6 +72,20 @@ lever 70b-1rank "dist.prefetch 0" "does not fit"
 awk '/^  dist.prefetch 0 / { found = 1; if ($3 + 0 > 2.0) bad = 1 } END { exit !(found && !bad) }' logs/70b-1rank.out ||
   fail "70b-1rank: dist.prefetch 0 saves more than one gathered unit"
 
+# A real run that cannot fit this machine (70B on the CPU) is refused, exit 2, with the planner's
+# table: one line per category and lever, not one line of 1,700 characters.
+set +e
+"$FP8TRAIN" --config "$FP8T_SOURCE_DIR/configs/llama3-70b.yaml" --set data.train_path=no-such-file.bin \
+  --device cpu --out-dir "$RUNS" >logs/refused.out 2>logs/refused.err
+rc=$?
+set -e
+[ "$rc" = 2 ] || { cat logs/refused.err; fail "70B on the CPU: exit $rc, expected 2"; }
+for want in "cannot fit on cpu: it needs at least" "^  weights (FP32 master" "^verdict: does not fit:" \
+            "^levers, each alone" "model.d_model=8192"; do
+  grep -q -- "$want" logs/refused.err || { cat logs/refused.err; fail "the refusal lacks '$want'"; }
+done
+awk 'length > 600 { exit 1 }' logs/refused.err || { cat logs/refused.err; fail "the refusal has a line over 600 characters"; }
+
 # Bad input: --plan-* without --dry-run, nonsensical values, a shard group that does not divide.
 bad() {
   local name=$1 want=$2; shift 2
