@@ -30,11 +30,15 @@ std::vector<std::string> glob_matches(const std::string& pattern, std::string_vi
 
 }  // namespace
 
+bool is_glob_pattern(const std::string& entry) {
+  std::error_code ec;
+  return is_pattern(entry) && !std::filesystem::is_regular_file(entry, ec);
+}
+
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& entries, std::string_view config_key) {
   std::vector<std::string> paths;
   for (const std::string& entry : entries) {
-    std::error_code ec;
-    if (!is_pattern(entry) || std::filesystem::is_regular_file(entry, ec)) {
+    if (!is_glob_pattern(entry)) {
       paths.push_back(entry);
       continue;
     }

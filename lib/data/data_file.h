@@ -17,6 +17,10 @@ namespace fp8t::data {
 // that matches nothing, a file named twice.
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& entries, std::string_view config_key);
 
+// Whether an entry of a data key is a glob pattern that expand_data_paths expands (it holds *, ?
+// or [ and is not an existing file).
+bool is_glob_pattern(const std::string& entry);
+
 // Makes room for `files` more open descriptors (every data file stays open while the run reads
 // it): raises the soft RLIMIT_NOFILE up to the hard limit when needed; bad input when even the
 // hard limit is too low.

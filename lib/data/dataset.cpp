@@ -104,6 +104,7 @@ struct Dataset::Impl {
   ShardSet val;
   int64_t vocab_needed = 0;
   std::string description;
+  std::vector<std::string> warnings;  // the data files' manifest checks (shard_manifest.h)
   std::shared_ptr<WindowLog> window_log;  // FP8TRAIN_TEST_WINDOWS, else null
 
   // The training window of stream number s under data.order sequential.
@@ -225,6 +226,7 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
   }
   const LoadedFiles train = load_data_files(data.source, data.train_path, kTrainKey, model);
   int64_t vocab_needed = train.max_token + 1;
+  impl->warnings = train.warnings;
   TrainValSplit split;
   if (!data.val_path.empty()) {
     const LoadedFiles val = load_data_files(data.source, data.val_path, kValKey, model);
@@ -240,6 +242,7 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
     split.val = val.spans;
     vocab_needed = std::max(vocab_needed, val.max_token + 1);
     split.val_origin = val.names() + " (" + val.format + ")";
+    impl->warnings.insert(impl->warnings.end(), val.warnings.begin(), val.warnings.end());
   } else {
     split = split_validation_tail(data, train, model.seq_len);
   }
@@ -353,6 +356,8 @@ int64_t Dataset::tokens_per_epoch() const { return impl_->train.windows() * impl
 int64_t Dataset::train_files() const { return static_cast<int64_t>(impl_->train.spans().size()); }
 
 std::string Dataset::describe() const { return impl_->description; }
+
+const std::vector<std::string>& Dataset::warnings() const { return impl_->warnings; }
 
 std::optional<double> Dataset::entropy_floor_nats() const {
   if (impl_->chain) return impl_->chain->entropy_rate_nats();

@@ -91,6 +91,9 @@ class Dataset {
 
   // One line: source, path(s), train/val token counts, order.
   std::string describe() const;
+  // What the run should warn about its data files before training (shard_manifest.h: shards a
+  // pattern leaves out, a folder without manifest.json, ...), one line each.
+  const std::vector<std::string>& warnings() const;
   // Lowest achievable mean loss in nats when it is known (synthetic data), else nullopt.
   std::optional<double> entropy_floor_nats() const;
   // Largest token id in the data + 1: the smallest model.vocab_size that fits.

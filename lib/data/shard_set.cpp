@@ -1,8 +1,9 @@
 #include "lib/data/shard_set.h"
 
-#include <algorithm>  // std::upper_bound, std::max, std::find
+#include <algorithm>  // std::upper_bound, std::max, std::find, std::any_of
 
-#include "lib/data/data_file.h"    // expand_data_paths, reserve_open_files
+#include "lib/data/data_file.h"    // expand_data_paths, reserve_open_files, is_glob_pattern
+#include "lib/data/shard_manifest.h"  // check_shard_manifests
 #include "lib/data/text_source.h"  // read_text_file
 #include "lib/data/token_file.h"   // read_token_file, format_name
 #include "lib/util/error.h"        // FP8T_CHECK, FP8T_INPUT_CHECK, FP8T_THROW
@@ -88,6 +89,10 @@ LoadedFiles load_data_files(DataSource source, const std::vector<std::string>& e
     if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
   }
   for (const std::string& format : formats) files.format += (files.format.empty() ? "" : " + ") + format;
+  if (source == DataSource::kTokens) {
+    const bool from_pattern = std::any_of(entries.begin(), entries.end(), is_glob_pattern);
+    files.warnings = check_shard_manifests(files.spans, from_pattern, key);
+  }
   return files;
 }
 

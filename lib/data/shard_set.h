@@ -60,12 +60,16 @@ class ShardSet {
 
 // The files of a data key, opened and validated in order: `entries` expanded (globs, lists;
 // data_file.h), each file's format checked, its tokens checked against model.vocab_size and
-// its length against one window (model.seq_len + 1). The first bad file stops it with a
-// bad-input error naming the file and the key.
+// its length against one window (model.seq_len + 1), and token files against the manifest.json
+// of their folder (shard_manifest.h). The first bad file stops it with a bad-input error naming
+// the file and the key.
 struct LoadedFiles {
   std::vector<TokenSpan> spans;  // each file whole
   std::string format;            // "llm.c shard v1 (uint16)", "bytes", or several joined by " + "
   int64_t max_token = -1;
+  // Token files checked against prepare_data.py's manifest.json (shard_manifest.h): what the
+  // run should say before training (one line each; refusals throw instead).
+  std::vector<std::string> warnings;
   // "PATH" for one file, "N files FIRST .. LAST" for several.
   std::string names() const;
 };

@@ -56,6 +56,9 @@ void log_plan(const Run& run) {
                : cfg.precision == Precision::kBf16 && run.device.is_cpu() ? " (CPU autocast to bf16)"
                : cfg.precision == Precision::kFp16 && run.device.is_cpu() ? " (CPU autocast to fp16)" : "");
   spdlog::info("data: {}", run.data.describe());
+  if (run.main_rank) {
+    for (const std::string& warning : run.data.warnings()) spdlog::warn("data: {}", warning);
+  }
   if (run.data.epoch() && run.data.tokens_per_epoch() > 0) {
     spdlog::info("data: {} training tokens, {} per epoch; {} steps x {} tokens = {:.3g} epochs", run.data.train_tokens(),
                  run.data.tokens_per_epoch(), t.steps, run.tokens_per_step,
