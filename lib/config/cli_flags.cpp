@@ -65,6 +65,7 @@ const std::vector<ConfigFlag>& config_flags() {
       {"--quiet", "run.quiet", true},
       {"--overwrite", "run.overwrite", true},
       {"--tensorboard", "run.tensorboard", true},
+      {"--accept-data-change", "run.accept_data_change", true},
   };
   return flags;
 }

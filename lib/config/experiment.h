@@ -48,6 +48,9 @@ struct RunSection {
   bool quiet = false;             // no per-step console status lines (errors still print)
   bool overwrite = false;         // allow replacing an existing run folder
   bool tensorboard = false;       // also write TensorBoard event files into the run folder
+  // --resume: continue although the data files differ from those the checkpoint was trained on
+  // (lib/train/job_fingerprint.h data_record); without it that is exit 2 naming the files.
+  bool accept_data_change = false;
 };
 
 struct ModelSection {

@@ -116,6 +116,9 @@ std::vector<Field> build_table() {
                          [](auto& c) -> auto& { return c.run.overwrite; }));
   t.push_back(bool_field("run.tensorboard", "also write TensorBoard event files into the run folder",
                          [](auto& c) -> auto& { return c.run.tensorboard; }));
+  t.push_back(bool_field("run.accept_data_change",
+                         "--resume: continue on data files that differ from those the checkpoint was trained on",
+                         [](auto& c) -> auto& { return c.run.accept_data_change; }));
   // model
   t.push_back(int_field("model.vocab_size", "token vocabulary size (256 for byte-level text)",
                         [](auto& c) -> auto& { return c.model.vocab_size; }, at_least(1)));

@@ -9,6 +9,8 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+#include <nlohmann/json.hpp>  // nlohmann::json
+
 #include "lib/config/experiment.h"  // ExperimentConfig, DataSection
 #include "lib/dist/fingerprint.h"   // dist::FingerprintItem
 
@@ -30,5 +32,18 @@ std::string file_fingerprint(const std::filesystem::path& path);
 
 // Every config key ("config key <key>" -> its value) and every input file ("file <path> (<key>)").
 std::vector<dist::FingerprintItem> job_fingerprint(const ExperimentConfig& cfg);
+
+// What a checkpoint records of the data it was trained on (its meta "data_files"): every file
+// of data.train_path and data.val_path in order, as {key, path, fingerprint} (file_fingerprint:
+// a few reads per file however large, so a resume of a terabyte corpus stays instant). Empty
+// for the synthetic source. It tells a replaced, re-tokenized, truncated, extended, added,
+// removed or reordered file from the one trained on; an in-place edit of bytes that no sample
+// covers is not seen (token files are written whole by the tools that make them).
+nlohmann::json data_record(const ExperimentConfig& cfg);
+
+// How the files of `now` differ from the `recorded` ones (both data_record()s), one line per
+// file ("data.train_path: 'b.bin' holds other data: ...", "... is new", "... is no longer
+// named"), or one line when only their order changed; empty when they agree.
+std::vector<std::string> data_record_changes(const nlohmann::json& recorded, const nlohmann::json& now);
 
 }  // namespace fp8t::train

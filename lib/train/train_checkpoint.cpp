@@ -15,6 +15,7 @@
 #include "lib/model/gpt.h"                    // model::Gpt
 #include "lib/run/checkpoint.h"               // Checkpoint, save_checkpoint, load_checkpoint
 #include "lib/run/checkpoint_files.h"         // describe_kept, kept_checkpoints
+#include "lib/train/job_fingerprint.h"        // data_record_changes
 #include "lib/run/metrics.h"                  // truncate_metrics_after
 #include "lib/step/loss_scaler.h"             // LossScaler
 #include "lib/dist/communicator.h"            // dist::Communicator
@@ -135,6 +136,79 @@ void check_fp8_recipe(const Run& run, const Checkpoint& ck, const std::filesyste
                    ", or start a new run (--run-name) to train under ", now);
 }
 
+// The data files against those the checkpoint was trained on (its meta "data_files"): files
+// that differ are exit 2 naming each, unless run.accept_data_change says to go on (a warning
+// then lists them). A checkpoint written before the record existed is resumed with a note.
+void check_data_files(const Run& run, const Checkpoint& ck, const nlohmann::json& now, const std::filesystem::path& path,
+                      int64_t step) {
+  if (!ck.meta.contains("data_files")) {
+    if (run.main_rank && !now.empty()) {
+      spdlog::info("{} records no data files (written by an older fp8train): the data files are not compared with "
+                   "those step {} was trained on", path.string(), step);
+    }
+    return;
+  }
+  const std::vector<std::string> changes = data_record_changes(ck.meta["data_files"], now);
+  if (changes.empty()) return;
+  std::string list;
+  for (const std::string& change : changes) list += (list.empty() ? "" : "; ") + change;
+  FP8T_INPUT_CHECK(run.cfg.run.accept_data_change, "cannot resume ", path.string(), " (step ", step,
+                   "): the data files differ from those it was trained on: ", list,
+                   ". Resuming would continue the data order over other tokens. Restore the files, or continue on the "
+                   "changed data on purpose with --accept-data-change (run.accept_data_change: true; the checkpoints "
+                   "written from then on record the new files)");
+  if (run.main_rank) {
+    spdlog::warn("resuming {} (step {}) on data files that differ from those it was trained on "
+                 "(run.accept_data_change): {}", path.string(), step, list);
+  }
+}
+
+// The shard files a ZeRO manifest (checkpoint.pt's meta "zero") lists that are not in `folder`.
+std::vector<std::string> missing_shard_files(const nlohmann::json& meta, const std::filesystem::path& folder) {
+  std::vector<std::string> missing;
+  if (!meta.contains("zero") || !meta["zero"].contains("shards") || !meta["zero"]["shards"].is_array()) return missing;
+  for (const nlohmann::json& shard : meta["zero"]["shards"]) {
+    if (!shard.contains("file") || !shard["file"].is_string()) continue;
+    std::error_code ec;
+    const std::string file = shard["file"].get<std::string>();
+    if (!std::filesystem::is_regular_file(folder / file, ec)) missing.push_back(file);
+  }
+  return missing;
+}
+
+// The kept checkpoints of steps before `step` that load (CRC32C checked) and whose shard files
+// are all there: the ones a --resume-from can continue.
+std::map<int64_t, std::filesystem::path> complete_checkpoints_before(const std::filesystem::path& folder, int64_t step) {
+  std::map<int64_t, std::filesystem::path> complete;
+  for (const auto& [kept_step, file] : kept_checkpoints(folder)) {
+    if (kept_step >= step) continue;
+    try {
+      if (missing_shard_files(load_checkpoint(file).meta, folder).empty()) complete[kept_step] = file;
+    } catch (const Error&) {  // corrupt or unreadable: not a way back
+    }
+  }
+  return complete;
+}
+
+// A ZeRO checkpoint whose shard files are not all there is exit 2 naming them, the complete
+// older checkpoints the folder keeps and the --resume-from that continues the newest of them.
+void check_shard_files(const Checkpoint& ck, const std::filesystem::path& path, int64_t step) {
+  const std::filesystem::path folder = path.parent_path();
+  const std::vector<std::string> missing = missing_shard_files(ck.meta, folder);
+  if (missing.empty()) return;
+  std::string names;
+  for (const std::string& file : missing) names += (names.empty() ? "" : ", ") + file;
+  const auto complete = complete_checkpoints_before(folder, step);
+  FP8T_THROW(ExitCode::kBadInput, "cannot resume ", path.string(), " (step ", step, "): ", missing.size(), " of its ",
+             ck.meta["zero"]["shards"].size(), " ZeRO shard files ", missing.size() == 1 ? "is" : "are",
+             " missing from ", folder.string(), " (", names, ")",
+             complete.empty() ? std::string("; the folder keeps no complete earlier checkpoint: restore the files, or "
+                                            "start the run again (--overwrite)")
+                              : "; the complete earlier checkpoints the folder keeps: " + describe_kept(complete) +
+                                    ": continue from the newest with --resume-from " +
+                                    std::to_string(complete.rbegin()->first));
+}
+
 // The FP8, loss-scaler, RNG and data state (the weights and the optimizer: above).
 void restore_checkpoint(Run& run, const Checkpoint& ck) {
   torch::NoGradGuard no_grad;
@@ -207,7 +281,7 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const C
 
 Checkpointer::Checkpointer(Run& run, const RunDir& dir)
     : run_(run), dir_(dir), path_(dir.checkpoint_path()),
-      history_(dir.path(), run.cfg.train.keep_checkpoints, run.main_rank) {}
+      history_(dir.path(), run.cfg.train.keep_checkpoints, run.main_rank), data_record_(data_record(run.cfg)) {}
 
 bool Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
@@ -228,6 +302,8 @@ bool Checkpointer::resume(Progress& progress) {
     // where they stopped when the global batch (ranks x micro_batch_size) is kept.
     spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world, saved, run_.world_size, now);
   }
+  check_data_files(run_, ck, data_record_, source.file, start_step);
+  check_shard_files(ck, source.file, start_step);
   check_fp8_recipe(run_, ck, source.file);
   restore_weights_and_optimizer(run_, ck, source.file);
   restore_checkpoint(run_, ck);
@@ -361,6 +437,7 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
   if (run_.main_rank) {
     ck = make_checkpoint(run_, step, progress);
     ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
+    ck.meta["data_files"] = data_record_;  // what it was trained on, for the resume's check
     if (step == run_.cfg.train.steps) ck.meta["final_summary"] = summary_at(run_, progress, step);
   }
   if (sharded) ck.meta["zero"] = save_shards(step);  // every rank writes its shard first

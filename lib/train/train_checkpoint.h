@@ -38,9 +38,11 @@ class Checkpointer {
 
   // Continues from checkpoint.pt, or from the checkpoint --resume-from names: restores the
   // model, optimizer, FP8 and RNG state and the data position into `run`, and the totals into
-  // `progress`. Returns false when that checkpoint ends the run (train.steps) and summary.json
-  // was never written (a write that failed): final_summary() is then what the run would have
-  // written. Throws fp8t::Error (kBadInput) when the checkpoint does not fit the job, or there
+  // `progress`. Refuses (kBadInput), before anything is loaded or written, data files that are
+  // not those the checkpoint was trained on (unless run.accept_data_change) and a ZeRO
+  // checkpoint whose shard files are missing (naming the complete older ones). Returns false
+  // when that checkpoint ends the run (train.steps) and summary.json was never written (a write
+  // that failed): final_summary() is then what the run would have written. Throws fp8t::Error (kBadInput) when the checkpoint does not fit the job, or there
   // is nothing left to train.
   bool resume(Progress& progress);
   // The summary the final checkpoint recorded (after resume() returned false).
@@ -76,6 +78,9 @@ class Checkpointer {
   std::filesystem::path path_;
   Stopwatch since_save_;  // for train.checkpoint_every_min
   CheckpointHistory history_;
+  // The data files the run reads (job_fingerprint.h data_record), taken once at the start: each
+  // checkpoint records them, a resume compares them with its checkpoint's.
+  nlohmann::json data_record_;
   nlohmann::json final_summary_;
 };
 

@@ -25,6 +25,7 @@ run:
   quiet: true
   overwrite: yes
   tensorboard: true
+  accept_data_change: true
 model:
   vocab_size: 512
   seq_len: 96
@@ -198,6 +199,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(c.fp8.min_features_product == 4096);
   CHECK(c.fp8.stats);
   CHECK(c.run.tensorboard);
+  CHECK(c.run.accept_data_change);
   CHECK(c.train.checkpoint_every_min == 7.5);
   CHECK(c.train.keep_checkpoints == 4);
   CHECK(c.train.max_skipped_steps == 3);
@@ -208,9 +210,9 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   // Every key of the table was given in the file, so every origin is a line of it.
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
-  CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:13");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:71");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:83");
+  CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:14");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:72");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:84");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {

@@ -2,8 +2,11 @@
 // the config reads, each by size and sampled content.
 #include "lib/train/job_fingerprint.h"
 
-#include <fstream>  // std::ofstream
-#include <string>   // std::string
+#include <filesystem>  // std::filesystem::copy_file
+#include <fstream>     // std::ofstream
+#include <string>      // std::string
+
+#include <nlohmann/json.hpp>  // nlohmann::json
 
 #include "lib/config/fields.h"  // config::fields
 #include "tests/catch.h"
@@ -61,4 +64,44 @@ TEST_CASE("job fingerprint: files that differ in size, head or a sampled block d
   in_sample[static_cast<size_t>(8 * span / 15 + 10)] ^= 1;  // inside sample 8 of 0..15
   write(tmp / "in_sample.bin", in_sample);
   REQUIRE(train::file_fingerprint(tmp / "in_sample.bin") != a);
+}
+
+TEST_CASE("data record: what a checkpoint trained on; a replaced, new, removed or reordered file is named", "[train]") {
+  test::TempDir tmp("data_record");
+  write(tmp / "a.bin", std::string(5000, 'a'));
+  write(tmp / "b.bin", std::string(5000, 'b'));
+  write(tmp / "c.bin", std::string(5000, 'c'));  // the same size as b.bin: only the content tells them apart
+  ExperimentConfig c;
+  REQUIRE(train::data_record(c).empty());  // synthetic data: no file
+  c.data.source = DataSource::kTokens;
+  c.data.train_path = {(tmp / "a.bin").string(), (tmp / "b.bin").string()};
+  c.data.val_path = {(tmp / "c.bin").string()};
+  c.model.init_from = (tmp / "c.bin").string();  // the starting weights are not data: a resume replaces them
+  const nlohmann::json then = train::data_record(c);
+  REQUIRE(then.size() == 3);
+  REQUIRE(then[1]["key"] == "data.train_path");
+  REQUIRE(then[1]["path"] == (tmp / "b.bin").string());
+  REQUIRE(then[2]["key"] == "data.val_path");
+  REQUIRE(train::data_record_changes(then, train::data_record(c)).empty());
+
+  SECTION("another file of the same size copied over one") {
+    std::filesystem::copy_file(tmp / "c.bin", tmp / "b.bin", std::filesystem::copy_options::overwrite_existing);
+    const auto changes = train::data_record_changes(then, train::data_record(c));
+    REQUIRE(changes.size() == 1);
+    CHECK_THAT(changes[0], FP8T_CONTAINS("data.train_path: '" + (tmp / "b.bin").string() + "' holds other data"));
+  }
+  SECTION("a file added, a file no longer named") {
+    c.data.train_path = {(tmp / "b.bin").string(), (tmp / "d.bin").string()};
+    write(tmp / "d.bin", "d");
+    const auto changes = train::data_record_changes(then, train::data_record(c));
+    REQUIRE(changes.size() == 2);
+    CHECK_THAT(changes[0], FP8T_CONTAINS("a.bin' is no longer named"));
+    CHECK_THAT(changes[1], FP8T_CONTAINS("d.bin' is new"));
+  }
+  SECTION("the same files in another order") {
+    c.data.train_path = {(tmp / "b.bin").string(), (tmp / "a.bin").string()};
+    const auto changes = train::data_record_changes(then, train::data_record(c));
+    REQUIRE(changes.size() == 1);
+    CHECK_THAT(changes[0], FP8T_CONTAINS("in another order"));
+  }
 }
