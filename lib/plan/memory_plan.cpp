@@ -51,8 +51,10 @@ struct Candidate {
   int world_size = 1;
 };
 
-double total_on(const ExperimentConfig& cfg, int world_size) {
-  return estimate_training_memory(cfg, world_size).total_bytes();
+// The estimate of `cfg` on `world_size` of the target's devices (the attention scores counted
+// where the device's attention path materialises them).
+double total_on(const ExperimentConfig& cfg, int world_size, const PlanTarget& t) {
+  return estimate_training_memory(cfg, world_size, attention_scores_on(cfg, t.device_name)).total_bytes();
 }
 
 bool fits(double bytes, const PlanTarget& t) { return t.device_bytes > 0 && bytes <= t.device_bytes; }
@@ -103,7 +105,7 @@ Candidate micro_batch_candidate(const ExperimentConfig& cfg, const PlanTarget& t
   for (int64_t m = now / 2; m >= 1; m /= 2) {
     c.train.micro_batch_size = m;
     c.train.grad_accum_steps = cfg.train.grad_accum_steps * ((now + m - 1) / m);
-    if (fits(total_on(c, t.world_size), t) || m == 1 || t.device_bytes <= 0) break;
+    if (fits(total_on(c, t.world_size, t), t) || m == 1 || t.device_bytes <= 0) break;
   }
   return {fmt::format("train.micro_batch_size {} (train.grad_accum_steps {})", c.train.micro_batch_size,
                       c.train.grad_accum_steps),
@@ -113,10 +115,10 @@ Candidate micro_batch_candidate(const ExperimentConfig& cfg, const PlanTarget& t
 // The fewest ranks (the world doubled) on which the config fits; twice the world when none does.
 Candidate ranks_candidate(const ExperimentConfig& cfg, const PlanTarget& t) {
   int64_t world = 2 * static_cast<int64_t>(t.world_size);
-  while (t.device_bytes > 0 && world * 2 <= kMaxLeverRanks && !fits(total_on(cfg, static_cast<int>(world)), t)) {
+  while (t.device_bytes > 0 && world * 2 <= kMaxLeverRanks && !fits(total_on(cfg, static_cast<int>(world), t), t)) {
     world *= 2;
   }
-  if (!fits(total_on(cfg, static_cast<int>(world)), t)) world = 2 * static_cast<int64_t>(t.world_size);
+  if (!fits(total_on(cfg, static_cast<int>(world), t), t)) world = 2 * static_cast<int64_t>(t.world_size);
   return {fmt::format("{} ranks", world), fmt::format("{} GPUs instead of {}", world, t.world_size), cfg,
           static_cast<int>(world)};
 }
@@ -141,7 +143,7 @@ std::vector<Candidate> candidates(const ExperimentConfig& cfg, const PlanTarget&
 }
 
 Lever evaluate(const Candidate& c, double base_bytes, const PlanTarget& t) {
-  const double total = total_on(c.cfg, c.world_size);
+  const double total = total_on(c.cfg, c.world_size, t);
   return {c.setting, c.cost, total, base_bytes - total, fits(total, t)};
 }
 
@@ -178,7 +180,9 @@ void check_target(const ExperimentConfig& cfg, const PlanTarget& t) {
 
 MemoryPlan plan_memory(const ExperimentConfig& cfg, const PlanTarget& target) {
   check_target(cfg, target);
-  MemoryPlan plan{cfg, target, estimate_training_memory(cfg, target.world_size), false, {}, std::nullopt};
+  MemoryPlan plan{cfg, target,
+                  estimate_training_memory(cfg, target.world_size, attention_scores_on(cfg, target.device_name)),
+                  false, {}, std::nullopt};
   const double base = plan.estimate.total_bytes();
   plan.fits = fits(base, target);
   bool one_fits = false;
@@ -245,6 +249,11 @@ std::string byte_rows(const ExperimentConfig& cfg, const MemoryEstimate& e) {
              "", gib(e.gathered_weight_bytes));
   }
   if (e.head_gradient_bytes > 0) s += row("the chunked head's FP32 weight gradient", "", gib(e.head_gradient_bytes));
+  if (e.attention_score_bytes > 0) {
+    s += row(fmt::format("attention scores (math path, model.dropout {:g}: {} x [B, H, T, T])", cfg.model.dropout,
+                         3 * cfg.model.n_layer + 1),
+             "", gib(e.attention_score_bytes));
+  }
   s += row(fmt::format("activations of one micro-batch (train.recompute {})", recompute_name(cfg.train.recompute)), "",
            gib(e.activation_bytes));
   return s;
@@ -285,8 +294,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   const MemoryEstimate& e = plan.estimate;
   std::string s = fmt::format("memory per rank on {} x {}: {}, precision {}\n", plan.target.world_size,
                               plan.target.device_name, sharding(cfg, e), config::to_string(cfg.precision));
-  s += fmt::format("{:.4g} parameters, micro-batch {} x {} tokens; a lower bound (lib/plan/resources.h: attention "
-                   "scores, workspaces and allocator slack left out)\n",
+  s += fmt::format("{:.4g} parameters, micro-batch {} x {} tokens; a lower bound (lib/plan/resources.h: "
+                   "workspaces and allocator slack left out)\n",
                    e.parameters, cfg.train.micro_batch_size, cfg.model.seq_len);
   s += row("category", "bytes/param", "GiB");
   s += per_param_rows(cfg, e);

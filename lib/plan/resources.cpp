@@ -8,6 +8,8 @@
 #include <cstdlib>    // std::getenv
 #include <cstring>    // std::strcmp
 
+#include <ATen/ATen.h>            // at::empty, at::_fused_sdp_choice
+#include <ATen/SDPBackend.h>      // at::SDPBackend
 #include <c10/util/Exception.h>  // c10::OutOfMemoryError, TORCH_CHECK_WITH
 
 #if defined(FP8T_WITH_CUDA)
@@ -24,6 +26,11 @@ namespace {
 // ZeRO-1: full gradient buckets allocated at once during the armed backward (the one filling,
 // the one being reduced, the one released at the next launch).
 constexpr double kLiveGradientBuckets = 3.0;
+
+// The math path's [B, H, T, T] tensors each layer keeps for the backward: the softmax output,
+// the dropout noise and the dropped probabilities (LibTorch 2.15 on the CPU: the saved tensors
+// measured 3.3 x the FP32 scores, 6.4 x the BF16 ones, which it upcasts).
+constexpr double kScoreCopiesKept = 3.0;
 
 std::string gib(double bytes) { return fmt::format("{:.3g} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
@@ -167,6 +174,31 @@ double activation_bytes(const ExperimentConfig& cfg) {
 
 }  // namespace
 
+AttentionScores attention_scores_on(const ExperimentConfig& cfg, const std::string& device_name) {
+  if (device_name != "cpu") return AttentionScores::kFused;
+  const ModelSection& m = cfg.model;
+  const at::ScalarType dtype = cfg.precision == Precision::kFp32   ? at::kFloat
+                               : cfg.precision == Precision::kFp16 ? at::kHalf
+                                                                   : at::kBFloat16;
+  const at::TensorOptions options = at::TensorOptions().dtype(dtype);
+  const int64_t head_dim = m.d_model / m.n_head;
+  // The choice depends on the heads, the head size, the dtype and dropout, not on the length.
+  const at::Tensor q = at::empty({1, m.n_head, 2, head_dim}, options).requires_grad_(true);
+  const at::Tensor kv = at::empty({1, m.kv_heads(), 2, head_dim}, options).requires_grad_(true);
+  const int64_t choice = at::_fused_sdp_choice(q, kv, kv, /*attn_mask=*/{}, m.dropout, /*is_causal=*/true,
+                                               /*scale=*/std::nullopt, /*enable_gqa=*/m.kv_heads() != m.n_head);
+  return choice == static_cast<int64_t>(at::SDPBackend::math) ? AttentionScores::kMaterialised
+                                                                : AttentionScores::kFused;
+}
+
+double attention_score_bytes(const ExperimentConfig& cfg) {
+  const ModelSection& m = cfg.model;
+  const double element = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double t = static_cast<double>(m.seq_len);
+  const double one = static_cast<double>(cfg.train.micro_batch_size) * static_cast<double>(m.n_head) * t * t * element;
+  return (kScoreCopiesKept * static_cast<double>(m.n_layer) + 1.0) * one;
+}
+
 int shard_ranks(const ExperimentConfig& cfg, int world_size) {
   const int world = std::max(world_size, 1);
   if (cfg.dist.zero == 0) return 1;
@@ -174,7 +206,7 @@ int shard_ranks(const ExperimentConfig& cfg, int world_size) {
   return cfg.dist.zero == 3 && group > 0 && group < world ? static_cast<int>(group) : world;
 }
 
-MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size) {
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size, AttentionScores scores) {
   const ModelSizes s = model_sizes(cfg.model);
   MemoryEstimate e;
   e.world_size = std::max(world_size, 1);
@@ -188,6 +220,7 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   }
   e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
   e.activation_bytes = activation_bytes(cfg);
+  if (scores == AttentionScores::kMaterialised) e.attention_score_bytes = attention_score_bytes(cfg);
   return e;
 }
 
@@ -210,6 +243,10 @@ std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
     transient += fmt::format("; gathered weights of {} units {}", gathered_units, gib(gathered_weight_bytes));
   }
   if (head_gradient_bytes > 0) transient += fmt::format("; the chunked head's FP32 weight gradient {}", gib(head_gradient_bytes));
+  if (attention_score_bytes > 0) {
+    transient += fmt::format("; attention scores of the math path (model.dropout {:g}) {}", cfg.model.dropout,
+                             gib(attention_score_bytes));
+  }
   return fmt::format("{} + {} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}){}; "
                      "activations of one micro-batch {} (train.micro_batch_size={} x model.seq_len={}, "
                      "train.recompute {}); total {} per rank",
@@ -218,9 +255,24 @@ std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
                      recompute_name(cfg.train.recompute), gib(total_bytes()));
 }
 
+namespace {
+
+// The attention-score term of check_memory_fits's message ("" when there is none).
+std::string attention_scores_text(const ExperimentConfig& cfg, const MemoryEstimate& e, const std::string& device) {
+  if (e.attention_score_bytes <= 0) return "";
+  const ModelSection& m = cfg.model;
+  return fmt::format("attention scores: {} (with model.dropout={:g} LibTorch runs the attention on the {} on its math "
+                     "path, which holds {:g} tensors of train.micro_batch_size={} x model.n_head={} x model.seq_len={} "
+                     "x model.seq_len; model.dropout 0 runs a fused kernel that holds none); ",
+                     gib(e.attention_score_bytes), m.dropout, device, kScoreCopiesKept * m.n_layer + 1.0,
+                     cfg.train.micro_batch_size, m.n_head, m.seq_len, m.seq_len);
+}
+
+}  // namespace
+
 void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name,
                        int world_size) {
-  const MemoryEstimate e = estimate_training_memory(cfg, world_size);
+  const MemoryEstimate e = estimate_training_memory(cfg, world_size, attention_scores_on(cfg, device_name));
   if (e.total_bytes() <= capacity_bytes) return;
   const ModelSection& m = cfg.model;
   const std::string model_keys = fmt::format("model.d_model={}, model.n_layer={}, model.vocab_size={}", m.d_model,
@@ -233,13 +285,14 @@ void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const
   const std::string activations = fmt::format("activations of one micro-batch: {} (set by {}, times the layers' "
                                               "widths)", gib(e.activation_bytes), batch_keys);
   const bool batch_dominates = e.activation_bytes > e.state_bytes;
+  const std::string scores = attention_scores_text(cfg, e, device_name);
   // Two sentences with the keys, then the planner's table (what --dry-run --plan-* prints): the
   // categories, the verdict and the levers, one per line.
   std::string table = format_memory_plan(plan_memory(cfg, PlanTarget{world_size, capacity_bytes, device_name}));
   if (!table.empty() && table.back() == '\n') table.pop_back();
   FP8T_THROW(ExitCode::kBadInput, "the config cannot fit on ", device_name, ": it needs at least ",
              gib(e.total_bytes()), " (a lower bound) but the ", device_name, " has ", gib(capacity_bytes), "; ",
-             batch_dominates ? activations : state, "; ", batch_dominates ? state : activations,
+             scores, batch_dominates ? activations : state, "; ", batch_dominates ? state : activations,
              batch_dominates ? ". Lower train.micro_batch_size (train.grad_accum_steps keeps the batch) or the model size"
                              : ". Make the model smaller",
              ", or use a lever below:\n", table);

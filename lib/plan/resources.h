@@ -33,8 +33,16 @@
 // backward (3 * d_model + 2 * ff_dim per block; train.recompute keeps less, see below) and the
 // logits (vocab_size; bf16 and fp8 hold one chunk of logit rows at a time, the rule of
 // lib/ops/linear_cross_entropy.h), at 4 bytes (fp32) or 2 bytes (bf16/fp16/fp8 autocast) per element.
-// Attention scores, workspaces, allocator slack and the data are left out, so a config that
-// fails this check can never run, while one that passes may still need more than estimated.
+// plus the attention scores where the attention materialises them (attention_scores_on): ATen's
+// math path of scaled_dot_product_attention computes the [B, H, T, T] scores of each layer
+// and keeps three such tensors for the backward (the softmax output, the dropout noise and the
+// dropped probabilities), plus one transient copy, at the activation element size (B
+// train.micro_batch_size, H model.n_head, T model.seq_len). LibTorch runs the math path on the
+// CPU when model.dropout > 0 (its CPU flash kernel takes no dropout); the fused kernels (the
+// CPU's flash kernel, the GPU's flash, memory-efficient and cuDNN kernels) never hold the scores,
+// so GPU estimates have no such term.
+// Workspaces, allocator slack and the data are left out, so a config that fails this check can
+// never run, while one that passes may still need more than estimated.
 #pragma once
 
 #include <ATen/core/Tensor.h>  // (at::Device through c10)
@@ -63,7 +71,10 @@ struct MemoryEstimate {
   int64_t gathered_units = 0;        // ZeRO-3: how many units those are
   double head_gradient_bytes = 0;    // the chunked head's FP32 weight gradient, forward to backward
   double activation_bytes = 0;  // one micro-batch
-  double total_bytes() const { return state_bytes + gathered_weight_bytes + head_gradient_bytes + activation_bytes; }
+  double attention_score_bytes = 0;  // the [B, H, T, T] scores of the math path (0: fused attention)
+  double total_bytes() const {
+    return state_bytes + gathered_weight_bytes + head_gradient_bytes + activation_bytes + attention_score_bytes;
+  }
   double state_bytes_per_param() const {
     return weight_bytes_per_param + grad_bytes_per_param + optimizer_bytes_per_param + fp8_bytes_per_param;
   }
@@ -72,10 +83,28 @@ struct MemoryEstimate {
   std::string breakdown(const ExperimentConfig& cfg) const;
 };
 
+// Where scaled_dot_product_attention keeps the attention scores in training.
+enum class AttentionScores {
+  kFused,         // a fused kernel: never materialised
+  kMaterialised,  // ATen's math path: [B, H, T, T] per layer (the header's term)
+};
+
+// The path on the device named `device_name`: "cpu" asks ATen which kernel it would choose for
+// the model's attention in training (at::_fused_sdp_choice on tiny tensors of the model's heads,
+// head size and activation dtype, with model.dropout); any other name is a GPU (c10::Device::str
+// "cuda:0", or a planned cluster's devices): kFused.
+AttentionScores attention_scores_on(const ExperimentConfig& cfg, const std::string& device_name);
+
+// Bytes per micro-batch of the math path's scores (the header's term): (3 x model.n_layer + 1)
+// x micro_batch_size x n_head x seq_len^2 x the activation element size.
+double attention_score_bytes(const ExperimentConfig& cfg);
+
 // Computed in double precision, so that absurd sizes (1e12 sequences) do not overflow.
 // `world_size`: data-parallel ranks (divides the gradients and the optimizer state under
 // dist.zero 1, and everything under dist.zero 3 unless dist.shard_group_size is smaller).
-MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size = 1);
+// `scores`: whether the attention scores are counted (attention_scores_on).
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size = 1,
+                                        AttentionScores scores = AttentionScores::kFused);
 
 // "none", "activation", "casts", "attention", "mlp", "block" (the train.recompute values).
 const char* recompute_name(Recompute r);
