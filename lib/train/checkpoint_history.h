@@ -10,6 +10,9 @@
 // belong to the steps that are trained again: they stay until the continued run writes its
 // first checkpoint (a plain --resume until then still finds them), and are removed then, as the
 // metrics rows after that step are on resume.
+//
+// After a divergence the run recommends the newest kept checkpoint whose next step was healthy
+// (lib/train/checkpoint_health.h), not simply the newest one before the first skipped step.
 #pragma once
 
 #include <cstdint>     // int64_t
@@ -52,6 +55,11 @@ class CheckpointHistory {
   std::optional<std::pair<int64_t, std::filesystem::path>> newest_before(int64_t step) const;
   // "steps 3, 5 (...)", every checkpoint the run folder holds now.
   std::string describe() const;
+  // Every checkpoint the run can go back to now, by step (checkpoint.pt's state included): for
+  // the divergence message (lib/train/checkpoint_health.h chooses among them).
+  std::map<int64_t, std::filesystem::path> checkpoints() const { return all(); }
+  // The step of the state the run continues: the checkpoint written last or resumed (-1: none).
+  int64_t current_step() const { return current_step_; }
 
  private:
   std::map<int64_t, std::filesystem::path> all() const;  // the kept ones and checkpoint.pt's

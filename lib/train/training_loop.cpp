@@ -5,9 +5,8 @@
 #include <spdlog/spdlog.h>  // spdlog::warn
 
 #include <algorithm>  // std::max
-#include <atomic>     // std::atomic
 #include <cmath>      // std::isfinite
-#include <csignal>    // std::signal
+#include <limits>     // std::numeric_limits
 #include <cstdlib>    // std::getenv, std::strtod
 #include <functional>  // std::function
 
@@ -22,9 +21,6 @@
 namespace fp8t::train {
 
 namespace {
-
-std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
 // The per-tensor scales every rank must hold identically: all of them under delayed scaling
 // (its amaxes are reduced), the weights' under current scaling (the weights are identical; the
@@ -77,19 +73,6 @@ double evaluate(Run& run, const std::function<void(int64_t)>& before_batch) {
 }
 
 }  // namespace
-
-// ---- signals ------------------------------------------------------------------------------
-
-SignalGuard::SignalGuard() {
-  g_signal.store(0);
-  for (size_t i = 0; i < kSignals.size(); ++i) prev_[i] = std::signal(kSignals[i], on_signal);
-}
-
-SignalGuard::~SignalGuard() {
-  for (size_t i = 0; i < kSignals.size(); ++i) std::signal(kSignals[i], prev_[i]);
-}
-
-bool SignalGuard::received() { return g_signal.load() != 0; }
 
 // ---- log phase ----------------------------------------------------------------------------
 
@@ -148,7 +131,7 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   if (const auto epoch = run_.data.epoch()) row["epoch"] = *epoch;
   if (skipped_now > 0) {
     spdlog::warn("step {}: {} step(s) with a non-finite loss or gradient norm skipped since the last log line "
-                 "({} in a row from step {}, {} in total; the run stops as diverged after {} in a row)",
+                 "({} in a row from step {}, {} in total; the run stops as diverged at a log step that sees {} in a row)",
                  step + 1, skipped_now, out.health.consecutive, out.health.streak_start, out.health.skipped,
                  t.max_skipped_steps);
   }
@@ -227,7 +210,10 @@ void StepLogger::write(const nlohmann::json& row) {
 // ---- the loop -----------------------------------------------------------------------------
 
 TrainingLoop::TrainingLoop(Run& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer)
-    : run_(run), progress_(progress), logger_(logger), checkpointer_(checkpointer) {}
+    : run_(run), progress_(progress), logger_(logger), checkpointer_(checkpointer) {
+  // The verdicts on the checkpoints of earlier invocations (a resume truncated the later rows).
+  health_.load(RunDir::locate(run.cfg.run.out_dir, run.cfg.run.name).metrics_path());
+}
 
 void TrainingLoop::run() {
   reset_peak_memory(run_.device);
@@ -236,7 +222,9 @@ void TrainingLoop::run() {
   const int64_t steps = run_.cfg.train.steps;
   for (; progress_.step < steps; ++progress_.step) {
     const int64_t step = progress_.step;
+    const std::optional<at::Tensor> loss_before = loss_before_checked_step(step);
     const StepResult result = train_step(step);
+    if (loss_before) check_checkpoint(result, *loss_before);
     // A signal stops a single process after this step; the ranks of a job agree on it at the
     // next log step (one collective there), so that all of them stop after the same step.
     bool stop_signal = !run_.comm && SignalGuard::received();
@@ -268,35 +256,80 @@ StepResult TrainingLoop::train_step(int64_t step) {
   return result;
 }
 
-// Non-finite steps are skipped on the device (Session::step); the run stops as diverged once
-// train.max_skipped_steps of them came in a row. Its weights are those of the step before.
+std::optional<at::Tensor> TrainingLoop::loss_before_checked_step(int64_t step) {
+  if (checkpointer_.history().current_step() != step) return std::nullopt;
+  return logger_.loss_sum().clone();
+}
+
+void TrainingLoop::check_checkpoint(const StepResult& result, const at::Tensor& loss_before) {
+  // Skipped micro-batches add nothing to the sum (StepHealth::unless_skipped); the flag says so.
+  const at::Tensor host = at::stack({(logger_.loss_sum() - loss_before).to(at::kDouble),
+                                     result.grad_norm.to(at::kDouble),
+                                     run_.session->health().found_inf().to(at::kDouble)})
+                              .cpu();
+  const double* v = host.data_ptr<double>();
+  const bool applied = v[2] == 0.0;
+  const double loss = applied ? v[0] / static_cast<double>(run_.cfg.train.grad_accum_steps)
+                              : std::numeric_limits<double>::quiet_NaN();  // a skipped step adds no loss
+  const StepSample next{result.step + 1, loss, v[1], applied};
+  const CheckpointVerdict& verdict = health_.judge_checkpoint(next);
+  logger_.write({{"step", next.step}, {"checkpoint_check", verdict.to_json()}});
+}
+
+namespace {
+
+// "13 steps in a row (8 to 20)" when the streak that diverged is still going, else "at least 5
+// steps in a row from step 8".
+std::string streak_text(const StepHealth::Counts& h, int64_t now, int64_t max_in_a_row) {
+  if (h.streak_start == h.diverged_at && h.consecutive > 0) {
+    return fmt::format("{} steps in a row ({} to {})", h.consecutive, h.streak_start, now);
+  }
+  return fmt::format("at least {} steps in a row from step {}", max_in_a_row, h.diverged_at);
+}
+
+}  // namespace
+
+// Non-finite steps are skipped on the device (Session::step); the run stops as diverged at the
+// first log step that sees train.max_skipped_steps of them in a row (the counters are read on the
+// host only there). The weights are those of the step before the streak.
 void TrainingLoop::check_step(const StepResult& result, const LoggedStep& logged) {
-  if (logged.health.diverged_at == 0) return;
+  const TrainSection& t = run_.cfg.train;
+  if (logged.health.diverged_at == 0) {
+    health_.observe({result.step + 1, logged.loss, result.grad_norm.item<double>(), true});
+    return;
+  }
   progress_.status = "diverged";
   progress_.diverged_at = logged.health.diverged_at;
   FP8T_THROW(ExitCode::kTrainingFailed, "diverged at step ", logged.health.diverged_at, ": ",
-             run_.cfg.train.max_skipped_steps, " steps in a row had a non-finite loss or gradient norm (skipped, ",
-             logged.health.skipped, " skipped in total; stopped after step ", result.step + 1,
-             "). The weights are those of step ", logged.health.diverged_at - 1, ". ",
+             streak_text(logged.health, result.step + 1, t.max_skipped_steps),
+             " had a non-finite loss or gradient norm and were skipped (", logged.health.skipped,
+             " skipped in total). The run stops at the first log step (train.log_interval ", t.log_interval,
+             ") that sees train.max_skipped_steps (", t.max_skipped_steps, ") in a row: here after step ",
+             result.step + 1, ". The weights are those of step ", logged.health.diverged_at - 1, ". ",
              way_back(logged.health.diverged_at),
              (run_.cfg.precision == Precision::kFp8 ? " (try fp8.margin, fp8.override_linear_precision or "
                                                       "precision bf16 to locate it; fp8.stats shows saturation)"
                                                     : " (try a lower train.lr or train.grad_clip)"));
 }
 
-// The newest checkpoint before the first skipped step, and the command that continues from it.
+// The newest checkpoint before the first skipped step whose next step was healthy
+// (lib/train/checkpoint_health.h), why, and the command that continues from it.
 std::string TrainingLoop::way_back(int64_t first_skipped) const {
   const CheckpointHistory& history = checkpointer_.history();
-  const auto before = history.newest_before(first_skipped);
-  if (!before) {
-    return fmt::format("No checkpoint from before step {} is kept (the run folder holds {}; "
-                       "train.keep_checkpoints keeps more)", first_skipped, history.describe());
+  const WayBack back = choose_way_back(history.checkpoints(), health_.verdicts(), first_skipped);
+  const std::string rule = fmt::format(
+      "a checkpoint is healthy when the step trained from its weights had a finite loss and gradient norm, the "
+      "loss at most {:g} x and the gradient norm at most {:g} x the medians of the recent healthy steps",
+      HealthRule::kLossSpike, HealthRule::kGradNormSpike);
+  if (!back.checkpoint) {
+    return fmt::format("{} (The run folder holds {}; train.keep_checkpoints keeps more; {}.)", back.explanation,
+                       history.describe(), rule);
   }
-  const std::filesystem::path config = before->second.parent_path() / "config.yaml";
-  return fmt::format("The newest checkpoint before step {} is step {} ({}); continue from it, after changing "
-                     "what diverged, with: fp8train --config {} --resume-from {} (the run folder keeps {}: an "
-                     "older one goes back further)", first_skipped, before->first, before->second.string(),
-                     config.string(), before->first, history.describe());
+  const int64_t step = back.checkpoint->first;
+  const std::filesystem::path config = back.checkpoint->second.parent_path() / "config.yaml";
+  return fmt::format("{} Continue from step {}, after changing what diverged, with: fp8train --config {} "
+                     "--resume-from {} (the run folder keeps {}: an older one goes back further; {})",
+                     back.explanation, step, config.string(), step, history.describe(), rule);
 }
 
 void TrainingLoop::evaluate_if_due(int64_t step) {

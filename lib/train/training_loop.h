@@ -11,8 +11,6 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <nlohmann/json.hpp>   // nlohmann::json
 
-#include <array>     // std::array
-#include <csignal>   // SIGINT, SIGTERM, SIGHUP, SIGQUIT
 #include <cstdint>   // int64_t
 #include <optional>  // std::optional
 #include <string>    // std::string
@@ -24,6 +22,8 @@
 #include "lib/train/run_setup.h"         // Run
 #include "lib/run/tensorboard.h"         // TensorBoardWriter
 #include "lib/step/step_health.h"        // StepHealth::Counts
+#include "lib/train/checkpoint_health.h"  // CheckpointHealth
+#include "lib/train/stop_signals.h"     // SignalGuard
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/util/timer.h"              // Stopwatch
 
@@ -97,22 +97,6 @@ class StepLogger {
 // (for tests; 0 shows every batch).
 double eval_progress_seconds();
 
-// Installs handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that only record the signal (the
-// loop then saves a checkpoint and stops), and restores the previous ones. run_training installs
-// it before the run folder is written.
-class SignalGuard {
- public:
-  SignalGuard();
-  ~SignalGuard();
-  SignalGuard(const SignalGuard&) = delete;
-  SignalGuard& operator=(const SignalGuard&) = delete;
-  static bool received();
-
- private:
-  static constexpr std::array<int, 4> kSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  std::array<void (*)(int), 4> prev_{};
-};
-
 class TrainingLoop {
  public:
   TrainingLoop(Run& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer);
@@ -128,6 +112,12 @@ class TrainingLoop {
   void check_step(const StepResult& result, const LoggedStep& logged);
   // For the divergence message: the checkpoint to go back to, and how.
   std::string way_back(int64_t first_skipped) const;
+  // Whether `step` (0-based) starts from a checkpoint's weights; then the loss sum before it
+  // (a device copy), for check_checkpoint.
+  std::optional<at::Tensor> loss_before_checked_step(int64_t step);
+  // Judges the checkpoint the step started from by the step's own loss and gradient norm (one
+  // host read) and writes the verdict row (lib/train/checkpoint_health.h).
+  void check_checkpoint(const StepResult& result, const at::Tensor& loss_before);
   void evaluate_if_due(int64_t step);
   // Saves and returns true when the run stops after `step` before its last step.
   bool stop_early(int64_t step, bool stop_signal);
@@ -136,6 +126,7 @@ class TrainingLoop {
   Progress& progress_;
   StepLogger& logger_;
   Checkpointer& checkpointer_;
+  CheckpointHealth health_;  // the verdict on each checkpoint, for the way back after a divergence
 };
 
 }  // namespace fp8t::train

@@ -7,8 +7,8 @@
 #       killed export's leftover, and says which step it exported;
 #   (6) model.init_from with a NaN is exit 2 naming the tensor; a folder gets its own message;
 #   (7) an absurd learning rate ruins the weights: the divergence message names the newest
-#       checkpoint before the first skipped step and the command, train.keep_checkpoints keeps
-#       the older ones, and --resume-from continues from one of them;
+#       checkpoint whose next step was healthy (not the ruined one) and the command,
+#       train.keep_checkpoints keeps the older ones, and --resume-from continues from one of them;
 #   minor: a missing metrics.jsonl on resume warns; no "val nan" before an evaluation; a 50 MB
 #       config of unknown keys is refused at its first key at once.
 # Tiny models and few steps.
@@ -107,8 +107,10 @@ step3_sum=$(sum runs/roll/checkpoint.pt)
 expect_rc 3 "an absurd learning rate" tiny roll --resume --steps 20 "${KEEP[@]}" --set train.lr=1e30 \
   --set train.min_lr=1e30 --set train.schedule=constant --set train.max_skipped_steps=3
 out_has "diverged at step 5"
-out_has "The newest checkpoint before step 5 is step 4"
-out_has "--resume-from 4"
+# Checkpoint 4 holds the ruined weights (step 5, trained from them, was skipped): the way back is 3.
+out_has "Go back to step 3"
+out_has "Not step 4: step 5, trained from its weights, was not healthy"
+out_has "--resume-from 3 "
 out_has "steps 1, 2, 3, 4"
 # No checkpoint while steps were skipped: steps 1-3 survive next to step 4.
 for s in 1 2 3; do [ -f "runs/roll/checkpoint.step-$s.pt" ] || fail "checkpoint of step $s not kept: $(ls runs/roll)"; done
