@@ -2,7 +2,7 @@
 // (train.attention_backend). at::scaled_dot_product_attention tries its backends in a
 // process-wide priority order and takes the first that accepts the shape, dtype and GPU; this
 // sets that order. The chosen backend goes first and the others keep LibTorch's order behind it,
-// so a shape the chosen one refuses still runs (on the next). On the CPU only the math path exists.
+// so a shape the chosen one refuses still runs (on the next). On the CPU the order is left alone.
 #pragma once
 
 #include <string>  // std::string
@@ -14,7 +14,7 @@ namespace fp8t::model {
 
 // kAuto's choice for this device: cudnn on compute capability 9.0 and newer (where its fused
 // attention was measured faster than flash at fp8train's LLaMA shapes: docs/precision.md),
-// flash below. A CPU device gets kMath.
+// flash below. A CPU device resolves to kMath (nothing is set there).
 AttentionBackend resolve_attention_backend(AttentionBackend requested, const at::Device& device);
 
 // ATen's backend order (at::SDPBackend values, all of them) with `first` in front and the rest in

@@ -75,6 +75,7 @@ train:
   cuda_graphs: false
   loss_chunk_mib: 64
   gemm_autotune: true
+  attention_backend: cudnn
   loss_scale_init: 1024
   loss_scale_growth_factor: 4
   loss_scale_backoff: 0.25
@@ -171,6 +172,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK_FALSE(c.train.cuda_graphs);
   CHECK(c.train.loss_chunk_mib == 64);
   CHECK(c.train.gemm_autotune);
+  CHECK(c.train.attention_backend == fp8t::AttentionBackend::kCudnn);
 
   CHECK(c.dist.timeout_s == 30);
   CHECK(c.dist.bucket_mb == 4.5);
@@ -211,8 +213,8 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
   CHECK(loaded.sources.all().size() == fields().size());
   CHECK(loaded.sources.origin("run.name") == "test.yaml:3");
   CHECK(loaded.sources.origin("model.n_layer") == "test.yaml:14");
-  CHECK(loaded.sources.origin("precision") == "test.yaml:72");
-  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:84");
+  CHECK(loaded.sources.origin("precision") == "test.yaml:73");
+  CHECK(loaded.sources.origin("fp8.fast_accumulation") == "test.yaml:85");
 }
 
 TEST_CASE("no file and empty text give the struct defaults", "[config]") {

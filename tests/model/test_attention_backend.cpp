@@ -59,12 +59,14 @@ TEST_CASE("attention backend: cudnn against flash, forward and backward (bf16, G
   std::vector<int64_t> restore;
   for (at::SDPBackend b : before) restore.push_back(static_cast<int64_t>(b));
   at::globalContext().setSDPPriorityOrder(restore);
-  // Both accumulate in FP32 and round to bf16 once, in different orders: the results differ by
-  // bf16 roundings of the output and gradients, 2^-8 relative to each tensor's largest element.
+  // Both accumulate in FP32 and round to bf16 once, in different orders. scripts/attention_bench.py
+  // on an H100 (torch 2.11, cuDNN 9.19) saw the largest |cudnn - flash| of the output and the three
+  // gradients at 4.3e-3 to 6.0e-3 of the tensor's largest magnitude over the LLaMA 1B/3B/8B shapes;
+  // allowed: 2^-7 = 7.8e-3 (two bf16 roundings of the largest element).
   for (size_t i = 0; i < flash.size(); ++i) {
     const double scale = flash[i].abs().max().item<double>();
     const double diff = (cudnn[i] - flash[i]).abs().max().item<double>();
     INFO("tensor " << i << " (y, dq, dk, dv): max |cudnn - flash| " << diff << ", max |flash| " << scale);
-    CHECK(diff <= 8.0 / 256.0 * scale);
+    CHECK(diff <= scale / 128.0);
   }
 }
