@@ -157,28 +157,49 @@ void check_tiling(std::vector<Entry>& entries, uint64_t data_size, const fs::pat
 
 }  // namespace
 
-SafetensorsContents read_safetensors(const fs::path& path) {
+namespace {
+
+// The file opened at its start, after the checks that it is one; `file_size` gets its size.
+std::ifstream open_safetensors(const fs::path& path, uint64_t& file_size) {
   std::error_code ec;
   FP8T_INPUT_CHECK(!fs::is_directory(path, ec), path.string(), " is a folder, not a safetensors file; name the "
                    ".safetensors file inside it");
   FP8T_INPUT_CHECK(fs::is_regular_file(path, ec), "safetensors file ", path.string(), " does not exist");
-  const uint64_t file_size = fs::file_size(path, ec);
+  file_size = fs::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
   FP8T_INPUT_CHECK(in.good(), "cannot open ", path.string(), ": ", std::strerror(errno));
-  uint64_t data_start = 0;
+  return in;
+}
+
+// The header's "__metadata__" entries (each a string).
+std::map<std::string, std::string> header_metadata(const nlohmann::json& header, const fs::path& path) {
+  std::map<std::string, std::string> metadata;
+  if (!header.contains("__metadata__")) return metadata;
+  for (const auto& [k, m] : header["__metadata__"].items()) {
+    FP8T_INPUT_CHECK(m.is_string(), path.string(), ": __metadata__ entry '", k, "' is not a string");
+    metadata[k] = m.get<std::string>();
+  }
+  return metadata;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_safetensors_metadata(const fs::path& path) {
+  uint64_t file_size = 0, data_start = 0;
+  std::ifstream in = open_safetensors(path, file_size);
+  return header_metadata(read_header(in, path, file_size, data_start), path);
+}
+
+SafetensorsContents read_safetensors(const fs::path& path) {
+  uint64_t file_size = 0, data_start = 0;
+  std::ifstream in = open_safetensors(path, file_size);
   const nlohmann::json header = read_header(in, path, file_size, data_start);
 
   SafetensorsContents out;
+  out.metadata = header_metadata(header, path);
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items()) {
-    if (name == "__metadata__") {
-      for (const auto& [k, m] : v.items()) {
-        FP8T_INPUT_CHECK(m.is_string(), path.string(), ": __metadata__ entry '", k, "' is not a string");
-        out.metadata[k] = m.get<std::string>();
-      }
-      continue;
-    }
-    entries.push_back(parse_entry(name, v, path));
+    if (name != "__metadata__") entries.push_back(parse_entry(name, v, path));
   }
   check_tiling(entries, file_size - data_start, path);
   for (const Entry& e : entries) {

@@ -42,5 +42,9 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
 // tensor) when the file is missing or malformed.
 SafetensorsContents read_safetensors(const std::filesystem::path& path);
 
+// Only the "__metadata__" entries of a safetensors file (the header is read, no tensor). Throws
+// as read_safetensors for a missing file or a malformed header.
+std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path);
+
 }  // namespace model
 }  // namespace fp8t

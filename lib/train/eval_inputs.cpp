@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>  // spdlog::info
 
-#include <cstdint>       // uint64_t
+#include <cstdint>       // int64_t
 #include <fstream>       // std::ifstream
 #include <map>           // std::map
 #include <system_error>  // std::error_code
@@ -13,6 +13,7 @@
 #include "lib/data/data_file.h"        // data::expand_data_paths
 #include "lib/data/token_manifest.h"   // data::manifests_beside
 #include "lib/model/hf_config.h"       // model::hf_model_section
+#include "lib/model/safetensors.h"     // model::read_safetensors_metadata
 #include "lib/run/checkpoint_files.h"  // kCheckpointFile, kept_checkpoints, describe_kept
 #include "lib/run/run_dir.h"           // RunDir::writer_pid, temporary_prefix
 #include "lib/util/error.h"            // FP8T_INPUT_CHECK
@@ -174,22 +175,11 @@ data::Dataset open_eval_data(const EvalRequest& request, const WeightsSource& so
 }
 
 std::optional<int64_t> safetensors_step(const fs::path& file) {
-  // Only the header (8-byte length, then JSON); the model reads the tensors.
-  std::ifstream in(file, std::ios::binary);
-  unsigned char size_bytes[8] = {0};
-  if (!in.read(reinterpret_cast<char*>(size_bytes), 8)) return std::nullopt;
-  uint64_t size = 0;
-  for (int i = 7; i >= 0; --i) size = (size << 8) | size_bytes[i];
-  constexpr uint64_t kMaxHeader = uint64_t{100} << 20;
-  if (size == 0 || size > kMaxHeader) return std::nullopt;  // malformed: the model's reader says why
-  std::string header(size, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(size))) return std::nullopt;
-  const nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return std::nullopt;
-  const nlohmann::json& meta = j["__metadata__"];
-  if (!meta.contains("fp8train_step") || !meta["fp8train_step"].is_string()) return std::nullopt;
+  const std::map<std::string, std::string> meta = model::read_safetensors_metadata(file);
+  const auto it = meta.find("fp8train_step");
+  if (it == meta.end()) return std::nullopt;
   try {
-    return std::stoll(meta["fp8train_step"].get<std::string>());
+    return std::stoll(it->second);
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -19,7 +19,7 @@
 #include "lib/run/checkpoint.h"         // Checkpoint, load_checkpoint
 #include "lib/step/session.h"           // Session
 #include "lib/train/eval_inputs.h"      // WeightsSource, resolve_weights, load_eval_config, open_eval_data
-#include "lib/train/train_checkpoint.h"  // checkpoint_model_tensors
+#include "lib/train/train_checkpoint.h"  // checkpoint_model_tensors, checkpoint_fp8_state
 #include "lib/train/trainer.h"          // resolve_device
 #include "lib/util/error.h"             // FP8T_INPUT_CHECK
 #include "lib/util/timer.h"             // Stopwatch
@@ -59,12 +59,8 @@ void load_fp8_state(Session& session, const Checkpoint& ck, const fs::path& file
   const std::string recipe = ck.meta.value("fp8_recipe", std::string(trained == "fp8" ? "delayed" : ""));
   const std::string now = fp8::to_string(scaling->kind());
   if (trained == "fp8" && recipe == now) {
-    std::map<std::string, at::Tensor> state;
-    for (const auto& [k, v] : ck.tensors) {
-      if (k.rfind("fp8.", 0) == 0) state[k] = v;
-    }
     torch::NoGradGuard no_grad;
-    scaling->load_state_dict(state);
+    scaling->load_state_dict(checkpoint_fp8_state(ck));
     return;
   }
   if (scaling->kind() == fp8::RecipeKind::kDelayed) {

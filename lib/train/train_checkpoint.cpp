@@ -212,11 +212,7 @@ void check_shard_files(const Checkpoint& ck, const std::filesystem::path& path, 
 // The FP8, loss-scaler, RNG and data state (the weights and the optimizer: above).
 void restore_checkpoint(Run& run, const Checkpoint& ck) {
   torch::NoGradGuard no_grad;
-  std::map<std::string, at::Tensor> fp8_state;
-  for (const auto& [k, v] : ck.tensors) {
-    if (k.rfind("fp8.", 0) == 0) fp8_state[k] = v;
-  }
-  if (auto* scaling = run.session->scaling()) scaling->load_state_dict(fp8_state);
+  if (auto* scaling = run.session->scaling()) scaling->load_state_dict(checkpoint_fp8_state(ck));
   if (LossScaler* scaler = run.session->loss_scaler()) scaler->load_state_dict(ck.tensors);
   const auto rng = ck.tensors.find("rng.cpu");
   FP8T_INPUT_CHECK(rng != ck.tensors.end(), "checkpoint has no RNG state");
@@ -252,6 +248,14 @@ void warn_if_metrics_missing(const RunDir& dir, int64_t step) {
 }
 
 }  // namespace
+
+std::map<std::string, at::Tensor> checkpoint_fp8_state(const Checkpoint& ck) {
+  std::map<std::string, at::Tensor> state;
+  for (const auto& [k, v] : ck.tensors) {
+    if (k.rfind("fp8.", 0) == 0) state[k] = v;
+  }
+  return state;
+}
 
 std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const Checkpoint& ck,
                                                                         const std::filesystem::path& folder) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>     // int64_t
 #include <filesystem>  // std::filesystem::path
+#include <map>         // std::map
 #include <string>      // std::string
 #include <utility>     // std::pair
 #include <vector>      // std::vector
@@ -31,6 +32,9 @@ namespace fp8t::train {
 // ZeRO-3 assembled from the shard files in `folder` that its manifest lists), on the CPU.
 std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const Checkpoint& ck,
                                                                         const std::filesystem::path& folder);
+
+// The FP8 recipe state a checkpoint holds (its "fp8.*" tensors, as fp8::Scaling::state_dict names them).
+std::map<std::string, at::Tensor> checkpoint_fp8_state(const Checkpoint& ck);
 
 class Checkpointer {
  public:

@@ -118,14 +118,14 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   // The mean over the applied steps' micro-batches (skipped steps add nothing to the sum).
   const int64_t applied = loss_count_ - skipped_now * t.grad_accum_steps;
   out.loss = loss_total / static_cast<double>(std::max<int64_t>(applied, 0) * run_.world_size);
-  const double gnorm = result.grad_norm.item<double>();
+  out.grad_norm = result.grad_norm.item<double>();
   loss_sum_.zero_();
   loss_count_ = 0;
   progress_.last_loss = out.loss;
   const double tok_s = window_tokens_ / std::max(1e-9, window_.seconds());
   window_.reset();
   window_tokens_ = 0;
-  nlohmann::json row = {{"step", step + 1}, {"loss", out.loss}, {"lr", result.lr}, {"grad_norm", gnorm},
+  nlohmann::json row = {{"step", step + 1}, {"loss", out.loss}, {"lr", result.lr}, {"grad_norm", out.grad_norm},
                         {"tokens_per_s", tok_s}, {"elapsed_s", progress_.elapsed_s()},
                         {"skipped_steps", skipped_now}, {"tokens_seen", run_.data.tokens_seen()}};
   if (const auto epoch = run_.data.epoch()) row["epoch"] = *epoch;
@@ -140,7 +140,7 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   write(row);
   const double per_step = progress_.wall.seconds() / static_cast<double>(step + 1 - progress_.start_step);
   const double remaining = (t.steps - step - 1) * per_step;
-  status_.update(StatusFields{step + 1, t.steps, out.loss, result.lr, gnorm, tok_s, remaining});
+  status_.update(StatusFields{step + 1, t.steps, out.loss, result.lr, out.grad_norm, tok_s, remaining});
   return out;
 }
 
@@ -295,7 +295,7 @@ std::string streak_text(const StepHealth::Counts& h, int64_t now, int64_t max_in
 void TrainingLoop::check_step(const StepResult& result, const LoggedStep& logged) {
   const TrainSection& t = run_.cfg.train;
   if (logged.health.diverged_at == 0) {
-    health_.observe({result.step + 1, logged.loss, result.grad_norm.item<double>(), true});
+    health_.observe({result.step + 1, logged.loss, logged.grad_norm, true});
     return;
   }
   progress_.status = "diverged";

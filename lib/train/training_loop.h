@@ -40,6 +40,7 @@ struct StepResult {
 // What the log phase read on the host.
 struct LoggedStep {
   double loss = 0.0;         // mean training loss of the applied steps since the previous log step, over all ranks
+  double grad_norm = 0.0;    // the logged step's global gradient norm (read once, for the row and the health record)
   bool stop_signal = false;  // some rank received a stop signal (data-parallel jobs only)
   StepHealth::Counts health;  // the non-finite step counters
 };

@@ -97,3 +97,17 @@ TEST_CASE("safetensors: malformed files are bad input naming the file and tensor
   write_bytes(p, file_with("[1, 2]", 0));
   require_bad_input(read, {"not an object"});
 }
+
+TEST_CASE("safetensors: the metadata alone, without reading a tensor", "[model]") {
+  test::TempDir dir("safetensors_meta");
+  const auto p = dir / "m.safetensors";
+  model::write_safetensors(p, {{"w", torch::ones({2, 3})}}, {{"fp8train_step", "42"}, {"format", "pt"}});
+  const auto meta = model::read_safetensors_metadata(p);
+  CHECK(meta == std::map<std::string, std::string>{{"fp8train_step", "42"}, {"format", "pt"}});
+  CHECK(meta == model::read_safetensors(p).metadata);
+  // A file without metadata has none; a header that does not fit the file is refused as by read_safetensors.
+  model::write_safetensors(dir / "plain.safetensors", {{"w", torch::ones({2})}});
+  CHECK(model::read_safetensors_metadata(dir / "plain.safetensors").empty());
+  write_bytes(dir / "bad.safetensors", std::string("\xff\xff\xff\xff\x00\x00\x00\x00{}", 10));
+  require_bad_input([&] { model::read_safetensors_metadata(dir / "bad.safetensors"); }, {"bad.safetensors"});
+}
