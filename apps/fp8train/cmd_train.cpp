@@ -94,7 +94,8 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   add_plan_flags(app, *args);
   app.add_flag("--list-keys", args->list_keys, "list every config key with its type, default and meaning");
-  app.footer("\nConfig keys (override any with --set key=value):\n" + config::describe_keys());
+  app.footer("\nConfig keys (a key the YAML file leaves out takes its DEFAULT; override any with --set key=value):\n" +
+             config::describe_keys());
   app.callback([args, &app] {
     if (app.get_subcommands().size() > 0) return;  // a subcommand ran instead
     if (args->list_keys) {

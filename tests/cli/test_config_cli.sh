@@ -27,4 +27,20 @@ expect_bad "fp8_format" --config "$CONFIG" --fp8-format E5M2
 expect_bad "data.train_path" --config "$CONFIG" --set data.source=text --set model.vocab_size=256 \
   --set data.train_path=/no/such/file.txt
 expect_bad "no_such" --config "$CONFIG" --set no_such.key=1
+
+# A config may leave keys out: they take their defaults (--help's DEFAULT column). The run folder's
+# config.yaml still lists every key, and --resume with the same short file sees no change.
+printf 'model:\n  n_layer: 1\n  d_model: 64\ntrain:\n  steps: 4\n  warmup_steps: 1\n  eval_interval: 0\n' > short.yaml
+short=(--config short.yaml --out-dir "$WORK/runs" --run-name short --quiet)
+"$FP8TRAIN" "${short[@]}" --stop-after 2
+# flat_keys FILE: section.key for every key line of a printed config
+flat_keys() { awk '/^[a-z_0-9]+:$/ {s=substr($1, 1, length($1)-1); next}
+                   /^  [a-z_0-9]+:/ {print s "." substr($1, 1, length($1)-1); next}
+                   /^[a-z_0-9]+: / {print substr($1, 1, length($1)-1)}' "$1" | sort; }
+diff <(flat_keys runs/short/config.yaml) <("$FP8TRAIN" --list-keys | awk 'NR > 1 {print $1}' | sort) \
+  || fail "the run folder's config.yaml of a short config does not list every key"
+"$FP8TRAIN" "${short[@]}" --print-config | diff - runs/short/config.yaml || fail "config.yaml is not the resolved config"
+"$FP8TRAIN" "${short[@]}" --resume || fail "--resume with the same short config failed"
+[ "$(json_get runs/short/summary.json 'd["status"]')" = completed ] || fail "short config: resumed run did not complete"
+! ls runs/short/config.resume-*.yaml >/dev/null 2>&1 || fail "a resume with the same short config recorded a change"
 echo "ok"

@@ -65,3 +65,37 @@ TEST_CASE("a resume refuses model/data/precision changes and records the allowed
   const std::string text((std::istreambuf_iterator<char>(in)), {});
   CHECK(text == fp8t::config::to_yaml(first));  // the replaced config, unchanged
 }
+
+TEST_CASE("a resume compares resolved configs: keys the run folder's config.yaml leaves out are defaults", "[run]") {
+  // A config.yaml that lists only some keys (written by hand, or before a key existed): each key
+  // it leaves out compares as its default.
+  TempDir tmp("resume_config_short");
+  const std::string out = (tmp / "runs").string();
+  {
+    const RunDir dir = RunDir::open(out, "r", RunDir::Mode::kCreate);
+    dir.write_text_atomic("config.yaml", "model:\n  n_layer: 3\ntrain:\n  steps: 40\n");
+    std::ofstream(dir.checkpoint_path()) << "x";  // kResume needs one; this test never loads it
+  }
+  const RunDir dir = RunDir::open(out, "r", RunDir::Mode::kResume);
+  ExperimentConfig same;  // the same resolved config, as a minimal file given now resolves
+  same.model.n_layer = 3;
+  same.train.steps = 40;
+  CHECK(fp8t::train::check_resume_config(dir, same).empty());
+
+  ExperimentConfig lr = same;  // a key the file left out, changed now: before is its default
+  lr.train.lr = ExperimentConfig{}.train.lr * 2;
+  const auto changes = fp8t::train::check_resume_config(dir, lr);
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].key == "train.lr");
+  CHECK(changes[0].allowed);
+
+  ExperimentConfig width = same;  // a model key the file left out, changed now: refused, named
+  width.model.d_model = ExperimentConfig{}.model.d_model * 2;
+  try {
+    fp8t::train::check_resume_config(dir, width);
+    FAIL("a changed model.d_model was accepted");
+  } catch (const fp8t::Error& e) {
+    CHECK(e.code() == fp8t::ExitCode::kBadInput);
+    CHECK(std::string(e.what()).find("model.d_model") != std::string::npos);
+  }
+}
