@@ -5,11 +5,12 @@
 
 #include <filesystem>  // std::filesystem
 #include <map>         // std::map
+#include <memory>      // std::shared_ptr
 #include <string>      // std::string
 
 #include "apps/fp8train/commands.h"  // add_export_command
 #include "lib/config/loader.h"       // config::load
-#include "lib/model/gpt.h"           // model::Gpt
+#include "lib/model/model.h"         // model::build
 #include "lib/model/hf_layout.h"     // to_hf_names, hf_config_json
 #include "lib/model/safetensors.h"   // write_safetensors
 #include "lib/run/checkpoint.h"      // load_checkpoint
@@ -72,18 +73,18 @@ void write_safetensors_atomic(const fs::path& path, const model::NamedTensors& t
 void dump_logits(const ModelSection& cfg, const model::NamedTensors& weights, const fs::path& path) {
   ModelSection plain = cfg;
   plain.init_from.clear();
-  model::Gpt gpt(plain);
+  const std::shared_ptr<model::Model> net = model::build(plain);
   std::map<std::string, at::Tensor> by_name(weights.begin(), weights.end());
   torch::NoGradGuard no_grad;
-  for (auto& [name, p] : gpt.unique_named_parameters()) {
+  for (auto& [name, p] : net->unique_named_parameters()) {
     const auto it = by_name.find(name);
     FP8T_INPUT_CHECK(it != by_name.end() && it->second.sizes() == p.sizes(), "the checkpoint has no parameter '",
                      name, "' of shape ", p.sizes());
     p.copy_(it->second);
   }
-  gpt.eval();
+  net->eval();
   const at::Tensor tokens = (torch::arange(cfg.seq_len, at::kLong) * 7 + 3).remainder(cfg.vocab_size).view({1, -1});
-  write_safetensors_atomic(path, {{"tokens", tokens}, {"logits", gpt.forward(tokens)}});
+  write_safetensors_atomic(path, {{"tokens", tokens}, {"logits", net->forward(tokens)}});
   spdlog::info("wrote {} (logits of {} tokens)", path.string(), cfg.seq_len);
 }
 

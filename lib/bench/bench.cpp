@@ -13,7 +13,7 @@
 
 #include "lib/config/fields.h"      // config::to_string
 #include "lib/dist/communicator.h"  // dist::Communicator
-#include "lib/model/gpt.h"          // model::Gpt
+#include "lib/model/model.h"        // model::Model::flops_per_token
 #include "lib/step/session.h"       // Session
 #include "lib/step/step_graph.h"    // StepGraph::kWarmupSteps
 #include "lib/step/step_health.h"   // StepHealth (the skipped-step count)

@@ -9,7 +9,7 @@
 // step: forward and backward of `micro_batches` micro-batches, FP8 scale update, clipping and
 // AdamW (fp16: with the loss scaled, and the unscale folded into AdamW).
 //
-// Model FLOPs per token (lib/model/gpt.h, Gpt::flops_per_token):
+// Model FLOPs per token (lib/model/model.h, Model::flops_per_token; the GPT family's formula):
 //   6 * N  +  12 * n_layer * seq_len * d_model
 // N = parameters outside the embeddings (the GEMM weights, plus the tied output head counted
 // once as a GEMM), 6 = 2 forward + 4 backward per weight; the second term is the attention

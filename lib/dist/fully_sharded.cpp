@@ -3,14 +3,13 @@
 #include <torch/torch.h>  // torch::autograd::Function
 
 #include <algorithm>      // std::any_of
-#include <cctype>         // std::isdigit
-#include <string>         // std::string, std::stoi
+#include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
 
 #include "lib/dist/accumulator_hooks.h"  // AccumulatorHooks
 #include "lib/fp8/layers/fp8_linear.h"   // fp8::Fp8Linear
 #include "lib/fp8/recipes/scaling.h"     // fp8::Scaling
-#include "lib/model/gpt.h"               // model::Gpt
+#include "lib/model/model.h"             // model::Model
 #include "lib/util/error.h"              // FP8T_CHECK, FP8T_INPUT_CHECK
 #include "lib/util/torch_compat.h"       // compat::to_ivalue, from_ivalue
 
@@ -49,22 +48,13 @@ class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
   }
 };
 
-// The unit of a parameter by its name: "h<i>." block i, ln_f and lm_head the head, else the embeddings.
-int unit_of(const std::string& name, int head) {
-  if (name.rfind("ln_f.", 0) == 0 || name.rfind("lm_head.", 0) == 0) return head;
-  if (name.size() > 1 && name[0] == 'h' && std::isdigit(static_cast<unsigned char>(name[1]))) {
-    return std::stoi(name.substr(1)) + 1;
-  }
-  return model::Gpt::kEmbeddingUnit;
-}
-
 // The FP8 Linears whose weight the model reads nowhere else and only in FP8 (fprop and dgrad:
 // override_linear_precision), by the weight's TensorImpl: their weights travel as FP8.
-std::unordered_map<const void*, fp8::Fp8Linear*> fp8_weights(model::Gpt& gpt) {
+std::unordered_map<const void*, fp8::Fp8Linear*> fp8_weights(model::Model& model) {
   std::unordered_map<const void*, int> uses;
-  for (const auto& item : gpt.named_parameters(/*recurse=*/true)) ++uses[item.value().unsafeGetTensorImpl()];
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) ++uses[item.value().unsafeGetTensorImpl()];
   std::unordered_map<const void*, fp8::Fp8Linear*> out;
-  for (const auto& m : gpt.modules(/*include_self=*/false)) {
+  for (const auto& m : model.modules(/*include_self=*/false)) {
     auto* layer = dynamic_cast<fp8::Fp8Linear*>(m.get());
     if (layer == nullptr) continue;
     const auto& ovr = layer->scaling().recipe().override_linear_precision;
@@ -85,7 +75,7 @@ int resolve_shard_group_size(int64_t configured, int world, int local_world) {
   return static_cast<int>(n);
 }
 
-FullyShardedModel::FullyShardedModel(std::shared_ptr<Communicator> comm, model::Gpt& gpt, fp8::Scaling* scaling,
+FullyShardedModel::FullyShardedModel(std::shared_ptr<Communicator> comm, model::Model& model, fp8::Scaling* scaling,
                                      const Options& options)
     : comm_(std::move(comm)), options_(options) {
   const int world = comm_->world_size();
@@ -101,24 +91,26 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<Communicator> comm, model::
     replica_comm_ = comm_->subgroup("zero3-replica-" + std::to_string(i), replica);
   }
   ctx_.comm = shard_comm_.get();
-  ctx_.device = gpt.wte->weight.device();
+  const auto params = model.unique_named_parameters();
+  FP8T_CHECK(!params.empty(), "ZeRO-3: the model has no parameters");
+  ctx_.device = params.front().second.device();
   ctx_.compute_dtype = options_.compute_dtype;
   ctx_.reduce_dtype = options_.reduce_dtype;
   ctx_.scaling = scaling;
-  head_ = gpt.head_unit();
-  tied_ = gpt.config().tie_embeddings;
-  build_units(gpt);
+  head_ = model.num_units() - 1;
+  for (int u = 0; u < model.num_units(); ++u) reads_.push_back(model.units_read_by(u));
+  build_units(model);
   install_hooks();
 }
 
 FullyShardedModel::~FullyShardedModel() = default;
 
-void FullyShardedModel::build_units(model::Gpt& gpt) {
-  const auto fp8 = fp8_weights(gpt);
-  std::vector<std::vector<GroupParam>> fp8_params(gpt.num_units()), other(gpt.num_units());
-  for (const auto& [name, p] : gpt.unique_named_parameters()) {
-    const int u = unit_of(name, head_);
-    FP8T_CHECK(u >= 0 && u < gpt.num_units(), "ZeRO-3: parameter ", name, " belongs to no unit");
+void FullyShardedModel::build_units(model::Model& model) {
+  const auto fp8 = fp8_weights(model);
+  std::vector<std::vector<GroupParam>> fp8_params(model.num_units()), other(model.num_units());
+  for (const auto& [name, p] : model.unique_named_parameters()) {
+    const int u = model.unit_of(name);
+    FP8T_CHECK(u >= 0 && u < model.num_units(), "ZeRO-3: parameter ", name, " belongs to no unit");
     const auto it = fp8.find(p.unsafeGetTensorImpl());
     if (it != fp8.end()) {
       fp8_params[u].push_back(GroupParam{name, p, it->second, num_fp8_++});
@@ -126,7 +118,7 @@ void FullyShardedModel::build_units(model::Gpt& gpt) {
       other[u].push_back(GroupParam{name, p, nullptr, -1});
     }
   }
-  for (int u = 0; u < gpt.num_units(); ++u) {
+  for (int u = 0; u < model.num_units(); ++u) {
     auto unit = std::make_unique<Unit>();
     for (auto* list : {&fp8_params[u], &other[u]}) {
       for (const GroupParam& p : *list) unit->params.push_back(p.param);
@@ -147,9 +139,8 @@ void FullyShardedModel::install_hooks() {
   }
 }
 
-std::vector<int> FullyShardedModel::region_units(int region) const {
-  if (region == head_ && tied_) return {head_, model::Gpt::kEmbeddingUnit};  // the head reads the embedding
-  return {region};
+const std::vector<int>& FullyShardedModel::region_units(int region) const {
+  return reads_.at(static_cast<size_t>(region));
 }
 
 // ---- weights ------------------------------------------------------------------------------
@@ -196,7 +187,7 @@ void FullyShardedModel::free_unit(int u) {
 void FullyShardedModel::before_forward(int region) {
   std::lock_guard<std::mutex> lock(mutex_);
   const bool record = at::GradMode::is_enabled();
-  if (region == model::Gpt::kEmbeddingUnit) {
+  if (region == 0) {  // the first unit: a forward begins
     if (record) flush_reductions();  // a new micro-batch
     // What an earlier forward without backward left gathered (a forward ends with the head).
     for (int u = 0; u < num_units(); ++u) free_unit(u);

@@ -1,14 +1,15 @@
-// Fully sharded data parallelism (ZeRO-3, dist.zero 3) of a model::Gpt. lib/dist/README.md has
+// Fully sharded data parallelism (ZeRO-3, dist.zero 3) of a model::Model. lib/dist/README.md has
 // the design: units, streams and the lifetime of every buffer.
 //
 // The state is split across the N ranks of a shard group (all ranks, or groups of
 // dist.shard_group_size consecutive ranks with the state replicated across the groups): each
 // rank keeps 1/N of the FP32 master weights, of the gradients and (through the optimizer's
-// segments()) of the AdamW moments. The unit of gathering is one transformer block; the
-// embeddings and the head are units of their own. The model calls the unit hooks
-// (lib/model/unit_hooks.h): before a unit's forward its weights are gathered (FP8 Linears' as
-// FP8 codes, lib/dist/fp8_gather.h; the rest in the compute dtype), after it they are freed
-// (dist.reshard_after_forward; the head, whose backward follows at once, stays); an autograd
+// segments()) of the AdamW moments. The unit of gathering is one of the model's units
+// (model::Model::unit_of): for the GPT family one transformer block, and the embeddings and the
+// head as units of their own. The model calls the unit hooks (lib/model/unit_hooks.h): before a
+// unit's forward its weights are gathered (FP8 Linears' as FP8 codes, lib/dist/fp8_gather.h; the
+// rest in the compute dtype), after it they are freed (dist.reshard_after_forward; the last unit,
+// the head, whose backward follows at once, stays); an autograd
 // node at the unit's output gathers them again when the unit's backward begins; when the
 // unit's last gradient has arrived its gradients are reduce-scattered and its weights freed.
 // The next unit's gather is issued while the current one computes (dist.prefetch units ahead,
@@ -38,7 +39,7 @@ namespace fp8 {
 class Scaling;
 }  // namespace fp8
 namespace model {
-class Gpt;
+class Model;
 }  // namespace model
 
 namespace dist {
@@ -62,7 +63,8 @@ class FullyShardedModel : public model::UnitHooks {
   // The model's parameters must hold their full values, identical on every rank (broadcast
   // first); afterwards they hold none. `scaling`: the FP8 recipe's state, or null. The caller
   // installs this as the model's unit hooks.
-  FullyShardedModel(std::shared_ptr<Communicator> comm, model::Gpt& gpt, fp8::Scaling* scaling, const Options& options);
+  FullyShardedModel(std::shared_ptr<Communicator> comm, model::Model& model, fp8::Scaling* scaling,
+                    const Options& options);
   ~FullyShardedModel() override;
   FullyShardedModel(const FullyShardedModel&) = delete;
   FullyShardedModel& operator=(const FullyShardedModel&) = delete;
@@ -117,9 +119,9 @@ class FullyShardedModel : public model::UnitHooks {
 
  private:
   struct Unit;
-  void build_units(model::Gpt& gpt);
+  void build_units(model::Model& model);
   void install_hooks();
-  std::vector<int> region_units(int region) const;
+  const std::vector<int>& region_units(int region) const;
   void refresh_weight_key();
   void issue(int unit, bool record);
   void ensure(int region, bool record);
@@ -132,8 +134,8 @@ class FullyShardedModel : public model::UnitHooks {
   std::shared_ptr<Communicator> comm_, shard_comm_, replica_comm_;
   Options options_;
   ShardingContext ctx_;
-  int head_ = 0;
-  bool tied_ = false;
+  int head_ = 0;                          // the last unit: its backward follows its forward
+  std::vector<std::vector<int>> reads_;  // reads_[u]: the units whose weights unit u reads
   int num_fp8_ = 0;
   std::vector<std::unique_ptr<Unit>> units_;
   std::unique_ptr<AccumulatorHooks> hooks_;

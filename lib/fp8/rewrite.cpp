@@ -8,7 +8,7 @@
 #include "lib/fp8/layers/fp8_linear.h"      // Fp8Linear
 #include "lib/fp8/layers/fp8_norm.h"        // Fp8Norm
 #include "lib/config/fp8_recipe_fields.h"   // recipe_summary
-#include "lib/model/gpt.h"                  // Gpt::recompute (train.recompute activation)
+#include "lib/model/model.h"                // Model::recompute (train.recompute activation)
 #include "lib/model/layers.h"               // SlotModule, Linear, Norm
 
 namespace fp8t {
@@ -181,8 +181,8 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
   result.report.recipe_line = recipe_summary(recipe);
   const Containers containers = slot_containers(root);
   // train.recompute activation and casts: FP8 copies the backward casts again instead of keeping.
-  const auto* gpt = dynamic_cast<const model::Gpt*>(&root);
-  const Recompute recompute = gpt != nullptr ? gpt->recompute() : Recompute::kNone;
+  const auto* as_model = dynamic_cast<const model::Model*>(&root);
+  const Recompute recompute = as_model != nullptr ? as_model->recompute() : Recompute::kNone;
   const bool casts = recompute == Recompute::kCasts;
   const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, casts, result.report);
   convert_norms(containers, fp8_linears, result.report);

@@ -12,7 +12,7 @@
 // when either neighbour is an Fp8Linear: the activation runs inside the FP8 cast of c_proj's
 // input and of c_fc's output gradient (lib/fp8/layers/fp8_activation.h).
 //
-// A Gpt's train.recompute decides which FP8 copies the backward casts again instead of keeping:
+// A model::Model's train.recompute (Model::recompute) decides which FP8 copies the backward casts again instead of keeping:
 // activation: the activation's copy for c_proj's wgrad; casts: that, every Linear's transposed
 // weight (Fp8Linear::set_transposes_weight), and the wgrad input copy of every Linear whose model
 // slot says its producer keeps its input (set_recasts_input_columnwise: attention's c_proj).

@@ -1,11 +1,11 @@
 #include "lib/model/gpt.h"
 
-#include <cmath>          // std::sqrt
-#include <unordered_set>  // std::unordered_set
+#include <cctype>  // std::isdigit
+#include <cmath>   // std::sqrt
+#include <string>  // std::stoi
 
 #include "lib/model/hf_layout.h"           // load_weights
 #include "lib/model/recompute.h"           // recompute_in_backward
-#include "lib/ops/cross_entropy.h"         // ops::cross_entropy
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy
 #include "lib/ops/tied_embedding.h"        // ops::tied_embedding
 #include "lib/util/torch_compat.h"         // compat::autocast_dtype_or
@@ -271,24 +271,19 @@ void Gpt::set_recompute(Recompute mode) {
   for (auto& b : blocks) b->set_recompute(mode == Recompute::kActivation || mode == Recompute::kCasts ? Recompute::kNone : mode);
 }
 
-at::Tensor Gpt::loss(const at::Tensor& logits, const at::Tensor& targets) {
-  // The training step and evaluation read the logits only through the loss.
-  return ops::cross_entropy(logits, targets, ops::LogitsAfterBackward::kOverwriteLogits);
-}
-
-std::vector<std::pair<std::string, at::Tensor>> Gpt::unique_named_parameters() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  std::unordered_set<const void*> seen;
-  for (const auto& item : named_parameters(/*recurse=*/true)) {
-    if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
+int Gpt::unit_of(const std::string& parameter) const {
+  const auto starts = [&](const char* prefix) { return parameter.rfind(prefix, 0) == 0; };
+  if (starts("ln_f.") || starts("lm_head.")) return head_unit();
+  // Block i is registered as "h<i>".
+  if (parameter.size() > 1 && parameter[0] == 'h' && std::isdigit(static_cast<unsigned char>(parameter[1]))) {
+    return std::stoi(parameter.substr(1)) + 1;
   }
-  return out;
+  return kEmbeddingUnit;
 }
 
-int64_t Gpt::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& p : unique_named_parameters()) n += p.second.numel();
-  return n;
+std::vector<int> Gpt::units_read_by(int unit) const {
+  if (unit == head_unit() && cfg_.tie_embeddings) return {unit, kEmbeddingUnit};  // the head reads the embedding
+  return {unit};
 }
 
 double Gpt::flops_per_token() const {

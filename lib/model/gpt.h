@@ -23,10 +23,12 @@
 #include <torch/torch.h>  // torch::nn
 
 #include <memory>  // std::shared_ptr
+#include <string>  // std::string
 #include <vector>  // std::vector
 
 #include "lib/config/experiment.h"  // ModelSection, Recompute
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
+#include "lib/model/model.h"        // Model
 #include "lib/model/rope.h"         // Rotary
 #include "lib/model/unit_hooks.h"   // UnitHooks
 #include "lib/ops/linear_cross_entropy.h"  // ops::kLinearCrossEntropyChunkBytes, ops::TiedGradient
@@ -94,43 +96,39 @@ class Block : public SlotModule {
   Recompute recompute_ = Recompute::kNone;
 };
 
-class Gpt : public SlotModule {
+// The Gpt family of model::Model (lib/model/model.h).
+class Gpt : public Model {
  public:
   explicit Gpt(const ModelSection& cfg);
+  // ---- model::Model ----
   // idx: int64 [B, T] -> logits [B, T, vocab]
-  at::Tensor forward(const at::Tensor& idx);
+  at::Tensor forward(const at::Tensor& idx) override;
   // idx: int64 [B, T] -> the final norm's output [B, T, d] (the LM head's input).
-  at::Tensor hidden(const at::Tensor& idx);
+  at::Tensor hidden(const at::Tensor& idx) override;
   // The mean next-token cross-entropy of the head on h (hidden's output): where the head is a
   // plain bias-free Linear whose GEMM runs in BF16 (bf16 and fp8 precisions under autocast) the
   // head and the loss run chunked in one op (ops::linear_cross_entropy: the logits never exist
   // whole, the head's gradients are made in the forward); otherwise lm_head, then loss().
-  at::Tensor head_loss(const at::Tensor& h, const at::Tensor& targets);
-  at::Tensor forward_loss(const at::Tensor& idx, const at::Tensor& targets) { return head_loss(hidden(idx), targets); }
+  at::Tensor head_loss(const at::Tensor& h, const at::Tensor& targets) override;
   // train.recompute: what every block recomputes in the backward (none by default).
-  void set_recompute(Recompute mode);
-  Recompute recompute() const { return recompute_; }
+  void set_recompute(Recompute mode) override;
+  Recompute recompute() const override { return recompute_; }
   // train.loss_chunk_mib: the chunked head's budget of logits per chunk, in bytes.
-  void set_loss_chunk_bytes(int64_t bytes) { loss_chunk_bytes_ = bytes; }
-  // Mean next-token cross-entropy in FP32 (ops::cross_entropy: fused kernels on the GPU). On the
-  // GPU its backward overwrites the logits with their gradient (to save a logits-sized buffer):
-  // read the logits before the backward, never after.
-  static at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
-
-  // Parameters without duplicates (a tied LM head shares the embedding weight), by name.
-  std::vector<std::pair<std::string, at::Tensor>> unique_named_parameters() const;
-  int64_t parameter_count() const;  // unique parameters
+  void set_loss_chunk_bytes(int64_t bytes) override { loss_chunk_bytes_ = bytes; }
   // Forward + backward FLOPs per token: 6 * (non-embedding params, a tied head counted once) +
   // attention 12 * n_layer * T * d (QK^T and AV: forward 2 * 2 * T * d per layer without causal
   // savings, times 3 with the backward). docs/benchmarks.md states the same formula.
-  double flops_per_token() const;
+  double flops_per_token() const override;
 
   // The units a holder of UnitHooks sees (lib/model/unit_hooks.h): 0 the embeddings, 1..n_layer
-  // the blocks, head_unit() the final norm and the head. Null hooks (the default): no calls.
+  // the blocks ("h<i>."), head_unit() the final norm and the head (ln_f, lm_head); a tied head
+  // also reads unit 0.
   static constexpr int kEmbeddingUnit = 0;
   int head_unit() const { return static_cast<int>(cfg_.n_layer) + 1; }
-  int num_units() const { return head_unit() + 1; }
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
+  int num_units() const override { return head_unit() + 1; }
+  int unit_of(const std::string& parameter) const override;
+  std::vector<int> units_read_by(int unit) const override;
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) override { hooks_ = std::move(hooks); }
 
   const ModelSection& config() const { return cfg_; }
   torch::nn::Embedding wte{nullptr};

@@ -11,7 +11,7 @@
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/fp8/rewrite.h"                  // fp8::rewrite_to_fp8
 #include "lib/model/attention_backend.h"      // model::select_attention_backend
-#include "lib/model/gpt.h"                    // model::Gpt
+#include "lib/model/model.h"                  // model::Model, model::build
 #include "lib/optim/grad_clip.h"              // global_grad_norm, sharded_grad_norm, clip_divisor
 #include "lib/step/loss_scaler.h"             // LossScaler
 #include "lib/optim/optimizer.h"              // AdamW
@@ -43,9 +43,9 @@ c10::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const c10::Devic
 // ZeRO-1: the element ranges of the parameters (by name) this rank's optimizer updates, and
 // where their averaged gradients are (views into the rank's gradient shards: the full .grads
 // are released after the backward).
-ShardRanges shard_ranges(const model::Gpt& gpt, const dist::GradientSync& sync,
+ShardRanges shard_ranges(const model::Model& net, const dist::GradientSync& sync,
                          std::map<std::string, at::Tensor>& grads) {
-  const auto named = gpt.unique_named_parameters();  // the order of params_
+  const auto named = net.unique_named_parameters();  // the order of params_
   ShardRanges ranges;
   for (const auto& seg : sync.shard_segments()) {
     ranges[named.at(seg.param).first] = ParamRange{seg.begin, seg.length};
@@ -72,7 +72,7 @@ int local_world_size(int world) {
 
 // ZeRO-3: the optimizer on the segments of the sharded model (the rank's parts, their masters
 // and gradients).
-std::unique_ptr<AdamW> sharded_optimizer(const model::Gpt& gpt, const dist::FullyShardedModel& sharded,
+std::unique_ptr<AdamW> sharded_optimizer(const model::Model& net, const dist::FullyShardedModel& sharded,
                                          const AdamWOptions& options) {
   ShardRanges ranges;
   std::map<std::string, at::Tensor> grads, masters;
@@ -81,7 +81,7 @@ std::unique_ptr<AdamW> sharded_optimizer(const model::Gpt& gpt, const dist::Full
     grads[seg.name] = seg.grad;
     masters[seg.name] = seg.master;
   }
-  return std::make_unique<AdamW>(gpt.unique_named_parameters(), options, ranges, grads, masters);
+  return std::make_unique<AdamW>(net.unique_named_parameters(), options, ranges, grads, masters);
 }
 
 // ZeRO-3: autocast's weight-cast cache would keep a 16-bit copy of every weight from its unit's
@@ -104,12 +104,14 @@ class AutocastCacheOff {
 
 }  // namespace
 
-Session::Session(const ExperimentConfig& cfg, const c10::Device& device)
-    : cfg_(cfg), device_(device), autocast_dtype_(autocast_dtype_for(cfg, device)) {
+Session::Session(const ExperimentConfig& cfg, const c10::Device& device) : Session(cfg, device, nullptr) {}
+
+Session::Session(const ExperimentConfig& cfg, const c10::Device& device, std::shared_ptr<model::Model> model)
+    : cfg_(cfg), device_(device), model_(std::move(model)), autocast_dtype_(autocast_dtype_for(cfg, device)) {
   try {
     build();
   } catch (const c10::OutOfMemoryError& e) {  // exit 2 with the estimate and the levers, no trace
-    gpt_.reset();
+    model_.reset();
     throw_out_of_memory(cfg_, launched_world_size(), "building the model", e.what_without_backtrace());
   }
 }
@@ -117,10 +119,10 @@ Session::Session(const ExperimentConfig& cfg, const c10::Device& device)
 void Session::build() {
   maybe_inject_out_of_memory("build");
   torch::manual_seed(cfg_.run.seed);
-  gpt_ = std::make_shared<model::Gpt>(cfg_.model);
-  gpt_->to(device_);
-  gpt_->set_recompute(cfg_.train.recompute);  // activations recomputed in the backward (lib/model/recompute.h)
-  gpt_->set_loss_chunk_bytes(cfg_.train.loss_chunk_mib << 20);
+  if (!model_) model_ = model::build(cfg_.model);  // else built by the caller
+  model_->to(device_);
+  model_->set_recompute(cfg_.train.recompute);  // activations recomputed in the backward (lib/model/recompute.h)
+  model_->set_loss_chunk_bytes(cfg_.train.loss_chunk_mib << 20);
 #if defined(FP8T_WITH_CUDA)
   // train.gemm_autotune: lib/gemm times each new GEMM plan's candidate algorithms (process-wide).
   if (device_.is_cuda()) gemm::GemmEngine::instance().set_autotune(cfg_.train.gemm_autotune);
@@ -129,7 +131,7 @@ void Session::build() {
   const std::string attention = model::select_attention_backend(cfg_.train.attention_backend, device_);
   if (device_.is_cuda()) spdlog::debug("attention: {} first (train.attention_backend)", attention);
   if (cfg_.precision == Precision::kFp8) {
-    auto rewritten = fp8::rewrite_to_fp8(*gpt_, cfg_.fp8, device_);
+    auto rewritten = fp8::rewrite_to_fp8(*model_, cfg_.fp8, device_);
     scaling_ = rewritten.scaling;
     rewrite_report_ = rewritten.report.to_string();
     rewrite_ = std::make_shared<const fp8::RewriteReport>(std::move(rewritten.report));
@@ -137,11 +139,11 @@ void Session::build() {
   if (cfg_.precision == Precision::kFp16) {
     loss_scaler_ = std::make_unique<LossScaler>(LossScalerOptions::from(cfg_.train), device_);
   }
-  for (const auto& np : gpt_->unique_named_parameters()) params_.push_back(np.second);
+  for (const auto& np : model_->unique_named_parameters()) params_.push_back(np.second);
 }
 
 Session::~Session() {
-  if (gpt_) gpt_->set_unit_hooks(nullptr);  // the sharded model goes before the model it hooks
+  if (model_) model_->set_unit_hooks(nullptr);  // the sharded model goes before the model it hooks
 }
 
 AdamW& Session::optimizer() {
@@ -168,7 +170,7 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
     weight_amaxes_.reset();
     opt_.reset();
     grad_sync_.reset();
-    if (sharded_) gpt_->set_unit_hooks(nullptr);
+    if (sharded_) model_->set_unit_hooks(nullptr);
     sharded_.reset();
     throw_out_of_memory(cfg_, world, "allocating the gradients and the optimizer state", e.what_without_backtrace());
   }
@@ -194,17 +196,17 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
     }
   }
   if (sharded_) {  // ZeRO-3: the rank's segments, their masters in the master shards
-    opt_ = sharded_optimizer(*gpt_, *sharded_, AdamWOptions::from(cfg_.train));
+    opt_ = sharded_optimizer(*model_, *sharded_, AdamWOptions::from(cfg_.train));
   } else if (grad_sync_ && grad_sync_->sharded()) {  // ZeRO-1: moments for this rank's segments only
     std::map<std::string, at::Tensor> shard_grads;
-    const ShardRanges ranges = shard_ranges(*gpt_, *grad_sync_, shard_grads);
-    opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train), ranges,
+    const ShardRanges ranges = shard_ranges(*model_, *grad_sync_, shard_grads);
+    opt_ = std::make_unique<AdamW>(model_->unique_named_parameters(), AdamWOptions::from(cfg_.train), ranges,
                                    shard_grads);
   } else {
-    opt_ = std::make_unique<AdamW>(gpt_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
+    opt_ = std::make_unique<AdamW>(model_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
   }
   // Current scaling: each FP8 weight's amax from the AdamW kernel that writes it.
-  weight_amaxes_ = std::make_unique<OptimizerWeightAmaxes>(*gpt_, scaling_.get(), *opt_);
+  weight_amaxes_ = std::make_unique<OptimizerWeightAmaxes>(*model_, scaling_.get(), *opt_);
   health_ = std::make_unique<StepHealth>(device_, std::max<int64_t>(cfg_.train.max_skipped_steps, 1));
   set_up_cuda_graph();
 }
@@ -217,8 +219,8 @@ void Session::shard_model() {
   o.prefetch = cfg_.dist.prefetch;
   const int world = comm_->world_size();
   o.shard_group_size = dist::resolve_shard_group_size(cfg_.dist.shard_group_size, world, local_world_size(world));
-  sharded_ = std::make_shared<dist::FullyShardedModel>(comm_, *gpt_, scaling_.get(), o);
-  gpt_->set_unit_hooks(sharded_);
+  sharded_ = std::make_shared<dist::FullyShardedModel>(comm_, *model_, scaling_.get(), o);
+  model_->set_unit_hooks(sharded_);
 }
 
 at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double lr, at::Tensor& loss_sum,
@@ -290,11 +292,11 @@ at::Tensor Session::forward_backward(const MicroBatch& micro_batch, const Mark& 
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     const data::Batch b = micro_batch(micro);
     if (grad_sync_ && micro + 1 == micro_batches) grad_sync_->arm();  // reduce during the last backward
-    at::Tensor h = gpt_->hidden(b.inputs.to(device_, /*non_blocking=*/true));
+    at::Tensor h = model_->hidden(b.inputs.to(device_, /*non_blocking=*/true));
     phase("forward");
     // The head and the loss; bf16/fp8: chunked, the head's gradients made here and h not kept
     // (lib/ops/linear_cross_entropy.h), so it is dropped before the backward.
-    const at::Tensor loss = gpt_->head_loss(h, b.targets.to(device_, /*non_blocking=*/true));
+    const at::Tensor loss = model_->head_loss(h, b.targets.to(device_, /*non_blocking=*/true));
     h.reset();
     phase("loss");
     const at::Tensor micro_loss = loss / static_cast<double>(micro_batches);
@@ -397,16 +399,16 @@ void Session::bump_parameter_versions(bool replayed) {
 }
 
 at::Tensor Session::eval_loss_sum(const std::function<data::Batch(int64_t)>& batch, int64_t batches) {
-  gpt_->eval();
+  model_->eval();
   torch::NoGradGuard no_grad;
   compat::AutocastGuard autocast(device_.type(), autocast_dtype_);
   at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   for (int64_t i = 0; i < batches; ++i) {
     const data::Batch b = batch(i);
-    total += gpt_->forward_loss(b.inputs.to(device_), b.targets.to(device_));  // bf16/fp8: chunked, loss only
+    total += model_->forward_loss(b.inputs.to(device_), b.targets.to(device_));  // bf16/fp8: chunked, loss only
   }
   if (sharded_) sharded_->release_all();
-  gpt_->train();
+  model_->train();
   return total;
 }
 

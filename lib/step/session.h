@@ -26,7 +26,7 @@ class Scaling;
 struct RewriteReport;
 }  // namespace fp8
 namespace model {
-class Gpt;
+class Model;
 }  // namespace model
 
 namespace train {
@@ -43,6 +43,9 @@ class Session {
   // in prepare_training or in the first step() throws fp8t::Error kBadInput with the memory
   // estimate and the levers (lib/plan/resources.h throw_out_of_memory).
   Session(const ExperimentConfig& cfg, const c10::Device& device);
+  // The same around a model built elsewhere (on the CPU, not yet rewritten; e.g. a family the
+  // config cannot name, in tests): `cfg.model` then only sizes the memory estimates.
+  Session(const ExperimentConfig& cfg, const c10::Device& device, std::shared_ptr<model::Model> model);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -80,8 +83,8 @@ class Session {
 
   const ExperimentConfig& config() const { return cfg_; }
   const c10::Device& device() const { return device_; }
-  model::Gpt& model() { return *gpt_; }
-  const model::Gpt& model() const { return *gpt_; }
+  model::Model& model() { return *model_; }
+  const model::Model& model() const { return *model_; }
   fp8::Scaling* scaling() const { return scaling_.get(); }  // the recipe's state; null unless fp8
   AdamW& optimizer();
   const AdamW& optimizer() const;
@@ -143,7 +146,7 @@ class Session {
 
   ExperimentConfig cfg_;
   c10::Device device_;
-  std::shared_ptr<model::Gpt> gpt_;
+  std::shared_ptr<model::Model> model_;
   std::shared_ptr<fp8::Scaling> scaling_;
   std::string rewrite_report_;
   std::shared_ptr<const fp8::RewriteReport> rewrite_;
@@ -151,7 +154,7 @@ class Session {
   c10::ScalarType autocast_dtype_;
   std::vector<at::Tensor> params_;
   std::unique_ptr<AdamW> opt_;
-  std::unique_ptr<OptimizerWeightAmaxes> weight_amaxes_;  // after opt_ and gpt_: goes first
+  std::unique_ptr<OptimizerWeightAmaxes> weight_amaxes_;  // after opt_ and model_: goes first
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::GradientSync> grad_sync_;
   std::shared_ptr<dist::FullyShardedModel> sharded_;  // also the model's unit hooks

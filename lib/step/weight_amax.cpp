@@ -4,13 +4,13 @@
 
 #include "lib/fp8/layers/fp8_linear.h"   // fp8::Fp8Linear, fp8::KnownWeightAmax
 #include "lib/fp8/recipes/scaling.h"     // fp8::Scaling::scales_from_known_amax
-#include "lib/model/gpt.h"              // model::Gpt
+#include "lib/model/model.h"            // model::Model
 #include "lib/optim/optimizer.h"        // AdamW
 
 namespace fp8t {
 namespace train {
 
-OptimizerWeightAmaxes::OptimizerWeightAmaxes(model::Gpt& model, const fp8::Scaling* scaling, AdamW& optimizer) {
+OptimizerWeightAmaxes::OptimizerWeightAmaxes(model::Model& model, const fp8::Scaling* scaling, AdamW& optimizer) {
   if (scaling == nullptr || !scaling->scales_from_known_amax()) return;
   for (const auto& m : model.modules(/*include_self=*/false)) {
     auto* layer = dynamic_cast<fp8::Fp8Linear*>(m.get());

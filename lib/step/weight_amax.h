@@ -26,7 +26,7 @@ class Scaling;
 struct KnownWeightAmax;
 }  // namespace fp8
 namespace model {
-class Gpt;
+class Model;
 }  // namespace model
 
 namespace train {
@@ -36,7 +36,7 @@ class AdamW;
 class OptimizerWeightAmaxes {
  public:
   // Links what can be linked (above); nothing when `scaling` is null or takes no known amax.
-  OptimizerWeightAmaxes(model::Gpt& model, const fp8::Scaling* scaling, AdamW& optimizer);
+  OptimizerWeightAmaxes(model::Model& model, const fp8::Scaling* scaling, AdamW& optimizer);
   ~OptimizerWeightAmaxes();  // unlinks the layers: their casts make their own amax passes again
   OptimizerWeightAmaxes(const OptimizerWeightAmaxes&) = delete;
   OptimizerWeightAmaxes& operator=(const OptimizerWeightAmaxes&) = delete;

@@ -14,7 +14,7 @@
 #include "lib/data/dataset.h"           // data::Dataset
 #include "lib/config/fp8_recipe.h"  // fp8::to_string(RecipeKind)
 #include "lib/fp8/recipes/scaling.h"    // fp8::Scaling
-#include "lib/model/gpt.h"              // model::Gpt
+#include "lib/model/model.h"            // model::Model::unique_named_parameters
 #include "lib/model/safetensors.h"      // model::NamedTensors
 #include "lib/run/checkpoint.h"         // Checkpoint, load_checkpoint
 #include "lib/step/session.h"           // Session

@@ -18,7 +18,8 @@
 #include "lib/fp8/recipes/scaling.h"    // fp8::Scaling
 #include "lib/fp8/layers/fp8_linear.h"  // fp8::Fp8Linear
 #include "lib/fp8/rewrite.h"            // fp8::RewriteReport
-#include "lib/model/gpt.h"              // model::Gpt, model::CausalSelfAttention
+#include "lib/model/gpt.h"              // model::CausalSelfAttention
+#include "lib/model/model.h"            // model::Model
 #include "lib/model/layers.h"           // model::Linear
 #include "lib/step/loss_scaler.h"       // LossScaler
 #include "lib/optim/optimizer.h"        // AdamW
@@ -69,7 +70,7 @@ struct OwnedParam {
   bool tied_again = false;  // also registered by a later module (the tied LM head)
 };
 
-std::vector<OwnedParam> owned_parameters(const model::Gpt& gpt) {
+std::vector<OwnedParam> owned_parameters(const model::Model& net) {
   std::vector<OwnedParam> out;
   auto visit = [&](const std::string& prefix, const torch::nn::Module& m) {
     for (const auto& p : m.named_parameters(/*recurse=*/false)) {
@@ -82,8 +83,8 @@ std::vector<OwnedParam> owned_parameters(const model::Gpt& gpt) {
       out.push_back(OwnedParam{prefix.empty() ? p.key() : prefix + "." + p.key(), p.value(), &m});
     }
   };
-  visit("", gpt);
-  for (const auto& item : gpt.named_modules("", /*include_self=*/false)) visit(item.key(), *item.value());
+  visit("", net);
+  for (const auto& item : net.named_modules("", /*include_self=*/false)) visit(item.key(), *item.value());
   return out;
 }
 

@@ -10,7 +10,7 @@
 #include "lib/config/fields.h"   // config::to_string
 #include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
 #include "lib/fp8/rewrite.h"          // fp8::RewriteReport
-#include "lib/model/gpt.h"       // model::Gpt
+#include "lib/model/model.h"     // model::Model::parameter_count
 #include "lib/train/run_setup.h"  // Run
 #include "lib/util/memory.h"     // peak_memory_bytes
 

@@ -14,7 +14,7 @@
 #include "lib/dist/grad_sync.h"             // dist::GradientSync
 #include "lib/config/fp8_recipe_fields.h"   // recipe_fields_in_effect, recipe_fields_without_effect
 #include "lib/fp8/recipes/scaling.h"        // fp8::Scaling
-#include "lib/model/gpt.h"                  // model::Gpt
+#include "lib/model/model.h"                // model::Model
 #include "lib/train/job_fingerprint.h"      // job_fingerprint, input_files
 #include "lib/train/precision_chart.h"      // precision_chart
 #include "lib/plan/memory_plan.h"           // plan_memory, format_memory_plan
@@ -48,9 +48,9 @@ std::string recipe_settings(const fp8::Recipe& r) {
 void log_plan(const Run& run) {
   const ExperimentConfig& cfg = run.cfg;
   const TrainSection& t = cfg.train;
-  const model::Gpt& gpt = run.session->model();
+  const model::Model& net = run.session->model();
   spdlog::info("fp8train: {} on {} | model {:.2f}M params, {} layers, d_model {} | precision {}{}",
-               cfg.run.name, run.device.str(), gpt.parameter_count() / 1e6, cfg.model.n_layer, cfg.model.d_model,
+               cfg.run.name, run.device.str(), net.parameter_count() / 1e6, cfg.model.n_layer, cfg.model.d_model,
                config::to_string(cfg.precision),
                cfg.precision == Precision::kFp8 && run.device.is_cpu() ? " (emulated on CPU: exact FP8 casts, FP32 GEMMs)"
                : cfg.precision == Precision::kBf16 && run.device.is_cpu() ? " (CPU autocast to bf16)"
@@ -78,7 +78,7 @@ void log_plan(const Run& run) {
   spdlog::info("plan: {} steps x {} tokens ({} micro-batches of {}x{}{}), {:.3g} model FLOPs/token", t.steps,
                run.tokens_per_step, t.grad_accum_steps, t.micro_batch_size, cfg.model.seq_len,
                run.world_size > 1 ? fmt::format(" on each of {} ranks", run.world_size) : "",
-               gpt.flops_per_token());
+               net.flops_per_token());
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 
 #include "lib/config/fields.h"                // config::to_string
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
-#include "lib/model/gpt.h"                    // model::Gpt
+#include "lib/model/model.h"                  // model::Model::unique_named_parameters
 #include "lib/run/checkpoint.h"               // Checkpoint, save_checkpoint, load_checkpoint
 #include "lib/run/checkpoint_files.h"         // describe_kept, kept_checkpoints
 #include "lib/train/job_fingerprint.h"        // data_record_changes

@@ -37,7 +37,7 @@ TEST_CASE("gpt on CUDA: fused residual adds give the unfused logits bit for bit 
   const at::Device cuda(at::kCUDA);
   train::Session session(c, cuda);
   session.prepare_training(nullptr);
-  model::Gpt& gpt = session.model();
+  auto& gpt = dynamic_cast<model::Gpt&>(session.model());
   REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Norm>(gpt.ln_f) != nullptr);
   REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Norm>(gpt.blocks[1]->ln_1) != nullptr);
   gpt.eval();
