@@ -10,6 +10,7 @@
 #include "apps/fp8train/commands.h"  // add_train_command
 #include "lib/config/cli_flags.h"    // config::add_config_flags
 #include "lib/config/loader.h"       // config::load
+#include "lib/config/parallel_layout.h"  // zero_stage_of_level
 #include "lib/config/print.h"        // config::to_yaml, recipe_note, describe_keys
 #include "lib/plan/memory_plan.h"    // train::PlanTarget, train::print_memory_plan
 #include "lib/train/trainer.h"       // train::run_training
@@ -59,7 +60,7 @@ void add_plan_flags(CLI::App& app, TrainArgs& args) {
 void plan_dry_run(const TrainArgs& args, const config::LoadedConfig& loaded) {
   const dist::LaunchInfo launch = dist::launch_info_from_environment();
   ExperimentConfig cfg = loaded.config;
-  if (args.plan_zero >= 0) cfg.dist.zero = args.plan_zero;
+  if (args.plan_zero >= 0) cfg.dist.zero = zero_stage_of_level(args.plan_zero).value();  // CLI11 checked 0, 1 or 3
   train::PlanTarget target;
   target.world_size = args.plan_world_size > 0 ? args.plan_world_size : launch.world_size;
   if (args.plan_device_gib > 0) {

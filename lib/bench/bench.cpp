@@ -153,7 +153,7 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   if (run.recipe) r.recipe = fp8::to_string(*run.recipe);
   r.world_size = options.launch.world_size;
   r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches * r.world_size;
-  r.memory = estimate_training_memory(cfg, r.world_size);
+  r.memory = estimate_training_memory(cfg, ParallelLayout::of(cfg.dist, options.launch.rank, r.world_size));
 
   release_cached_memory(device);
   reset_peak_memory(device);
@@ -238,8 +238,9 @@ std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptio
   // Sizes that cannot fit stop here (exit 2, naming the keys), as in training: before any rank
   // builds a model or joins the rendezvous.
   for (const BenchRun& run : bench_runs(options)) {
-    check_memory_fits(run_config(cfg, run, options), device_memory_capacity(device), device.str(),
-                      options.launch.world_size);
+    const ExperimentConfig run_cfg = run_config(cfg, run, options);
+    check_memory_fits(run_cfg, device_memory_capacity(device), device.str(),
+                      ParallelLayout::of(run_cfg.dist, options.launch.rank, options.launch.world_size));
   }
   std::shared_ptr<dist::Communicator> comm;
   if (options.launch.launched) {

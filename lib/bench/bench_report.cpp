@@ -6,6 +6,7 @@
 #include <iomanip>    // std::setw
 #include <sstream>    // std::ostringstream
 
+#include "lib/config/parallel_layout.h"  // ZeroStage, zero_level
 #include "lib/util/versions.h"  // runtime_versions, fp8train_version
 
 namespace fp8t::train {
@@ -132,12 +133,12 @@ std::string memory_section(const ExperimentConfig& cfg, const std::vector<BenchR
   s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16); transient: "
        "the chunked head's FP32 weight gradient (bf16, fp8), ZeRO-3's gathered units\n";
   const MemoryEstimate* first = results.empty() ? nullptr : &results.front().memory;
-  if (first != nullptr && cfg.dist.zero == 1) {
+  if (first != nullptr && cfg.dist.zero == ZeroStage::kOptimizer) {
     s << "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over " << first->shard_ranks
       << " ranks (ZeRO-1); state GiB includes the full gradient buckets in use at once: " << std::setprecision(2)
       << first->gradient_bucket_bytes / kGiB << " GiB\n";
   }
-  if (first != nullptr && cfg.dist.zero == 3) {
+  if (first != nullptr && cfg.dist.zero == ZeroStage::kFull) {
     s << "dist.zero 3: weights, gradients and AdamW moments sharded over " << first->shard_ranks
       << " ranks (ZeRO-3); state GiB includes the full gradients of 2 units (" << std::setprecision(2)
       << first->gradient_bucket_bytes / kGiB << " GiB); transient the gathered weights of " << first->gathered_units
@@ -272,7 +273,7 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
                  {"parameters", results.empty() ? 0 : results.front().parameters}}},
       {"micro_batch_size", cfg.train.micro_batch_size},
       {"world_size", options.launch.world_size},
-      {"zero", cfg.dist.zero},
+      {"zero", zero_level(cfg.dist.zero)},
       {"micro_batches_per_step", options.micro_batches},
       {"timed_steps", options.steps},
       {"warmup_steps", options.warmup},

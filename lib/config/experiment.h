@@ -12,6 +12,7 @@
 #include <vector>   // std::vector
 
 #include "lib/config/fp8_recipe.h"  // fp8::Recipe (the `fp8` section)
+#include "lib/config/parallel_layout.h"  // ZeroStage (dist.zero)
 
 namespace fp8t {
 
@@ -128,9 +129,10 @@ struct TrainSection {
 struct DistSection {
   int64_t timeout_s = 600;        // a collective or the rendezvous waiting longer fails the job
   double bucket_mb = 25.0;        // gradient all-reduce bucket size in MiB
-  // 0: DDP (every rank holds everything); 1: ZeRO-1, the AdamW moments and the weight update
-  // sharded across ranks; 3: ZeRO-3, weights, gradients and optimizer state sharded (2 is refused).
-  int64_t zero = 0;
+  // dist.zero: 0 DDP (every rank holds everything); 1 ZeRO-1, the AdamW moments and the weight
+  // update sharded across ranks; 3 ZeRO-3, weights, gradients and optimizer state sharded (2 is
+  // refused). Asked through ParallelLayout (lib/config/parallel_layout.h), never as a number.
+  ZeroStage zero = ZeroStage::kNone;
   // zero 3: free a unit's gathered weights after its forward and gather them again for its
   // backward (true), or keep them from forward to backward (false).
   bool reshard_after_forward = true;

@@ -5,6 +5,8 @@
 
 #include <algorithm>  // std::find, std::max
 #include <limits>     // std::numeric_limits
+#include <optional>   // std::optional
+#include <string>     // std::string, std::to_string
 
 #include "lib/config/field_builders.h"  // bool_field, int_field, ..., enum_field, EnumNames
 #include "lib/config/text.h"            // join, shortest, edit_distance
@@ -91,6 +93,22 @@ const EnumNames<fp8::SwigluWgradCopy>& swiglu_wgrad_copy_names() {
 const EnumNames<fp8::AmaxComputeAlgo>& algo_names() {
   static const EnumNames<fp8::AmaxComputeAlgo> n(fp8::kAmaxComputeAlgoNames.begin(), fp8::kAmaxComputeAlgoNames.end());
   return n;
+}
+
+// dist.zero: a number in files and flags (0, 1, 3), a ZeroStage in the config. Out of range
+// and 2 are refused here, with the messages validate() gives other integer keys.
+Field zero_field(std::string help) {
+  Field f = basic_field("dist.zero", FieldType::kInt, std::move(help));
+  f.range = Range{0.0, 3.0};
+  f.get = [](const ExperimentConfig& c) -> Value { return zero_level(c.dist.zero); };
+  f.set = [expected = f.expected()](ExperimentConfig& c, const Value& v) {
+    const int64_t level = std::get<int64_t>(v);
+    if (level < 0 || level > 3) throw ValueError("expected " + expected + ", got " + std::to_string(level));
+    const std::optional<ZeroStage> stage = zero_stage_of_level(level);
+    if (!stage) throw ValueError(zero_level_refusal(level));
+    c.dist.zero = *stage;
+  };
+  return f;
 }
 
 // ---- the table ----------------------------------------------------------------------------
@@ -253,12 +271,10 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.dist.timeout_s; }, at_least(1)));
   t.push_back(float_field("dist.bucket_mb", "data-parallel runs: gradient all-reduce bucket size in MiB",
                           [](auto& c) -> auto& { return c.dist.bucket_mb; }, greater_than(0)));
-  t.push_back(int_field("dist.zero",
-                        "data-parallel runs: 0 = every rank holds everything (DDP); 1 = ZeRO-1, the AdamW moments "
-                        "and the FP32 gradients sharded across the ranks (each updates its shard of the FP32 "
-                        "weights, then they are all-gathered); 3 = ZeRO-3, the FP32 weights, gradients and AdamW "
-                        "moments sharded, each unit's weights gathered only while it computes",
-                        [](auto& c) -> auto& { return c.dist.zero; }, Range{0.0, 3.0}));
+  t.push_back(zero_field("data-parallel runs: 0 = every rank holds everything (DDP); 1 = ZeRO-1, the AdamW moments "
+                         "and the FP32 gradients sharded across the ranks (each updates its shard of the FP32 "
+                         "weights, then they are all-gathered); 3 = ZeRO-3, the FP32 weights, gradients and AdamW "
+                         "moments sharded, each unit's weights gathered only while it computes"));
   t.push_back(bool_field("dist.reshard_after_forward",
                          "dist.zero 3: free a unit's gathered weights after its forward and gather them again for "
                          "its backward; false keeps them from forward to backward (more memory, fewer all-gathers)",

@@ -10,6 +10,7 @@
 #include <variant>      // std::visit
 
 #include "lib/config/fields.h"              // fields(), format_value, to_string
+#include "lib/config/parallel_layout.h"     // ParallelLayout
 #include "lib/config/parse.h"               // fail
 #include "lib/config/text.h"                // format_float
 #include "lib/config/fp8_recipe_fields.h"   // recipe_fields_without_effect, why_no_effect
@@ -173,12 +174,9 @@ void check_train_rules(const ExperimentConfig& c, const ConfigSources& s) {
 
 // 3c. Rules of the data-parallel keys.
 void check_dist_rules(const ExperimentConfig& c, const ConfigSources& s) {
-  const DistSection& d = c.dist;
-  if (d.zero == 2) {
-    fail(named(s, "dist.zero") + ": 2 is not offered; expected 0 (DDP), 1 (ZeRO-1: optimizer state sharded) or "
-         "3 (ZeRO-3: weights, gradients and optimizer state sharded)");
-  }
-  if (d.zero == 3 && c.precision == Precision::kFp8 && c.fp8.kind == fp8::RecipeKind::kDelayed && !c.fp8.reduce_amax) {
+  // dist.zero 2 and numbers out of range are refused as the key is read (fields.cpp zero_field).
+  const bool delayed_fp8 = c.precision == Precision::kFp8 && c.fp8.kind == fp8::RecipeKind::kDelayed;
+  if (ParallelLayout::of(c.dist).shards_weights() && delayed_fp8 && !c.fp8.reduce_amax) {
     // Under ZeRO-3 each rank casts its own rows of a weight: they must share one scale.
     fail(named(s, "fp8.reduce_amax") + " = false with " + named(s, "dist.zero") + " = 3: each rank casts its part of "
          "every weight with the delayed scale, which must then be the same on every rank; expected true");

@@ -97,8 +97,8 @@ struct Dataset::Impl {
   int64_t seq_len = 0;
   int64_t vocab_size = 0;
   uint64_t seed = 0;
-  int rank = 0;
-  int world_size = 1;
+  int rank = 0;        // in the data-parallel group (ParallelLayout::data_parallel_rank)
+  int world_size = 1;  // of the data-parallel group
   std::optional<MarkovChain> chain;  // synthetic
   ShardSet train;                    // text / tokens
   ShardSet val;
@@ -189,8 +189,9 @@ std::string synthetic_description(const MarkovChain& chain, int64_t vocab_size, 
 
 }  // namespace
 
-Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank,
-                      int world_size) {
+Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64_t seed, const ParallelLayout& layout) {
+  const int rank = layout.data_parallel_rank();
+  const int world_size = layout.data_parallel_size();
   FP8T_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "bad data-parallel rank ", rank,
              " of world size ", world_size);
   FP8T_INPUT_CHECK(model.seq_len >= 1, "model.seq_len must be at least 1, got ", model.seq_len);
@@ -204,7 +205,7 @@ Dataset Dataset::open(const DataSection& data, const ModelSection& model, uint64
   impl->seed = seed;
   impl->rank = rank;
   impl->world_size = world_size;
-  impl->window_log = WindowLog::from_environment(rank);
+  impl->window_log = WindowLog::from_environment(layout.rank);
 
   if (data.source == DataSource::kSynthetic) {
     FP8T_INPUT_CHECK(data.order == DataOrder::kRandom,

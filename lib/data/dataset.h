@@ -39,6 +39,7 @@
 #include <vector>     // std::vector
 
 #include "lib/config/experiment.h"  // DataSection, ModelSection
+#include "lib/config/parallel_layout.h"  // ParallelLayout
 
 namespace fp8t::data {
 
@@ -51,9 +52,10 @@ struct Batch {
 class Dataset {
  public:
   // Loads and validates the data (bad files and settings throw ExitCode::kBadInput naming the
-  // file and the config key). rank / world_size: data-parallel sharding.
-  static Dataset open(const DataSection& data, const ModelSection& model, uint64_t seed, int rank = 0,
-                      int world_size = 1);
+  // file and the config key). `layout`: this process's place in the data-parallel group (its
+  // data_parallel_rank() of data_parallel_size() picks the rows; the default is one process).
+  static Dataset open(const DataSection& data, const ModelSection& model, uint64_t seed,
+                      const ParallelLayout& layout = {});
   // Validation only (`fp8train eval --data`): the files of `paths` (paths, globs, lists) in
   // `source` (text or tokens), checked as open() checks data.val_path, with errors that name
   // `config_key`; val_batch draws from them exactly as from data.val_path. It has no training

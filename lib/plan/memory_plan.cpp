@@ -7,6 +7,7 @@
 #include <functional>  // std::function
 
 #include "lib/config/fields.h"  // config::to_string
+#include "lib/config/parallel_layout.h"  // ParallelLayout, ZeroStage
 #include "lib/util/error.h"     // FP8T_INPUT_CHECK, FP8T_THROW
 
 namespace fp8t::train {
@@ -52,10 +53,16 @@ struct Candidate {
   int world_size = 1;
 };
 
+// cfg.dist's layout on `world_size` ranks (the planner's figures are those of any rank).
+ParallelLayout planned_layout(const ExperimentConfig& cfg, int world_size) {
+  return ParallelLayout::of(cfg.dist, /*rank=*/0, world_size);
+}
+
 // The estimate of `cfg` on `world_size` of the target's devices (the attention scores counted
 // where the device's attention path materialises them).
 double total_on(const ExperimentConfig& cfg, int world_size, const PlanTarget& t) {
-  return estimate_training_memory(cfg, world_size, attention_scores_on(cfg, t.device_name)).total_bytes();
+  return estimate_training_memory(cfg, planned_layout(cfg, world_size), attention_scores_on(cfg, t.device_name))
+      .total_bytes();
 }
 
 bool fits(double bytes, const PlanTarget& t) { return t.device_bytes > 0 && bytes <= t.device_bytes; }
@@ -71,15 +78,22 @@ void sharding_candidates(const ExperimentConfig& cfg, const PlanTarget& t, std::
   const int world = t.world_size > 1 ? t.world_size : 2;
   const std::string on = t.world_size > 1 ? "" : " on 2 ranks";
   const DistSection& d = cfg.dist;
-  if (d.zero < 1) out.push_back({"dist.zero 1" + on, kZero1Cost, with(cfg, [](auto& c) { c.dist.zero = 1; }), world});
-  if (d.zero < 3) out.push_back({"dist.zero 3" + on, kZero3Cost, with(cfg, [](auto& c) { c.dist.zero = 3; }), world});
-  if (d.zero == 1 && cfg.train.grad_accum_steps > 1) {  // ZeRO-1's full buckets persist over the micro-batches
+  const ParallelLayout now = planned_layout(cfg, t.world_size);
+  if (!now.shards_optimizer_state()) {
+    out.push_back({"dist.zero 1" + on, kZero1Cost, with(cfg, [](auto& c) { c.dist.zero = ZeroStage::kOptimizer; }),
+                   world});
+  }
+  if (!now.shards_weights()) {
+    out.push_back({"dist.zero 3" + on, kZero3Cost, with(cfg, [](auto& c) { c.dist.zero = ZeroStage::kFull; }), world});
+  }
+  // ZeRO-1's full buckets persist over the micro-batches.
+  if (now.shards_optimizer_state() && !now.shards_weights() && cfg.train.grad_accum_steps > 1) {
     out.push_back({"train.grad_accum_steps 1",
                    fmt::format("a {}x smaller global batch (more ranks or a larger micro-batch keep it)",
                                cfg.train.grad_accum_steps),
                    with(cfg, [](auto& c) { c.train.grad_accum_steps = 1; }), t.world_size});
   }
-  if (d.zero != 3) return;  // ZeRO-3's own keys, on the planned ranks
+  if (!now.shards_weights()) return;  // ZeRO-3's own keys, on the planned ranks
   if (!d.reshard_after_forward) {
     out.push_back({"dist.reshard_after_forward true", "each unit gathered again for its backward",
                    with(cfg, [](auto& c) { c.dist.reshard_after_forward = true; }), t.world_size});
@@ -139,7 +153,7 @@ std::vector<Candidate> candidates(const ExperimentConfig& cfg, const PlanTarget&
                    with(cfg, [](auto& c) { c.train.moments_dtype = MomentsDtype::kBf16; }), t.world_size});
   }
   if (cfg.train.micro_batch_size > 1) out.push_back(micro_batch_candidate(cfg, t));
-  if (cfg.dist.zero != 0) out.push_back(ranks_candidate(cfg, t));
+  if (planned_layout(cfg, t.world_size).shards_optimizer_state()) out.push_back(ranks_candidate(cfg, t));
   return out;
 }
 
@@ -151,7 +165,7 @@ Lever evaluate(const Candidate& c, double base_bytes, const PlanTarget& t) {
 // Every config change at its strongest (ZeRO-3, recompute block, bf16 moments, micro-batch 1).
 Lever together(const ExperimentConfig& cfg, const PlanTarget& t, double base_bytes) {
   ExperimentConfig c = cfg;
-  c.dist.zero = 3;
+  c.dist.zero = ZeroStage::kFull;
   c.dist.reshard_after_forward = true;
   if (c.model.dropout == 0.0) c.train.recompute = Recompute::kBlock;
   c.train.moments_dtype = MomentsDtype::kBf16;
@@ -171,7 +185,8 @@ void check_target(const ExperimentConfig& cfg, const PlanTarget& t) {
   FP8T_INPUT_CHECK(std::isfinite(t.device_bytes) && t.device_bytes >= 0, "the device memory planned for must be a "
                    "positive number of bytes, got ", t.device_bytes);
   const int64_t group = cfg.dist.shard_group_size;
-  FP8T_INPUT_CHECK(cfg.dist.zero != 3 || group == 0 || (group <= t.world_size && t.world_size % group == 0),
+  const bool shards_weights = planned_layout(cfg, t.world_size).shards_weights();
+  FP8T_INPUT_CHECK(!shards_weights || group == 0 || (group <= t.world_size && t.world_size % group == 0),
                    "dist.shard_group_size ", group, " does not divide the ", t.world_size,
                    " ranks planned for (dist.zero 3 shards within groups of consecutive ranks); expected a divisor "
                    "of ", t.world_size, " or 0 (all ranks)");
@@ -182,7 +197,8 @@ void check_target(const ExperimentConfig& cfg, const PlanTarget& t) {
 MemoryPlan plan_memory(const ExperimentConfig& cfg, const PlanTarget& target) {
   check_target(cfg, target);
   MemoryPlan plan{cfg, target,
-                  estimate_training_memory(cfg, target.world_size, attention_scores_on(cfg, target.device_name)),
+                  estimate_training_memory(cfg, planned_layout(cfg, target.world_size),
+                                           attention_scores_on(cfg, target.device_name)),
                   false, {}, std::nullopt};
   const double base = plan.estimate.total_bytes();
   plan.fits = fits(base, target);
@@ -199,12 +215,14 @@ MemoryPlan plan_memory(const ExperimentConfig& cfg, const PlanTarget& target) {
 
 namespace {
 
-std::string sharding(const ExperimentConfig& cfg, const MemoryEstimate& e) {
-  switch (cfg.dist.zero) {
-    case 1: return fmt::format("dist.zero 1 (ZeRO-1: AdamW moments and gradients sharded over {} ranks)", e.shard_ranks);
-    case 3: return fmt::format("dist.zero 3 (ZeRO-3: weights, gradients and AdamW moments sharded over {} ranks)",
-                               e.shard_ranks);
-    default: break;
+std::string sharding(const MemoryEstimate& e) {
+  switch (e.layout.zero) {
+    case ZeroStage::kOptimizer:
+      return fmt::format("dist.zero 1 (ZeRO-1: AdamW moments and gradients sharded over {} ranks)", e.shard_ranks);
+    case ZeroStage::kFull:
+      return fmt::format("dist.zero 3 (ZeRO-3: weights, gradients and AdamW moments sharded over {} ranks)",
+                         e.shard_ranks);
+    case ZeroStage::kNone: break;
   }
   return "dist.zero 0 (DDP: every rank holds all the state)";
 }
@@ -215,15 +233,17 @@ std::string row(const std::string& category, const std::string& per_param, const
 }
 
 std::string per_param_rows(const ExperimentConfig& cfg, const MemoryEstimate& e) {
-  const std::string over = cfg.dist.zero != 0 ? fmt::format(" / {}", e.shard_ranks) : "";
+  const ParallelLayout& l = e.layout;
+  const std::string over = l.shards_optimizer_state() ? fmt::format(" / {}", e.shard_ranks) : "";
   const bool bf16_moments = cfg.train.moments_dtype == MomentsDtype::kBf16;
   auto param_row = [&](const std::string& name, double per_param) {
     return row(name, fmt::format("{:.3g}", per_param), gib(per_param * e.parameters));
   };
-  std::string s = param_row(cfg.dist.zero == 3 ? "weights (FP32 master, 4" + over + ")" : "weights (FP32 master)",
+  std::string s = param_row(l.shards_weights() ? "weights (FP32 master, 4" + over + ")" : "weights (FP32 master)",
                             e.weight_bytes_per_param);
-  s += param_row(cfg.dist.zero == 0 ? "gradients (FP32)" : "gradients (FP32 shard, 4" + over + ")", e.grad_bytes_per_param);
-  const std::string moments = cfg.dist.zero != 0 ? (bf16_moments ? ", 4" : ", 8") + over : "";
+  s += param_row(!l.shards_gradients() ? "gradients (FP32)" : "gradients (FP32 shard, 4" + over + ")",
+                 e.grad_bytes_per_param);
+  const std::string moments = l.shards_optimizer_state() ? (bf16_moments ? ", 4" : ", 8") + over : "";
   s += param_row(fmt::format("AdamW moments ({}{})", bf16_moments ? "bf16" : "FP32", moments),
                  e.optimizer_bytes_per_param);
   if (e.fp8_bytes_per_param > 0) {
@@ -237,9 +257,10 @@ std::string per_param_rows(const ExperimentConfig& cfg, const MemoryEstimate& e)
 std::string byte_rows(const ExperimentConfig& cfg, const MemoryEstimate& e) {
   std::string s;
   if (e.gradient_bucket_bytes > 0) {
-    s += row(cfg.dist.zero == 3 ? fmt::format("full gradients of 2 units (FP32{})",
-                                              cfg.dist.reduce_dtype == ReduceDtype::kBf16 ? " + their bf16 copy" : "")
-                                : "full gradient buckets in use",
+    s += row(e.layout.shards_weights()
+                 ? fmt::format("full gradients of 2 units (FP32{})",
+                               cfg.dist.reduce_dtype == ReduceDtype::kBf16 ? " + their bf16 copy" : "")
+                 : "full gradient buckets in use",
              "", gib(e.gradient_bucket_bytes));
   }
   if (e.gathered_weight_bytes > 0) {
@@ -294,7 +315,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   const ExperimentConfig& cfg = plan.cfg;
   const MemoryEstimate& e = plan.estimate;
   std::string s = fmt::format("memory per rank on {} x {}: {}, precision {}\n", plan.target.world_size,
-                              plan.target.device_name, sharding(cfg, e), config::to_string(cfg.precision));
+                              plan.target.device_name, sharding(e), config::to_string(cfg.precision));
   s += fmt::format("{:.4g} parameters, micro-batch {} x {} tokens; a lower bound (lib/plan/resources.h: "
                    "workspaces and allocator slack left out)\n",
                    e.parameters, cfg.train.micro_batch_size, cfg.model.seq_len);

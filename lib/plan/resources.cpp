@@ -129,7 +129,7 @@ void estimate_zero3(const ExperimentConfig& cfg, const ModelSizes& s, double mom
 // DDP and ZeRO-1: the gradient shards and buckets, the moments, the persistent weight copies.
 void estimate_replicated(const ExperimentConfig& cfg, const ModelSizes& s, double moment_bytes, MemoryEstimate& e) {
   e.optimizer_bytes_per_param = moment_bytes / e.shard_ranks;
-  if (cfg.dist.zero == 1) {  // ZeRO-1: shards of the gradients and moments, plus the full buckets in use
+  if (e.layout.shards_optimizer_state()) {  // ZeRO-1: shards of the gradients and moments, plus the full buckets in use
     e.grad_bytes_per_param = 4.0 / e.shard_ranks;
     // With accumulation the full buckets (4 bytes/parameter) live through the micro-batches
     // before the last; the shards replace them as they are released.
@@ -199,21 +199,16 @@ double attention_score_bytes(const ExperimentConfig& cfg) {
   return (kScoreCopiesKept * static_cast<double>(m.n_layer) + 1.0) * one;
 }
 
-int shard_ranks(const ExperimentConfig& cfg, int world_size) {
-  const int world = std::max(world_size, 1);
-  if (cfg.dist.zero == 0) return 1;
-  const int64_t group = cfg.dist.shard_group_size;
-  return cfg.dist.zero == 3 && group > 0 && group < world ? static_cast<int>(group) : world;
-}
-
-MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size, AttentionScores scores) {
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, const ParallelLayout& layout,
+                                        AttentionScores scores) {
   const ModelSizes s = model_sizes(cfg.model);
   MemoryEstimate e;
-  e.world_size = std::max(world_size, 1);
-  e.shard_ranks = shard_ranks(cfg, world_size);
+  e.layout = layout;
+  e.world_size = std::max(layout.world_size, 1);
+  e.shard_ranks = layout.shard_ranks();
   e.parameters = s.parameters;
   const double moment_bytes = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;  // two moments
-  if (cfg.dist.zero == 3) {
+  if (layout.shards_weights()) {
     estimate_zero3(cfg, s, moment_bytes, e);
   } else {
     estimate_replicated(cfg, s, moment_bytes, e);
@@ -224,18 +219,23 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_s
   return e;
 }
 
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg) {
+  return estimate_training_memory(cfg, ParallelLayout::of(cfg.dist));
+}
+
 std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
-  const int64_t zero = cfg.dist.zero;
   const double moments = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;
   std::string weights = fmt::format("weights {:.3g}", weight_bytes_per_param);
-  if (zero == 3) weights += fmt::format(" (4 / {} ranks)", shard_ranks);
+  if (layout.shards_weights()) weights += fmt::format(" (4 / {} ranks)", shard_ranks);
   std::string grads = fmt::format("gradients {:.3g}", grad_bytes_per_param);
-  if (zero != 0) {
+  if (layout.shards_gradients()) {
     grads += fmt::format(" (4 / {} ranks; + {} of full {} in use)", shard_ranks, gib(gradient_bucket_bytes),
-                         zero == 3 ? "unit gradients" : "buckets");
+                         layout.shards_weights() ? "unit gradients" : "buckets");
   }
   std::string opt = fmt::format("AdamW moments {:.3g}", optimizer_bytes_per_param);
-  if (zero != 0) opt += fmt::format(" ({:g} / {} ranks, dist.zero {})", moments, shard_ranks, zero);
+  if (layout.shards_optimizer_state()) {
+    opt += fmt::format(" ({:g} / {} ranks, dist.zero {})", moments, shard_ranks, layout.zero_level());
+  }
   const char* copies = cfg.precision == Precision::kFp8 ? "FP8 weight copies" : "autocast weight copies";
   const std::string fp8 = fp8_bytes_per_param > 0 ? fmt::format(" + {} {:.2g}", copies, fp8_bytes_per_param) : "";
   std::string transient;
@@ -270,9 +270,13 @@ std::string attention_scores_text(const ExperimentConfig& cfg, const MemoryEstim
 
 }  // namespace
 
+void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name) {
+  check_memory_fits(cfg, capacity_bytes, device_name, ParallelLayout::of(cfg.dist));
+}
+
 void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name,
-                       int world_size) {
-  const MemoryEstimate e = estimate_training_memory(cfg, world_size, attention_scores_on(cfg, device_name));
+                       const ParallelLayout& layout) {
+  const MemoryEstimate e = estimate_training_memory(cfg, layout, attention_scores_on(cfg, device_name));
   if (e.total_bytes() <= capacity_bytes) return;
   const ModelSection& m = cfg.model;
   const std::string model_keys = fmt::format("model.d_model={}, model.n_layer={}, model.vocab_size={}", m.d_model,
@@ -288,7 +292,7 @@ void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const
   const std::string scores = attention_scores_text(cfg, e, device_name);
   // Two sentences with the keys, then the planner's table (what --dry-run --plan-* prints): the
   // categories, the verdict and the levers, one per line.
-  std::string table = format_memory_plan(plan_memory(cfg, PlanTarget{world_size, capacity_bytes, device_name}));
+  std::string table = format_memory_plan(plan_memory(cfg, PlanTarget{layout.world_size, capacity_bytes, device_name}));
   if (!table.empty() && table.back() == '\n') table.pop_back();
   FP8T_THROW(ExitCode::kBadInput, "the config cannot fit on ", device_name, ": it needs at least ",
              gib(e.total_bytes()), " (a lower bound) but the ", device_name, " has ", gib(capacity_bytes), "; ",
@@ -298,13 +302,13 @@ void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const
              ", or use a lever below:\n", table);
 }
 
-void throw_out_of_memory(const ExperimentConfig& cfg, int world_size, const std::string& when,
+void throw_out_of_memory(const ExperimentConfig& cfg, const ParallelLayout& layout, const std::string& when,
                          const std::string& allocator_message) {
-  const MemoryEstimate e = estimate_training_memory(cfg, world_size);
+  const MemoryEstimate e = estimate_training_memory(cfg, layout);
   // The allocator's first line says how much was asked and what is in use; no stack trace.
   const std::string first_line = allocator_message.substr(0, allocator_message.find('\n'));
   FP8T_THROW(ExitCode::kBadInput, "out of memory while ", when, ": ", first_line, ". Estimated (a lower bound): ",
-             e.breakdown(cfg), ". ", format_levers(plan_memory(cfg, PlanTarget{world_size, 0.0, ""})), ".");
+             e.breakdown(cfg), ". ", format_levers(plan_memory(cfg, PlanTarget{layout.world_size, 0.0, ""})), ".");
 }
 
 void maybe_inject_out_of_memory(const char* point) {

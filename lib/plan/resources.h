@@ -52,11 +52,13 @@
 #include <string>   // std::string
 
 #include "lib/config/experiment.h"  // ExperimentConfig
+#include "lib/config/parallel_layout.h"  // ParallelLayout
 
 namespace fp8t::train {
 
 struct MemoryEstimate {
   double parameters = 0;        // count (lower bound: embeddings, attention and MLP matrices)
+  ParallelLayout layout;        // the ranks and the sharding the per-rank figures are for
   int world_size = 1;           // data-parallel ranks the per-rank figures are for
   int shard_ranks = 1;          // ranks the sharded state is divided by (1 under DDP)
   // Bytes per parameter, per rank (the header's table).
@@ -100,29 +102,30 @@ AttentionScores attention_scores_on(const ExperimentConfig& cfg, const std::stri
 double attention_score_bytes(const ExperimentConfig& cfg);
 
 // Computed in double precision, so that absurd sizes (1e12 sequences) do not overflow.
-// `world_size`: data-parallel ranks (divides the gradients and the optimizer state under
-// dist.zero 1, and everything under dist.zero 3 unless dist.shard_group_size is smaller).
+// `layout`: the ranks planned for and what they shard (its shard_ranks() divides the gradients
+// and the optimizer state when it shards the optimizer state, and the weights too when it
+// shards the weights); its stage is the one used, whatever cfg.dist.zero says.
 // `scores`: whether the attention scores are counted (attention_scores_on).
-MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, int world_size = 1,
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, const ParallelLayout& layout,
                                         AttentionScores scores = AttentionScores::kFused);
+// One process with cfg.dist's sharding (ParallelLayout::of(cfg.dist)).
+MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg);
 
 // "none", "activation", "casts", "attention", "mlp", "block" (the train.recompute values).
 const char* recompute_name(Recompute r);
 
-// The ranks the sharded state is divided by: 1 under dist.zero 0, the world under dist.zero 1,
-// dist.shard_group_size (when set and smaller than the world) or the world under dist.zero 3.
-int shard_ranks(const ExperimentConfig& cfg, int world_size);
-
 // Throws fp8t::Error (kBadInput) when the estimate exceeds `capacity_bytes` (the memory of
 // `device_name`), naming the keys that set the larger part, both numbers and the levers.
+// `layout`: this job's (one process when left out).
 void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name,
-                       int world_size = 1);
+                       const ParallelLayout& layout);
+void check_memory_fits(const ExperimentConfig& cfg, double capacity_bytes, const std::string& device_name);
 
 // An out-of-memory error a person can act on (kBadInput: the config does not fit): what was
 // happening (`when`, e.g. "building the model"), the allocator's message, the estimate's
 // breakdown and the levers dist.zero, train.recompute and train.micro_batch_size.
-[[noreturn]] void throw_out_of_memory(const ExperimentConfig& cfg, int world_size, const std::string& when,
-                                      const std::string& allocator_message);
+[[noreturn]] void throw_out_of_memory(const ExperimentConfig& cfg, const ParallelLayout& layout,
+                                      const std::string& when, const std::string& allocator_message);
 
 // Test hook for the out-of-memory path on machines without a GPU: when the environment
 // variable FP8TRAIN_TEST_OOM equals `point` ("build": the model's construction, "step": the

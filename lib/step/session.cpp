@@ -17,6 +17,7 @@
 #include "lib/optim/optimizer.h"              // AdamW
 #include "lib/plan/resources.h"               // throw_out_of_memory, maybe_inject_out_of_memory
 #include "lib/dist/launch.h"                  // dist::launch_info_from_environment
+#include "lib/config/parallel_layout.h"       // ParallelLayout
 #include "lib/step/step_health.h"             // StepHealth
 #include "lib/step/weight_amax.h"             // OptimizerWeightAmaxes
 #include "lib/util/error.h"                   // FP8T_CHECK
@@ -54,14 +55,20 @@ ShardRanges shard_ranges(const model::Model& net, const dist::GradientSync& sync
   return ranges;
 }
 
-// The data-parallel ranks of this job as torchrun describes them (1 alone), for the memory
-// estimate of an out-of-memory message.
-int launched_world_size() {
+// The layout of this job as torchrun describes it (one process alone), for the memory estimate
+// of an out-of-memory message before the communicator exists.
+ParallelLayout launched_layout(const ExperimentConfig& cfg) {
   try {
-    return dist::launch_info_from_environment().world_size;
+    const dist::LaunchInfo launch = dist::launch_info_from_environment();
+    return ParallelLayout::of(cfg.dist, launch.rank, launch.world_size);
   } catch (const Error&) {
-    return 1;
+    return ParallelLayout::of(cfg.dist);
   }
+}
+
+// cfg.dist on the communicator's ranks (one process without one).
+ParallelLayout job_layout(const ExperimentConfig& cfg, const dist::Communicator* comm) {
+  return comm ? ParallelLayout::of(cfg.dist, comm->rank(), comm->world_size()) : ParallelLayout::of(cfg.dist);
 }
 
 // Processes per node (LOCAL_WORLD_SIZE) of a job of `world` ranks: hybrid sharding's groups.
@@ -112,7 +119,7 @@ Session::Session(const ExperimentConfig& cfg, const c10::Device& device, std::sh
     build();
   } catch (const c10::OutOfMemoryError& e) {  // exit 2 with the estimate and the levers, no trace
     model_.reset();
-    throw_out_of_memory(cfg_, launched_world_size(), "building the model", e.what_without_backtrace());
+    throw_out_of_memory(cfg_, launched_layout(cfg_), "building the model", e.what_without_backtrace());
   }
 }
 
@@ -166,13 +173,13 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
   try {
     allocate_training_state(std::move(comm));
   } catch (const c10::OutOfMemoryError& e) {
-    const int world = comm_ ? comm_->world_size() : 1;
+    const ParallelLayout layout = job_layout(cfg_, comm_.get());
     weight_amaxes_.reset();
     opt_.reset();
     grad_sync_.reset();
     if (sharded_) model_->set_unit_hooks(nullptr);
     sharded_.reset();
-    throw_out_of_memory(cfg_, world, "allocating the gradients and the optimizer state", e.what_without_backtrace());
+    throw_out_of_memory(cfg_, layout, "allocating the gradients and the optimizer state", e.what_without_backtrace());
   }
 }
 
@@ -184,11 +191,12 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
       comm_->broadcast(params_, 0);  // identical starting weights whatever each rank's RNG did
     }
     const auto bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * 1024.0 * 1024.0);
-    if (cfg_.dist.zero == 3) {
+    const ParallelLayout layout = job_layout(cfg_, comm_.get());
+    if (layout.shards_weights()) {
       shard_model();
     } else {
       grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1),
-                                                        /*shard=*/cfg_.dist.zero == 1);
+                                                        /*shard=*/layout.shards_optimizer_state());
     }
     if (scaling_ && cfg_.fp8.reduce_amax) {  // fp8.reduce_amax false: every rank keeps its own scales
       dist::Communicator* c = comm_.get();
@@ -233,7 +241,7 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
     maybe_inject_out_of_memory("step");
     return train_step(next_batch, lr, loss_sum, mark, step_number);
   } catch (const c10::OutOfMemoryError& e) {
-    throw_out_of_memory(cfg_, comm_ ? comm_->world_size() : 1, "running the first training step",
+    throw_out_of_memory(cfg_, job_layout(cfg_, comm_.get()), "running the first training step",
                         e.what_without_backtrace());
   }
 }

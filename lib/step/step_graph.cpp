@@ -6,6 +6,7 @@
 #include <cstdlib>  // std::getenv
 #include <string>   // std::string
 
+#include "lib/config/parallel_layout.h"  // ParallelLayout
 #include "lib/util/error.h"   // FP8T_CHECK, FP8T_THROW
 #include "lib/util/memory.h"  // release_cached_memory
 
@@ -14,7 +15,7 @@ namespace fp8t::train {
 std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int job_ranks) {
   if (!cfg.train.cuda_graphs) return "train.cuda_graphs is false";
   if (!device.is_cuda()) return "the device is the CPU, and train.cuda_graphs applies to CUDA devices";
-  if (job_ranks > 0 && cfg.dist.zero == 3) {
+  if (job_ranks > 0 && ParallelLayout::of(cfg.dist).shards_weights()) {
     return "dist.zero 3 (ZeRO-3): each unit's all-gathers and reduce-scatters are issued from the model's unit hooks "
            "and autograd nodes as the step runs (and the weights' storage comes and goes), which a replayed graph "
            "would not do";

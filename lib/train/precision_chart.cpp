@@ -12,6 +12,7 @@
 #include <sstream>    // std::ostringstream
 
 #include "lib/config/fields.h"          // config::to_string
+#include "lib/config/parallel_layout.h"  // ParallelLayout
 #include "lib/dist/communicator.h"      // dist::Communicator
 #include "lib/dist/fully_sharded.h"     // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"         // dist::GradientSync
@@ -320,7 +321,7 @@ ChartRow communication_row(const Session& s, int planned_world_size) {
     }
     row.add(dtype_name(s.parameters().empty() ? at::kFloat : s.parameters().front().scalar_type()),
             "parameter broadcast from rank 0, once at the start");
-  } else if (planned_world_size > 1 && s.config().dist.zero == 3) {
+  } else if (planned_world_size > 1 && ParallelLayout::of(s.config().dist).shards_weights()) {
     row.add(grads, "ZeRO-3 over " + std::to_string(planned_world_size) + " ranks: weights all-gathered per unit (FP8 " +
                        "Linears' as FP8 codes, the rest in " + dtype_name(s.autocast_dtype()) + "), gradients " +
                        "reduce-scattered in " + (s.config().dist.reduce_dtype == ReduceDtype::kBf16 ? "BF16" : "FP32") +

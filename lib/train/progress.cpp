@@ -84,7 +84,7 @@ nlohmann::json Progress::summary(const Run& run) const {
       {"run", run.cfg.run.name},
       {"precision", config::to_string(run.cfg.precision)},
       {"device", run.device.str()},
-      {"world_size", run.world_size},
+      {"world_size", run.layout.world_size},
       {"steps", step},
       {"tokens", tokens},
       {"final_loss", last_loss},

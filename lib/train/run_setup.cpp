@@ -56,7 +56,7 @@ void log_plan(const Run& run) {
                : cfg.precision == Precision::kBf16 && run.device.is_cpu() ? " (CPU autocast to bf16)"
                : cfg.precision == Precision::kFp16 && run.device.is_cpu() ? " (CPU autocast to fp16)" : "");
   spdlog::info("data: {}", run.data.describe());
-  if (run.main_rank) {
+  if (run.layout.is_rank0()) {
     for (const std::string& warning : run.data.warnings()) spdlog::warn("data: {}", warning);
   }
   if (run.data.epoch() && run.data.tokens_per_epoch() > 0) {
@@ -77,7 +77,7 @@ void log_plan(const Run& run) {
   }
   spdlog::info("plan: {} steps x {} tokens ({} micro-batches of {}x{}{}), {:.3g} model FLOPs/token", t.steps,
                run.tokens_per_step, t.grad_accum_steps, t.micro_batch_size, cfg.model.seq_len,
-               run.world_size > 1 ? fmt::format(" on each of {} ranks", run.world_size) : "",
+               run.layout.world_size > 1 ? fmt::format(" on each of {} ranks", run.layout.world_size) : "",
                net.flops_per_token());
 }
 
@@ -89,18 +89,18 @@ Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options) {
   const c10::Device device = resolve_device(cfg.run.device, launch.local_rank);
   const RunDir::Mode mode = run_dir_mode(cfg, options);
   // Sizes that cannot fit stop here (exit 2, naming the keys), before any allocation or file.
-  check_memory_fits(cfg, device_memory_capacity(device), device.str(), launch.world_size);
+  const ParallelLayout layout = ParallelLayout::of(cfg.dist, launch.rank, launch.world_size);
+  check_memory_fits(cfg, device_memory_capacity(device), device.str(), layout);
   check_tensorboard_available(cfg.run.tensorboard);  // a build without protobuf: exit 2, nothing written
   // Every rank checks (read-only) before the rendezvous, so a bad run folder stops all of them.
   if (!options.dry_run) RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
 
-  data::Dataset dataset = data::Dataset::open(cfg.data, cfg.model, cfg.run.seed, launch.rank, launch.world_size);
+  data::Dataset dataset = data::Dataset::open(cfg.data, cfg.model, cfg.run.seed, layout);
   FP8T_INPUT_CHECK(dataset.vocab_size_needed() <= cfg.model.vocab_size, "the data uses token ids up to ",
                    dataset.vocab_size_needed() - 1, " but model.vocab_size is ", cfg.model.vocab_size);
 
   Run run{cfg, options, device, mode, std::move(dataset), std::make_unique<Session>(cfg, device)};
-  run.world_size = launch.world_size;
-  run.main_rank = launch.is_main();
+  run.layout = layout;
   run.tokens_per_step =
       cfg.train.micro_batch_size * cfg.model.seq_len * cfg.train.grad_accum_steps * launch.world_size;
   log_plan(run);
@@ -122,11 +122,12 @@ nlohmann::json dry_run_plan(const Run& run) {
                           {"keys_without_effect", fp8::recipe_fields_without_effect(scaling->kind())}};
   }
   // The optimizer and the process group do not exist yet: the chart applies their rules.
-  const PrecisionChart chart = precision_chart(*run.session, run.world_size);
+  const PrecisionChart chart = precision_chart(*run.session, run.layout.world_size);
   spdlog::info("{}", chart.to_string());
   plan["precision_chart"] = chart.to_json();
   // The memory per rank on this device and these ranks (setup_run checked that it fits).
-  const MemoryPlan memory = plan_memory(run.cfg, {run.world_size, device_memory_capacity(run.device), run.device.str()});
+  const MemoryPlan memory =
+      plan_memory(run.cfg, {run.layout.world_size, device_memory_capacity(run.device), run.device.str()});
   std::string table = format_memory_plan(memory);
   if (!table.empty() && table.back() == '\n') table.pop_back();
   spdlog::info("{}", table);
@@ -158,14 +159,16 @@ void join_job(Run& run) {
     spdlog::info("data-parallel: {} ranks over {}, {} gradient buckets of up to {} MiB{}; global batch {} tokens",
                  run.comm->world_size(), run.comm->backend_name(), run.session->gradient_sync()->num_buckets(),
                  run.cfg.dist.bucket_mb,
-                 run.cfg.dist.zero == 1 ? ", ZeRO-1 (reduce-scatter, AdamW moments sharded, weights all-gathered)" : "",
+                 run.layout.shards_optimizer_state()
+                     ? ", ZeRO-1 (reduce-scatter, AdamW moments sharded, weights all-gathered)"
+                     : "",
                  run.tokens_per_step);
-  } else if (run.cfg.dist.zero != 0) {
+  } else if (run.layout.shards_optimizer_state()) {
     spdlog::info("dist.zero {} has no effect in a single process (launch with torchrun to shard across ranks)",
-                 run.cfg.dist.zero);
+                 run.layout.zero_level());
   }
   // From the live optimizer, gradient sync and communicator (kept at the start of train.log).
-  if (run.main_rank) spdlog::info("{}", precision_chart(*run.session, run.world_size).to_string());
+  if (run.layout.is_rank0()) spdlog::info("{}", precision_chart(*run.session, run.layout.world_size).to_string());
 }
 
 }  // namespace fp8t::train

@@ -10,6 +10,7 @@
 #include <memory>   // std::shared_ptr, std::unique_ptr
 
 #include "lib/config/loader.h"  // config::LoadedConfig
+#include "lib/config/parallel_layout.h"  // ParallelLayout
 #include "lib/data/dataset.h"   // data::Dataset
 #include "lib/run/run_dir.h"    // RunDir::Mode
 #include "lib/step/session.h"   // Session
@@ -26,8 +27,9 @@ struct Run {
   data::Dataset data;
   std::unique_ptr<Session> session;
   std::shared_ptr<dist::Communicator> comm = nullptr;  // null for a single process (join_job sets it)
-  int world_size = 1;
-  bool main_rank = true;        // rank 0: the only one that writes the run folder
+  // This process's rank, the job's ranks and dist.zero; rank 0 is the only one that writes the
+  // run folder (layout.is_rank0()).
+  ParallelLayout layout;
   int64_t tokens_per_step = 0;  // over all ranks
 
   fp8::Scaling* scaling() const { return session->scaling(); }  // null unless fp8

@@ -11,6 +11,7 @@
 #include <vector>   // std::vector
 
 #include "lib/config/fields.h"                // config::to_string
+#include "lib/config/parallel_layout.h"       // ZeroStage, zero_level, zero_stage_of_level
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/model/model.h"                  // model::Model::unique_named_parameters
 #include "lib/run/checkpoint.h"               // Checkpoint, save_checkpoint, load_checkpoint
@@ -81,7 +82,7 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   ck.meta["data_windows"] = run.data.windows_drawn();
   ck.meta["precision"] = config::to_string(run.cfg.precision);
   if (const auto* scaling = session.scaling()) ck.meta["fp8_recipe"] = fp8::to_string(scaling->kind());
-  ck.meta["world_size"] = run.world_size;
+  ck.meta["world_size"] = run.layout.world_size;
   return ck;
 }
 
@@ -142,7 +143,7 @@ void check_fp8_recipe(const Run& run, const Checkpoint& ck, const std::filesyste
 void check_data_files(const Run& run, const Checkpoint& ck, const nlohmann::json& now, const std::filesystem::path& path,
                       int64_t step) {
   if (!ck.meta.contains("data_files")) {
-    if (run.main_rank && !now.empty()) {
+    if (run.layout.is_rank0() && !now.empty()) {
       spdlog::info("{} records no data files (written by an older fp8train): the data files are not compared with "
                    "those step {} was trained on", path.string(), step);
     }
@@ -157,7 +158,7 @@ void check_data_files(const Run& run, const Checkpoint& ck, const nlohmann::json
                    ". Resuming would continue the data order over other tokens. Restore the files, or continue on the "
                    "changed data on purpose with --accept-data-change (run.accept_data_change: true; the checkpoints "
                    "written from then on record the new files)");
-  if (run.main_rank) {
+  if (run.layout.is_rank0()) {
     spdlog::warn("resuming {} (step {}) on data files that differ from those it was trained on "
                  "(run.accept_data_change): {}", path.string(), step, list);
   }
@@ -221,7 +222,8 @@ void restore_checkpoint(Run& run, const Checkpoint& ck) {
   const int64_t position = ck.meta.at("data_position").get<int64_t>();
   run.data.set_train_position(position);
   // Checkpoints before data_windows drew micro_batch_size rows per rank and call.
-  run.data.set_windows_drawn(ck.meta.value("data_windows", position * run.cfg.train.micro_batch_size * run.world_size));
+  run.data.set_windows_drawn(
+      ck.meta.value("data_windows", position * run.cfg.train.micro_batch_size * run.layout.world_size));
 }
 
 // summary.json as the run would write it after `step` steps (kept in the final checkpoint, so a
@@ -245,6 +247,12 @@ void warn_if_metrics_missing(const RunDir& dir, int64_t step) {
   if (step == 0 || std::filesystem::exists(dir.metrics_path(), ec)) return;
   spdlog::warn("{} is missing: the rows of steps 1 to {} are lost; the file starts again with step {}",
                dir.metrics_path().string(), step, step + 1);
+}
+
+// The stage a checkpoint's shard manifest was written under: "level" 3 is ZeRO-3's; manifests
+// without it (or with another level) are ZeRO-1's.
+ZeroStage saved_zero_stage(const nlohmann::json& manifest) {
+  return zero_stage_of_level(manifest.value("level", int64_t{1})).value_or(ZeroStage::kOptimizer);
 }
 
 }  // namespace
@@ -285,7 +293,7 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const C
 
 Checkpointer::Checkpointer(Run& run, const RunDir& dir)
     : run_(run), dir_(dir), path_(dir.checkpoint_path()),
-      history_(dir.path(), run.cfg.train.keep_checkpoints, run.main_rank), data_record_(data_record(run.cfg)) {}
+      history_(dir.path(), run.cfg.train.keep_checkpoints, run.layout.is_rank0()), data_record_(data_record(run.cfg)) {}
 
 bool Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
@@ -297,14 +305,15 @@ bool Checkpointer::resume(Progress& progress) {
                    *source.expected_step, "; ", path_.filename().string(), " holds step ", start_step,
                    ", and the folder keeps ", describe_kept(kept_checkpoints(dir_.path())));
   const int saved_world = ck.meta.value("world_size", 1);
-  const std::string saved = !ck.meta.contains("zero")              ? ""
-                            : ck.meta["zero"].value("level", 1) == 3 ? " (ZeRO-3)"
-                                                                     : " (ZeRO-1)";
+  const std::string saved = !ck.meta.contains("zero")                                 ? ""
+                            : saved_zero_stage(ck.meta["zero"]) == ZeroStage::kFull ? " (ZeRO-3)"
+                                                                                    : " (ZeRO-1)";
   const std::string now = run_.session->fully_sharded() ? " (ZeRO-3)" : run_.session->optimizer().sharded() ? " (ZeRO-1)" : "";
-  if (saved_world != run_.world_size || saved != now) {
+  if (saved_world != run_.layout.world_size || saved != now) {
     // The state is resharded; the data position counts global batches, so the rows continue
     // where they stopped when the global batch (ranks x micro_batch_size) is kept.
-    spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world, saved, run_.world_size, now);
+    spdlog::info("resharding the checkpoint of {} rank(s){} onto {} rank(s){}", saved_world, saved,
+                 run_.layout.world_size, now);
   }
   check_data_files(run_, ck, data_record_, source.file, start_step);
   check_shard_files(ck, source.file, start_step);
@@ -314,8 +323,8 @@ bool Checkpointer::resume(Progress& progress) {
   history_.resumed(source, start_step);
   progress.restore(ck.meta, start_step);
   run_.session->health().restore_skipped(progress.skipped_steps);
-  if (run_.main_rank) warn_if_metrics_missing(dir_, start_step);
-  if (run_.main_rank) {
+  if (run_.layout.is_rank0()) warn_if_metrics_missing(dir_, start_step);
+  if (run_.layout.is_rank0()) {
     try {
       truncate_metrics_after(dir_.metrics_path(), start_step);
     } catch (const Error& e) {  // a write that fails (disk full): exit 3, as every run-folder write
@@ -343,7 +352,7 @@ bool Checkpointer::due(int64_t step) const {
     if (t.checkpoint_every_min <= 0 || step % t.log_interval != 0) {
       by_time = false;
     } else {
-      const at::Tensor flag = at::full({1}, by_time && run_.main_rank ? 1.0f : 0.0f,
+      const at::Tensor flag = at::full({1}, by_time && run_.layout.is_rank0() ? 1.0f : 0.0f,
                                        at::TensorOptions().device(run_.device));
       run_.comm->all_reduce(flag, dist::ReduceOp::kMax);
       by_time = flag.item<float>() > 0;
@@ -351,7 +360,7 @@ bool Checkpointer::due(int64_t step) const {
     return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps || by_time;
   }
   return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps ||
-         (by_time && run_.main_rank);
+         (by_time && run_.layout.is_rank0());
 }
 
 nlohmann::json Checkpointer::save_shards(int64_t step) {
@@ -390,7 +399,7 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
   }
   nlohmann::json manifest = {{"world_size", world}, {"step", step}, {"shards", shards}};
   if (sharded) {
-    manifest["level"] = 3;
+    manifest["level"] = zero_level(ZeroStage::kFull);
     manifest["model"] = parameter_shapes(*run_.session);  // the weights are in the shard files
   }
   return manifest;
@@ -424,21 +433,21 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
   if (scheduled && step < run_.cfg.train.steps && health.consecutive > 0) {
     // Skipped steps left the weights of the step before the streak: a checkpoint now would hold
     // them again and push an older checkpoint out of train.keep_checkpoints.
-    if (run_.main_rank) {
+    if (run_.layout.is_rank0()) {
       spdlog::info("not writing the checkpoint after step {}: the last {} step(s) were skipped (non-finite), so it "
                    "would hold the weights of step {} again", step, health.consecutive, health.streak_start - 1);
     }
     return;
   }
   if (const std::string why = unsafe_state(health); !why.empty()) {
-    if (run_.main_rank) {
+    if (run_.layout.is_rank0()) {
       spdlog::warn("not writing the checkpoint after step {}: {}; {} keeps the last good state", step, why,
                    path_.string());
     }
     return;
   }
   Checkpoint ck;
-  if (run_.main_rank) {
+  if (run_.layout.is_rank0()) {
     ck = make_checkpoint(run_, step, progress);
     ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
     ck.meta["data_files"] = data_record_;  // what it was trained on, for the resume's check
@@ -447,7 +456,7 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
   if (sharded) ck.meta["zero"] = save_shards(step);  // every rank writes its shard first
   try {
     history_.before_save(step);  // every rank keeps the bookkeeping; rank 0 the files
-    if (run_.main_rank) save_checkpoint(path_, ck);
+    if (run_.layout.is_rank0()) save_checkpoint(path_, ck);
     history_.after_save(step);
   } catch (const Error& e) {
     // Disk full or an I/O error: the training itself cannot go on safely without checkpoints.

@@ -29,7 +29,7 @@ namespace {
 // The run folder (rank 0 creates it and logs into train.log; the other ranks only read it).
 RunDir open_run_folder(const Run& run) {
   const RunSection& r = run.cfg.run;
-  if (!run.main_rank) return RunDir::locate(r.out_dir, r.name);
+  if (!run.layout.is_rank0()) return RunDir::locate(r.out_dir, r.name);
   RunDir dir = RunDir::open(r.out_dir, r.name, run.mode);
   setup_logging(r.quiet, dir.log_path().string());
   return dir;
@@ -50,7 +50,7 @@ void write_or_fail(Write&& write) {
 // summary.json of a run that failed ("diverged" for a non-finite loss, "failed" for anything
 // else, e.g. a rank died or the disk is full).
 void write_failure_summary(const Run& run, const RunDir& dir, Progress& progress, const Error& e) {
-  if (e.code() != ExitCode::kTrainingFailed || !run.main_rank) return;
+  if (e.code() != ExitCode::kTrainingFailed || !run.layout.is_rank0()) return;
   if (progress.status == "completed") progress.status = "failed";
   try {
     write_summary(dir.summary_path(), progress.failure_summary(e.what()));
@@ -79,8 +79,8 @@ std::string val_text(const Progress& progress) {
 // summary.json and the last log line; an interrupted run then exits with kInterrupted.
 nlohmann::json finish(const Run& run, const RunDir& dir, const Progress& progress) {
   nlohmann::json summary = progress.summary(run);
-  summary["precision_chart"] = precision_chart(*run.session, run.world_size).to_json();
-  if (run.main_rank) {
+  summary["precision_chart"] = precision_chart(*run.session, run.layout.world_size).to_json();
+  if (run.layout.is_rank0()) {
     write_final_summary(dir, summary);
     const std::string fp8 = fp8_summary_line(summary.value("fp8", nlohmann::json()));
     if (!fp8.empty()) spdlog::info("{}", fp8);
@@ -99,9 +99,9 @@ nlohmann::json finish(const Run& run, const RunDir& dir, const Progress& progres
 // --resume of a run whose every step is done but whose summary.json was never written: the
 // summary its final checkpoint recorded.
 nlohmann::json finish_from_checkpoint(const Run& run, const RunDir& dir, nlohmann::json summary) {
-  summary["precision_chart"] = precision_chart(*run.session, run.world_size).to_json();
+  summary["precision_chart"] = precision_chart(*run.session, run.layout.world_size).to_json();
   summary["written_on_resume"] = true;
-  if (run.main_rank) {
+  if (run.layout.is_rank0()) {
     write_final_summary(dir, summary);
     print_result(fmt::format("the run had trained all {} steps; wrote {} from its final checkpoint",
                              summary.value("steps", 0), dir.summary_path().string()),
@@ -115,7 +115,7 @@ nlohmann::json finish_from_checkpoint(const Run& run, const RunDir& dir, nlohman
 bool resume(const Run& run, const RunDir& dir, Checkpointer& checkpointer, Progress& progress) {
   const std::vector<ConfigChange> changes = check_resume_config(dir, run.cfg);  // every rank
   const bool steps_left = checkpointer.resume(progress);
-  if (run.main_rank) write_or_fail([&] { record_resume_config(dir, changes, progress.start_step); });
+  if (run.layout.is_rank0()) write_or_fail([&] { record_resume_config(dir, changes, progress.start_step); });
   return steps_left;
 }
 
@@ -151,7 +151,7 @@ nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptio
       return finish_from_checkpoint(run, dir, checkpointer.final_summary());
     }
     // config.yaml after the resume's record of the one it replaces.
-    if (run.main_rank) write_or_fail([&] { dir.write_text_atomic("config.yaml", config::to_yaml(run.cfg)); });
+    if (run.layout.is_rank0()) write_or_fail([&] { dir.write_text_atomic("config.yaml", config::to_yaml(run.cfg)); });
     std::optional<StepLogger> logger;
     write_or_fail([&] { logger.emplace(run, dir, progress); });
     TrainingLoop loop(run, progress, *logger, checkpointer);

@@ -69,7 +69,7 @@ double evaluate(Run& run, const std::function<void(int64_t)>& before_batch) {
       },
       t.eval_batches);
   if (run.comm) run.comm->all_reduce(total, dist::ReduceOp::kSum);
-  return total.item<double>() / static_cast<double>(t.eval_batches * run.world_size);
+  return total.item<double>() / static_cast<double>(t.eval_batches * run.layout.world_size);
 }
 
 }  // namespace
@@ -77,9 +77,9 @@ double evaluate(Run& run, const std::function<void(int64_t)>& before_batch) {
 // ---- log phase ----------------------------------------------------------------------------
 
 StepLogger::StepLogger(Run& run, const RunDir& dir, Progress& progress)
-    : run_(run), progress_(progress), status_(run.cfg.run.quiet || !run.main_rank) {
-  if (run.main_rank) metrics_.emplace(dir.metrics_path());
-  if (run.main_rank && run.cfg.run.tensorboard) tensorboard_.emplace(dir.path(), progress.start_step);
+    : run_(run), progress_(progress), status_(run.cfg.run.quiet || !run.layout.is_rank0()) {
+  if (run.layout.is_rank0()) metrics_.emplace(dir.metrics_path());
+  if (run.layout.is_rank0() && run.cfg.run.tensorboard) tensorboard_.emplace(dir.path(), progress.start_step);
   loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.device));
 }
 
@@ -117,7 +117,7 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   progress_.skipped_steps = out.health.skipped;
   // The mean over the applied steps' micro-batches (skipped steps add nothing to the sum).
   const int64_t applied = loss_count_ - skipped_now * t.grad_accum_steps;
-  out.loss = loss_total / static_cast<double>(std::max<int64_t>(applied, 0) * run_.world_size);
+  out.loss = loss_total / static_cast<double>(std::max<int64_t>(applied, 0) * run_.layout.world_size);
   out.grad_norm = result.grad_norm.item<double>();
   loss_sum_.zero_();
   loss_count_ = 0;

@@ -9,6 +9,7 @@
 #include "tests/catch.h"
 
 using fp8t::ExperimentConfig;
+using fp8t::ZeroStage;
 using fp8t::train::BenchOptions;
 using fp8t::train::BenchResult;
 using fp8t::train::KernelTime;
@@ -148,7 +149,7 @@ TEST_CASE("bench JSON: no ratio without both bf16 and fp8", "[bench]") {
 
 TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per parameter by category", "[bench]") {
   ExperimentConfig cfg = bench_config();
-  cfg.dist.zero = 1;
+  cfg.dist.zero = ZeroStage::kOptimizer;
   BenchResult r = fp8_result();
   r.memory.parameters = 1e9;
   r.memory.world_size = 2;
@@ -179,7 +180,7 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   CHECK(j.at("results")[0].at("memory_estimate").at("gradient_bucket_bytes") == 0.25 * 1073741824.0);
   CHECK(j.at("results")[0].at("memory_estimate").at("total_bytes") == 12.0 * 1073741824.0);
   // ZeRO-3: the two units' gradients and the gathered units.
-  cfg.dist.zero = 3;
+  cfg.dist.zero = ZeroStage::kFull;
   r.memory.gathered_weight_bytes = 0.5 * 1073741824.0;
   r.memory.gathered_units = 2;
   const auto zero3 = lines_of(fp8t::train::format_bench_table(cfg, bench_options(), {r}));

@@ -6,6 +6,7 @@
 #include "lib/config/print.h"
 
 using fp8t::ExperimentConfig;
+using fp8t::ZeroStage;
 using fp8t::config::fields;
 using fp8t::config::LoadedConfig;
 using fp8t::config::Override;
@@ -188,7 +189,7 @@ TEST_CASE("a full experiment file sets every key of every section", "[config]") 
 
   CHECK(c.dist.timeout_s == 30);
   CHECK(c.dist.bucket_mb == 4.5);
-  CHECK(c.dist.zero == 1);
+  CHECK(c.dist.zero == ZeroStage::kOptimizer);
   CHECK_FALSE(c.dist.reshard_after_forward);
   CHECK(c.dist.reduce_dtype == fp8t::ReduceDtype::kBf16);
   CHECK(c.dist.prefetch == 2);

@@ -14,6 +14,7 @@
 #include "tests/catch.h"
 #include "tests/data/data_test_files.h"
 
+using fp8t::ParallelLayout;
 using fp8t::data::Batch;
 using fp8t::data::Dataset;
 using fp8t::data::testing::llmc_shard_bytes;
@@ -52,7 +53,7 @@ struct ThreeShards {
     fp8t::ModelSection model;
     model.vocab_size = 40000;
     model.seq_len = kSeqLen;
-    return Dataset::open(d, model, seed, rank, world);
+    return Dataset::open(d, model, seed, ParallelLayout{.rank = rank, .world_size = world});
   }
 };
 

@@ -6,6 +6,7 @@
 #include "lib/data/dataset.h"
 #include "tests/catch.h"
 
+using fp8t::ParallelLayout;
 using fp8t::data::Batch;
 using fp8t::data::Dataset;
 
@@ -19,7 +20,8 @@ fp8t::ModelSection tiny_model(int64_t vocab = 64, int64_t seq_len = 64) {
 }
 
 Dataset synthetic(uint64_t seed, int rank = 0, int world_size = 1, int64_t vocab = 64, int64_t seq_len = 64) {
-  return Dataset::open(fp8t::DataSection{}, tiny_model(vocab, seq_len), seed, rank, world_size);
+  return Dataset::open(fp8t::DataSection{}, tiny_model(vocab, seq_len), seed,
+                       ParallelLayout{.rank = rank, .world_size = world_size});
 }
 
 bool same(const Batch& a, const Batch& b) {

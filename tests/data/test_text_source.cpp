@@ -7,6 +7,7 @@
 #include "tests/data/data_test_checks.h"
 #include "tests/data/data_test_files.h"
 
+using fp8t::ParallelLayout;
 using fp8t::data::Batch;
 using fp8t::data::Dataset;
 using fp8t::data::testing::require_bad_input;
@@ -109,8 +110,10 @@ TEST_CASE("text validation is the contiguous tail, cut into consecutive windows"
   REQUIRE(at::equal(other_seed.val_batch(0, 12).inputs, v.inputs));
   // Two ranks of 3 rows evaluate the rows one rank of 6 rows evaluates.
   const Batch whole = dataset.val_batch(1, 6);
-  const Batch r0 = Dataset::open(text_data(dir.file("t.txt")), byte_model(seq_len), 7, 0, 2).val_batch(1, 3);
-  const Batch r1 = Dataset::open(text_data(dir.file("t.txt")), byte_model(seq_len), 7, 1, 2).val_batch(1, 3);
+  const Batch r0 = Dataset::open(text_data(dir.file("t.txt")), byte_model(seq_len), 7,
+                                 ParallelLayout{.rank = 0, .world_size = 2}).val_batch(1, 3);
+  const Batch r1 = Dataset::open(text_data(dir.file("t.txt")), byte_model(seq_len), 7,
+                                 ParallelLayout{.rank = 1, .world_size = 2}).val_batch(1, 3);
   REQUIRE(at::equal(at::cat({r0.inputs, r1.inputs}), whole.inputs));
   REQUIRE(row_bytes(whole.inputs, 0) == text.substr(900 + 6 * seq_len, seq_len));
 }

@@ -12,6 +12,7 @@
 #include "tests/data/data_test_checks.h"
 #include "tests/data/data_test_files.h"
 
+using fp8t::ParallelLayout;
 using fp8t::data::Batch;
 using fp8t::data::Dataset;
 using fp8t::data::read_token_file;
@@ -110,7 +111,7 @@ TEST_CASE("token datasets cut windows from the shard, validation from data.val_p
   resumed.set_train_position(1);
   const Batch b1 = dataset.next_train(8);
   REQUIRE(at::equal(resumed.next_train(8).inputs, b1.inputs));
-  Dataset rank1 = Dataset::open(data, model_of(50304, seq_len), 3, 1, 2);
+  Dataset rank1 = Dataset::open(data, model_of(50304, seq_len), 3, ParallelLayout{.rank = 1, .world_size = 2});
   REQUIRE_FALSE(at::equal(rank1.next_train(8).inputs, b.inputs));
 }
 

@@ -26,7 +26,7 @@ namespace fp8t::test {
 
 // One layer, d_model 32, 16 tokens, micro-batches of 2 rows, two micro-batches per step, with
 // 8 KiB buckets (several, and parameters split across shards).
-inline ExperimentConfig tiny_run_config(Precision precision, int64_t zero) {
+inline ExperimentConfig tiny_run_config(Precision precision, ZeroStage zero) {
   ExperimentConfig c;
   c.precision = precision;
   c.model.n_layer = 1;

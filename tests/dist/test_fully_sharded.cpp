@@ -41,7 +41,7 @@ void run_pair(int world, const ExperimentConfig& ddp_cfg, const ExperimentConfig
 }
 
 ExperimentConfig zero3_of(ExperimentConfig c) {
-  c.dist.zero = 3;
+  c.dist.zero = ZeroStage::kFull;
   return c;
 }
 
@@ -54,7 +54,7 @@ void check_ranks_agree(const std::vector<RunTrace>& runs) {
 // block (4) scaling, d_model 128, no clipping.
 ExperimentConfig gpu_variant_config(int variant) {
   const Precision precision = variant == 0 ? Precision::kFp32 : variant == 1 ? Precision::kBf16 : Precision::kFp8;
-  ExperimentConfig c = test::tiny_run_config(precision, 0);
+  ExperimentConfig c = test::tiny_run_config(precision, ZeroStage::kNone);
   c.model.d_model = 128;
   c.train.grad_clip = 0.0;
   c.fp8.kind = variant == 3 ? fp8::RecipeKind::kCurrent : variant == 4 ? fp8::RecipeKind::kBlock : fp8::RecipeKind::kDelayed;
@@ -67,7 +67,7 @@ TEST_CASE("ZeRO-3 matches DDP in fp32 on 2 and 4 ranks, with accumulation, clipp
   const int world = GENERATE(2, 4);
   const Recompute recompute = GENERATE(Recompute::kNone, Recompute::kBlock);
   INFO("world " << world << ", recompute block " << (recompute == Recompute::kBlock));
-  ExperimentConfig c = test::tiny_run_config(Precision::kFp32, 0);
+  ExperimentConfig c = test::tiny_run_config(Precision::kFp32, ZeroStage::kNone);
   c.model.n_layer = 2;
   c.train.grad_clip = 0.05;  // below the norm: every step clips
   c.train.recompute = recompute;
@@ -89,7 +89,7 @@ TEST_CASE("ZeRO-3 matches DDP in fp32 on 2 and 4 ranks, with accumulation, clipp
 TEST_CASE("ZeRO-3 matches DDP in fp8 under every recipe: identical FP8 scales and losses", "[dist]") {
   const fp8::RecipeKind recipe = GENERATE(fp8::RecipeKind::kDelayed, fp8::RecipeKind::kCurrent, fp8::RecipeKind::kBlock);
   INFO("recipe " << fp8::to_string(recipe));
-  ExperimentConfig c = test::tiny_run_config(Precision::kFp8, 0);
+  ExperimentConfig c = test::tiny_run_config(Precision::kFp8, ZeroStage::kNone);
   c.fp8.kind = recipe;
   c.model.d_model = 64;  // c_fc's 256 rows: two 128-row bands, split across the ranks under block
   c.train.grad_accum_steps = 1;
@@ -114,7 +114,7 @@ TEST_CASE("ZeRO-3 matches DDP in fp8 under every recipe: identical FP8 scales an
 }
 
 TEST_CASE("ZeRO-3 in fp16 (dynamic loss scaling) follows DDP's losses and skips the same steps", "[dist]") {
-  ExperimentConfig c = test::tiny_run_config(Precision::kFp16, 0);
+  ExperimentConfig c = test::tiny_run_config(Precision::kFp16, ZeroStage::kNone);
   c.train.loss_scale_init = 1e20;  // the first steps overflow (inf gradients) and are skipped
   c.train.loss_scale_backoff = 1e-17;
   std::vector<RunTrace> ddp, zero;
@@ -136,7 +136,7 @@ TEST_CASE("ZeRO-3 matches DDP under every recompute mode and in LLaMA's shape wi
   const Recompute modes[] = {Recompute::kActivation, Recompute::kCasts, Recompute::kAttention, Recompute::kMlp,
                              Recompute::kBlock, Recompute::kNone};
   INFO("variant " << variant);
-  ExperimentConfig c = test::tiny_run_config(Precision::kFp8, 0);
+  ExperimentConfig c = test::tiny_run_config(Precision::kFp8, ZeroStage::kNone);
   c.train.grad_clip = 0.0;
   c.train.grad_accum_steps = 1;
   c.train.recompute = modes[variant];
@@ -163,7 +163,7 @@ TEST_CASE("ZeRO-3 matches DDP under every recompute mode and in LLaMA's shape wi
 }
 
 TEST_CASE("ZeRO-3 hybrid sharding: 4 ranks as 2 groups of 2 match 4-rank DDP", "[dist]") {
-  ExperimentConfig c = test::tiny_run_config(Precision::kFp32, 0);
+  ExperimentConfig c = test::tiny_run_config(Precision::kFp32, ZeroStage::kNone);
   c.train.grad_clip = 0.05;
   ExperimentConfig h = zero3_of(c);
   h.dist.shard_group_size = 2;
@@ -180,7 +180,7 @@ TEST_CASE("ZeRO-3 hybrid sharding: 4 ranks as 2 groups of 2 match 4-rank DDP", "
 }
 
 TEST_CASE("ZeRO-3's reshard, prefetch and reduce-dtype choices change no bit, or stay close (bf16 gradients)", "[dist]") {
-  ExperimentConfig base = zero3_of(test::tiny_run_config(Precision::kFp32, 0));
+  ExperimentConfig base = zero3_of(test::tiny_run_config(Precision::kFp32, ZeroStage::kNone));
   base.model.n_layer = 2;
   std::vector<ExperimentConfig> variants(4, base);
   variants[0].dist.reshard_after_forward = false;
@@ -208,7 +208,7 @@ TEST_CASE("ZeRO-3's reshard, prefetch and reduce-dtype choices change no bit, or
 }
 
 TEST_CASE("ZeRO-3 holds no weights and no gradient buffers between steps; units reduce inside the backward", "[dist]") {
-  ExperimentConfig c = zero3_of(test::tiny_run_config(Precision::kFp8, 0));
+  ExperimentConfig c = zero3_of(test::tiny_run_config(Precision::kFp8, ZeroStage::kNone));
   c.model.n_layer = 2;
   std::vector<int> failures(2, 0);
   test::run_ranks(2, std::chrono::seconds(120), [&](int rank, dist::Communicator& comm) {
@@ -240,7 +240,7 @@ TEST_CASE("ZeRO-3 holds no weights and no gradient buffers between steps; units 
 }
 
 TEST_CASE("ZeRO-3 holds at most 0.35x of DDP's per-rank state on 4 ranks (a 50M-parameter model, one step)", "[dist]") {
-  ExperimentConfig c = test::tiny_run_config(Precision::kFp32, 0);
+  ExperimentConfig c = test::tiny_run_config(Precision::kFp32, ZeroStage::kNone);
   c.model.vocab_size = 256;
   // 21 blocks of 2.41M (each 4.8% of the model; GPT-2 124M's are 5.7%) + embeddings: 50.7M. The
   // transients are a few units: two gathered (the one computing, the one prefetched), two full
@@ -259,12 +259,12 @@ TEST_CASE("ZeRO-3 holds at most 0.35x of DDP's per-rank state on 4 ranks (a 50M-
   };
   std::vector<Measured> ddp(4), zero(4);
   test::run_ranks(4, std::chrono::seconds(600), [&](int rank, dist::Communicator& comm) {
-    for (int level : {0, 3}) {
+    for (ZeroStage level : {ZeroStage::kNone, ZeroStage::kFull}) {
       ExperimentConfig cfg = c;
       cfg.dist.zero = level;
       auto probe = std::make_shared<test::CpuMemoryProbe>();
       c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);
-      Measured& m = level == 0 ? ddp[rank] : zero[rank];
+      Measured& m = level == ZeroStage::kNone ? ddp[rank] : zero[rank];
       {
         static std::mutex construction;  // one model initialised at a time (tests/dist/session_runs.h)
         std::unique_lock<std::mutex> lock(construction);
@@ -357,7 +357,7 @@ TEST_CASE("ZeRO-3 over NCCL on one GPU follows DDP (fp32, bf16, fp8 delayed, cur
 }
 
 TEST_CASE("ZeRO-3 in bf16 follows DDP's losses", "[dist]") {
-  ExperimentConfig c = test::tiny_run_config(Precision::kBf16, 0);
+  ExperimentConfig c = test::tiny_run_config(Precision::kBf16, ZeroStage::kNone);
   std::vector<RunTrace> ddp, zero;
   run_pair(2, c, zero3_of(c), ddp, zero);
   for (int r = 0; r < 2; ++r) {

@@ -23,7 +23,7 @@ namespace {
 constexpr int kWorld = 2;
 constexpr int kSteps = 4;
 
-ExperimentConfig tiny(Precision precision, int64_t zero) { return test::tiny_run_config(precision, zero); }
+ExperimentConfig tiny(Precision precision, ZeroStage zero) { return test::tiny_run_config(precision, zero); }
 
 data::Batch batch_of(int rank, int step, int micro) { return test::rank_batch(rank, step, micro); }
 
@@ -39,8 +39,8 @@ void run_both(Precision precision, double grad_clip, std::vector<Trace>& ddp, st
   ddp.assign(kWorld, {});
   zero.assign(kWorld, {});
   test::run_ranks(kWorld, std::chrono::seconds(120), [&](int rank, dist::Communicator& comm) {
-    ddp[rank] = train_run(rank, comm, tiny(precision, 0), grad_clip);
-    zero[rank] = train_run(rank, comm, tiny(precision, 1), grad_clip);
+    ddp[rank] = train_run(rank, comm, tiny(precision, ZeroStage::kNone), grad_clip);
+    zero[rank] = train_run(rank, comm, tiny(precision, ZeroStage::kOptimizer), grad_clip);
   });
 }
 
@@ -86,7 +86,7 @@ TEST_CASE("ZeRO-1 trains in bf16 and fp16 with identical weights on every rank",
   INFO("bf16 " << (precision == Precision::kBf16));
   std::vector<Trace> zero(kWorld);
   test::run_ranks(kWorld, std::chrono::seconds(120), [&](int rank, dist::Communicator& comm) {
-    zero[rank] = train_run(rank, comm, tiny(precision, 1), 1.0);
+    zero[rank] = train_run(rank, comm, tiny(precision, ZeroStage::kOptimizer), 1.0);
   });
   for (int r = 0; r < kWorld; ++r) {
     for (double l : zero[r].losses) CHECK(std::isfinite(l));
@@ -103,8 +103,8 @@ TEST_CASE("ZeRO-1 over NCCL on two GPUs matches DDP (fp32, bf16, fp8)", "[dist][
       kWorld, std::chrono::seconds(120),
       [&](int rank, dist::Communicator& comm) {
         const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
-        ddp[rank] = train_run(rank, comm, tiny(precision, 0), 0.0, gpu);
-        zero[rank] = train_run(rank, comm, tiny(precision, 1), 0.0, gpu);
+        ddp[rank] = train_run(rank, comm, tiny(precision, ZeroStage::kNone), 0.0, gpu);
+        zero[rank] = train_run(rank, comm, tiny(precision, ZeroStage::kOptimizer), 0.0, gpu);
       },
       /*gpus=*/true);
   // Identical weights on both ranks; the losses as DDP's within float32 rounding (NCCL may sum
@@ -125,7 +125,8 @@ TEST_CASE("ZeRO-1 keeps no gradient buffers between steps; DDP keeps all of its 
     for (int zero = 0; zero <= 1; ++zero) {
       static std::mutex construction;  // the ranks are threads (see train_run)
       std::unique_lock<std::mutex> lock(construction);
-      train::Session session(tiny(Precision::kFp32, zero), at::Device(at::kCPU));
+      const ZeroStage stage = zero == 0 ? ZeroStage::kNone : ZeroStage::kOptimizer;
+      train::Session session(tiny(Precision::kFp32, stage), at::Device(at::kCPU));
       lock.unlock();
       session.prepare_training(std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {}));
       const int slot = 2 * rank + zero;

@@ -41,12 +41,12 @@ TEST_CASE("attention scores: (3 x layers + 1) x B x H x T^2 at the activation el
   ExperimentConfig c;  // 2 layers, 4 heads, micro-batch 16, seq_len 64, fp32
   c.model.dropout = 0.1;
   const MemoryEstimate fused = estimate_training_memory(c);
-  const MemoryEstimate math = estimate_training_memory(c, 1, AttentionScores::kMaterialised);
+  const MemoryEstimate math = estimate_training_memory(c, ParallelLayout::of(c.dist), AttentionScores::kMaterialised);
   CHECK(fused.attention_score_bytes == 0.0);
   CHECK(math.attention_score_bytes == (3.0 * 2 + 1) * 16 * 4 * 64.0 * 64 * 4);
   CHECK(math.total_bytes() == fused.total_bytes() + math.attention_score_bytes);
   c.precision = Precision::kBf16;  // 2-byte activations
-  CHECK(estimate_training_memory(c, 1, AttentionScores::kMaterialised).attention_score_bytes ==
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist), AttentionScores::kMaterialised).attention_score_bytes ==
         (3.0 * 2 + 1) * 16 * 4 * 64.0 * 64 * 2);
   CHECK(attention_score_bytes(c) == (3.0 * 2 + 1) * 16 * 4 * 64.0 * 64 * 2);
 }

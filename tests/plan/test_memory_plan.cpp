@@ -18,7 +18,7 @@ const Lever* find_lever(const MemoryPlan& plan, const std::string& setting) {
   return nullptr;
 }
 
-double total(const ExperimentConfig& c, int world) { return estimate_training_memory(c, world).total_bytes(); }
+double total(const ExperimentConfig& c, int world) { return estimate_training_memory(c, ParallelLayout::of(c.dist, 0, world)).total_bytes(); }
 
 }  // namespace
 
@@ -55,7 +55,7 @@ TEST_CASE("memory plan: each lever is the estimate again with one change, and sa
     CHECK_FALSE(l.cost.empty());
   }
   ExperimentConfig zero3 = c;
-  zero3.dist.zero = 3;
+  zero3.dist.zero = ZeroStage::kFull;
   CHECK(find_lever(plan, "dist.zero 3")->total_bytes == total(zero3, 4));
   ExperimentConfig bf16 = c;
   bf16.train.moments_dtype = MomentsDtype::kBf16;  // 4 bytes/parameter less, all of them on every rank (DDP)
@@ -84,7 +84,7 @@ TEST_CASE("memory plan: the micro-batch lever halves until the config fits, the 
   CHECK(find_lever(plan, "dist.zero 1 on 2 ranks") != nullptr);
 
   ExperimentConfig sharded;
-  sharded.dist.zero = 3;
+  sharded.dist.zero = ZeroStage::kFull;
   const MemoryPlan on_two = plan_memory(sharded, PlanTarget{2, total(sharded, 8), "d"});
   REQUIRE_FALSE(on_two.fits);
   const Lever* ranks = find_lever(on_two, "8 ranks");
@@ -98,7 +98,7 @@ TEST_CASE("memory plan: when no lever alone fits, all of them together are price
   ExperimentConfig c;
   c.train.micro_batch_size = 2;
   ExperimentConfig strongest = c;
-  strongest.dist.zero = 3;
+  strongest.dist.zero = ZeroStage::kFull;
   strongest.train.recompute = Recompute::kBlock;
   strongest.train.moments_dtype = MomentsDtype::kBf16;
   strongest.train.micro_batch_size = 1;
@@ -117,7 +117,7 @@ TEST_CASE("memory plan: when no lever alone fits, all of them together are price
 
 TEST_CASE("memory plan: a shard group that does not divide the ranks is bad input; no fit is exit 2", "[plan]") {
   ExperimentConfig c;
-  c.dist.zero = 3;
+  c.dist.zero = ZeroStage::kFull;
   c.dist.shard_group_size = 3;
   try {
     plan_memory(c, PlanTarget{8, 1e12, "d"});

@@ -64,30 +64,30 @@ TEST_CASE("resources: bytes per parameter by category; ZeRO-1 divides the AdamW 
           "[plan]") {
   ExperimentConfig c;
   c.train.grad_accum_steps = 1;
-  const auto ddp = estimate_training_memory(c, 2);
+  const auto ddp = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2));
   CHECK(ddp.state_bytes_per_param() == 16.0);  // fp32, dist.zero 0: 4 + 4 + 8
   CHECK(ddp.gradient_bucket_bytes == 0.0);
-  c.dist.zero = 1;
-  const auto zero = estimate_training_memory(c, 2);
+  c.dist.zero = ZeroStage::kOptimizer;
+  const auto zero = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2));
   CHECK(zero.optimizer_bytes_per_param == 4.0);
   CHECK(zero.grad_bytes_per_param == 2.0);
   // Plus the full buckets in use at once: three of dist.bucket_mb (or all, if smaller).
   const double buckets = std::min(4.0 * zero.parameters, 3.0 * c.dist.bucket_mb * 1024 * 1024);
   CHECK(zero.gradient_bucket_bytes == buckets);
   CHECK(zero.state_bytes == 10.0 * zero.parameters + buckets);  // 4 + 4 / 2 + 8 / 2
-  CHECK(estimate_training_memory(c, 8).state_bytes_per_param() == 5.5);
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 8)).state_bytes_per_param() == 5.5);
   // With accumulation the full buckets persist over the micro-batches: 4 bytes/parameter in all
   // (2 of them counted as the shard).
   c.train.grad_accum_steps = 2;
-  CHECK(estimate_training_memory(c, 2).gradient_bucket_bytes == 2.0 * zero.parameters);
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2)).gradient_bucket_bytes == 2.0 * zero.parameters);
   c.train.grad_accum_steps = 1;
   c.precision = Precision::kFp8;
-  const auto fp8 = estimate_training_memory(c, 2);
+  const auto fp8 = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2));
   // 2 bytes per FP8 (block) weight, averaged over all parameters: below 2, above 0.
   CHECK(fp8.fp8_bytes_per_param > 0.0);
   CHECK(fp8.fp8_bytes_per_param < 2.0);
   c.train.recompute = Recompute::kBlock;
-  CHECK(estimate_training_memory(c, 2).activation_bytes < fp8.activation_bytes);
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2)).activation_bytes < fp8.activation_bytes);
 }
 
 TEST_CASE("resources: bf16 and fp8 count one chunk of the logits, fp32 and fp16 all of them", "[plan]") {
@@ -110,7 +110,7 @@ TEST_CASE("resources: an out-of-memory error names the estimate and the levers, 
   c.precision = Precision::kFp8;
   std::string message;
   try {
-    fp8t::train::throw_out_of_memory(c, 2, "building the model", "CUDA out of memory. Tried to allocate 2 GiB\nframe #0");
+    fp8t::train::throw_out_of_memory(c, ParallelLayout::of(c.dist, 0, 2), "building the model", "CUDA out of memory. Tried to allocate 2 GiB\nframe #0");
   } catch (const Error& e) {
     CHECK(e.code() == ExitCode::kBadInput);
     message = e.what();
@@ -153,7 +153,7 @@ namespace {
 ExperimentConfig zero3_config() {
   ExperimentConfig c;
   c.model.vocab_size = 4096;
-  c.dist.zero = 3;
+  c.dist.zero = ZeroStage::kFull;
   return c;
 }
 
@@ -163,7 +163,7 @@ ExperimentConfig zero3_config() {
 // are [embedding 524288, block 196608, block 196608, head 524288] parameters.
 TEST_CASE("resources: ZeRO-3 shards the state and counts the gathered units and two units' gradients", "[plan]") {
   ExperimentConfig c = zero3_config();
-  const auto e = estimate_training_memory(c, 4);  // fp32, FP32 moments, prefetch 1, reshard after forward
+  const auto e = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4));  // fp32, FP32 moments, prefetch 1, reshard after forward
   REQUIRE(e.parameters == 1441792.0);
   CHECK(e.shard_ranks == 4);
   CHECK(e.weight_bytes_per_param == 1.0);     // 4 / 4
@@ -183,12 +183,12 @@ TEST_CASE("resources: ZeRO-3 shards the state and counts the gathered units and 
   CHECK(e.total_bytes() == e.state_bytes + 2883584.0 + e.activation_bytes);
 
   c.dist.prefetch = 2;  // three units: the embedding and both blocks, 917504 parameters
-  CHECK(estimate_training_memory(c, 4).gathered_weight_bytes == 917504.0 * 4);
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4)).gathered_weight_bytes == 917504.0 * 4);
   c.dist.prefetch = 3;  // four units: the whole model
-  CHECK(estimate_training_memory(c, 4).gathered_weight_bytes == 1441792.0 * 4);
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4)).gathered_weight_bytes == 1441792.0 * 4);
   c.dist.prefetch = 1;
   c.dist.reshard_after_forward = false;  // every unit stays gathered to its backward
-  const auto kept = estimate_training_memory(c, 4);
+  const auto kept = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4));
   CHECK(kept.gathered_weight_bytes == 1441792.0 * 4);
   CHECK(kept.gathered_units == 4);
 }
@@ -197,32 +197,32 @@ TEST_CASE("resources: ZeRO-3 gathers FP8 block weights in 1 byte plus their tran
           "[plan]") {
   ExperimentConfig c = zero3_config();
   c.precision = Precision::kFp8;
-  const auto fp8 = estimate_training_memory(c, 4);
+  const auto fp8 = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4));
   // Embedding 524288 x 2 (bf16) + a block 196608 x (1 + 1) = 1441792 bytes.
   CHECK(fp8.gathered_weight_bytes == 1441792.0);
   CHECK(fp8.fp8_bytes_per_param == 0.0);  // no persistent copies
   CHECK(fp8.head_gradient_bytes == 0.0);  // the head's gradient is one of the two units'
   CHECK(fp8.gradient_bucket_bytes == 2883584.0);
   c.precision = Precision::kBf16;  // 2 bytes everywhere: (524288 + 196608) x 2
-  CHECK(estimate_training_memory(c, 4).gathered_weight_bytes == 1441792.0);
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4)).gathered_weight_bytes == 1441792.0);
   c.dist.reduce_dtype = ReduceDtype::kBf16;  // + a 2-byte copy of the two units' gradients: 720896 x 6
-  CHECK(estimate_training_memory(c, 4).gradient_bucket_bytes == 4325376.0);
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4)).gradient_bucket_bytes == 4325376.0);
 }
 
 TEST_CASE("resources: ZeRO-3 shards within dist.shard_group_size ranks; bf16 moments; a tied head", "[plan]") {
   ExperimentConfig c = zero3_config();
   c.dist.shard_group_size = 2;
-  const auto group = estimate_training_memory(c, 4);
+  const auto group = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4));
   CHECK(group.shard_ranks == 2);
   CHECK(group.state_bytes_per_param() == 8.0);  // (4 + 4 + 8) / 2
   c.dist.shard_group_size = 0;
   c.train.moments_dtype = MomentsDtype::kBf16;
-  CHECK(estimate_training_memory(c, 4).state_bytes_per_param() == 3.0);  // (4 + 4 + 4) / 4
-  CHECK(estimate_training_memory(c, 8).state_bytes_per_param() == 1.5);  // (4 + 4 + 4) / 8
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4)).state_bytes_per_param() == 3.0);  // (4 + 4 + 4) / 4
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 8)).state_bytes_per_param() == 1.5);  // (4 + 4 + 4) / 8
   // Tied: 524288 + 2 x 196608 = 917504 parameters; kept gathered, the shared matrix counts once.
   c.model.tie_embeddings = true;
   c.dist.reshard_after_forward = false;
-  const auto tied = estimate_training_memory(c, 4);
+  const auto tied = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4));
   CHECK(tied.parameters == 917504.0);
   CHECK(tied.gathered_units == 3);
   CHECK(tied.gathered_weight_bytes == 917504.0 * 4);
@@ -232,17 +232,17 @@ TEST_CASE("resources: ZeRO-3 shards within dist.shard_group_size ranks; bf16 mom
 TEST_CASE("resources: under DDP and ZeRO-1 the chunked head keeps its FP32 weight gradient from the forward",
           "[plan]") {
   ExperimentConfig c = zero3_config();
-  c.dist.zero = 0;
-  CHECK(estimate_training_memory(c, 2).head_gradient_bytes == 0.0);  // fp32: the unfused head
+  c.dist.zero = ZeroStage::kNone;
+  CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2)).head_gradient_bytes == 0.0);  // fp32: the unfused head
   for (Precision p : {Precision::kBf16, Precision::kFp8}) {
     c.precision = p;
-    const auto e = estimate_training_memory(c, 2);
+    const auto e = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2));
     CHECK(e.head_gradient_bytes == 524288.0 * 4);  // vocab x d_model, FP32
     CHECK(e.total_bytes() == e.state_bytes + e.head_gradient_bytes + e.activation_bytes);
   }
-  c.dist.zero = 1;
+  c.dist.zero = ZeroStage::kOptimizer;
   c.train.moments_dtype = MomentsDtype::kBf16;
-  const std::string text = estimate_training_memory(c, 2).breakdown(c);
+  const std::string text = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 2)).breakdown(c);
   CHECK_THAT(text, FP8T_CONTAINS("AdamW moments 2 (4 / 2 ranks, dist.zero 1)"));  // bf16: 4 bytes, not 8
   CHECK_THAT(text, FP8T_CONTAINS("the chunked head's FP32 weight gradient"));
 }
