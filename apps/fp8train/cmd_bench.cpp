@@ -20,6 +20,7 @@
 #include "lib/config/loader.h"       // config::load
 #include "lib/dist/launch.h"         // dist::launch_info_from_environment
 #include "lib/config/fp8_recipe.h"   // fp8::RecipeKind, fp8::to_string
+#include "lib/config/fp8_recipe_fields.h"  // fp8::recipe_registry, fp8::recipe_names
 #include "lib/bench/bench.h"         // train::run_bench
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 #include "lib/util/log.h"            // setup_logging
@@ -60,11 +61,11 @@ std::vector<fp8::RecipeKind> parse_recipes(const std::string& list) {
   std::istringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    const auto& names = fp8::kRecipeKindNames;
-    const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return item == n.second; });
-    FP8T_INPUT_CHECK(it != names.end(), "--recipes: unknown FP8 recipe '", item,
-                     "' (expected a comma-separated list of delayed, current, block)");
-    out.push_back(it->first);
+    const auto& recipes = fp8::recipe_registry();
+    const auto it = std::find_if(recipes.begin(), recipes.end(), [&](const fp8::RecipeTraits& r) { return item == r.name; });
+    FP8T_INPUT_CHECK(it != recipes.end(), "--recipes: unknown FP8 recipe '", item,
+                     "' (expected a comma-separated list of ", fp8::recipe_names(), ")");
+    out.push_back(it->kind);
   }
   FP8T_INPUT_CHECK(!out.empty(), "--recipes is empty (e.g. --recipes delayed,current,block)");
   return out;
@@ -147,8 +148,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--precisions", args->precisions, "comma-separated precisions to compare, in order (fp32, bf16, fp16, fp8)")
       ->capture_default_str();
   cmd->add_option("--recipes", args->recipes,
-                  "FP8 scaling recipes to compare (delayed, current, block): the fp8 row runs once per recipe, "
-                  "with its tokens/s against fp8:delayed and bf16");
+                  "FP8 scaling recipes to compare (" + fp8::recipe_names() +
+                      "): the fp8 row runs once per recipe, with its tokens/s against fp8:delayed and bf16");
   cmd->add_option("--bench-steps", args->options.steps, "timed optimizer steps per precision (median reported)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -13,7 +13,7 @@
 #include "lib/config/parallel_layout.h"     // ParallelLayout
 #include "lib/config/parse.h"               // fail
 #include "lib/config/text.h"                // format_float
-#include "lib/config/fp8_recipe_fields.h"   // recipe_fields_without_effect, why_no_effect
+#include "lib/config/fp8_recipe_fields.h"   // recipe_fields_without_effect, why_no_effect, recipe_traits
 
 namespace fp8t {
 namespace config {
@@ -175,11 +175,13 @@ void check_train_rules(const ExperimentConfig& c, const ConfigSources& s) {
 // 3c. Rules of the data-parallel keys.
 void check_dist_rules(const ExperimentConfig& c, const ConfigSources& s) {
   // dist.zero 2 and numbers out of range are refused as the key is read (fields.cpp zero_field).
-  const bool delayed_fp8 = c.precision == Precision::kFp8 && c.fp8.kind == fp8::RecipeKind::kDelayed;
-  if (ParallelLayout::of(c.dist).shards_weights() && delayed_fp8 && !c.fp8.reduce_amax) {
+  // A recipe whose scales come from each rank's amaxes (RecipeTraits::rank_amaxes: delayed).
+  const fp8::RecipeTraits& recipe = fp8::recipe_traits(c.fp8.kind);
+  const bool rank_amaxes_fp8 = c.precision == Precision::kFp8 && recipe.rank_amaxes;
+  if (ParallelLayout::of(c.dist).shards_weights() && rank_amaxes_fp8 && !c.fp8.reduce_amax) {
     // Under ZeRO-3 each rank casts its own rows of a weight: they must share one scale.
     fail(named(s, "fp8.reduce_amax") + " = false with " + named(s, "dist.zero") + " = 3: each rank casts its part of "
-         "every weight with the delayed scale, which must then be the same on every rank; expected true");
+         "every weight with the " + recipe.name + " scale, which must then be the same on every rank; expected true");
   }
 }
 

@@ -5,21 +5,13 @@
 
 #include <algorithm>  // std::max
 
-#include "lib/fp8/backends/block_quantize.h"  // make_block_scales
-#include "lib/fp8/layers/fp8_linear.h"        // Fp8Linear, GatheredWeight
-#include "lib/numerics/block_math.h"          // blk128_scale_rows, blk128_scale_stride
-#include "lib/fp8/recipes/scaling.h"          // Scaling
-#include "lib/util/error.h"                   // FP8T_CHECK
+#include "lib/fp8/layers/fp8_linear.h"  // Fp8Linear, GatheredWeight
+#include "lib/fp8/recipes/scaling.h"    // Scaling (its ZeRO-3 rules: weight_parts, part_scale_floats, ...)
+#include "lib/util/error.h"             // FP8T_CHECK
 
 namespace fp8t::dist {
 
 namespace {
-
-// Floats of scale_inv that a part of `rows` x `cols` of a weight carries.
-int64_t part_scale_floats(fp8::ScaleLayout layout, int64_t rows, int64_t cols) {
-  if (layout == fp8::ScaleLayout::kTensor) return 1;
-  return fp8::blk128_scale_rows(rows) * fp8::blk128_scale_stride(cols);
-}
 
 // cuBLASLt reads a scale through a pointer that must be 16-byte aligned (a per-tensor scale at
 // a 4-byte offset is CUBLAS_STATUS_NOT_SUPPORTED on an H200): every weight's scales start at a
@@ -27,20 +19,12 @@ int64_t part_scale_floats(fp8::ScaleLayout layout, int64_t rows, int64_t cols) {
 constexpr int64_t kScaleAlignFloats = 4;
 int64_t aligned_floats(int64_t n) { return (n + kScaleAlignFloats - 1) / kScaleAlignFloats * kScaleAlignFloats; }
 
-// The floats of an operand's scale_inv as one flat tensor: the 0-d scale, or the 128x128 grid's
-// buffer (storage offset 0, padding included: the layout make_block_scales allocates).
-at::Tensor flat_scales(const fp8::Fp8Operand& op, int64_t count) {
-  if (op.scale_layout == fp8::ScaleLayout::kTensor) return op.scale_inv.reshape({1});
-  return op.scale_inv.as_strided({count}, {1}, 0);
-}
-
 }  // namespace
 
 Fp8Gather::Fp8Gather(const std::vector<GroupParam>& params, const ShardLayout& layout, ShardingContext& ctx)
     : ctx_(ctx), layout_(layout) {
   FP8T_CHECK(ctx_.scaling != nullptr, "Fp8Gather needs the FP8 recipe's state");
-  const fp8::Scaling::WeightParts rule = ctx_.scaling->weight_parts();
-  scale_layout_ = rule.row_multiple > 0 ? fp8::ScaleLayout::kBlock128x128 : fp8::ScaleLayout::kTensor;
+  parts_ = ctx_.scaling->weight_parts();
   const int world = layout_.world;
   std::vector<int64_t> used(world, 0);  // scale floats per rank so far
   for (size_t k = 0; k < params.size(); ++k) {
@@ -53,7 +37,7 @@ Fp8Gather::Fp8Gather(const std::vector<GroupParam>& params, const ShardLayout& l
     w.gathered = std::make_shared<fp8::GatheredWeight>();
     for (int r = 0; r < world; ++r) {
       const ShardLayout::Part p = layout_.part(k, r);
-      const int64_t count = p.length > 0 ? part_scale_floats(scale_layout_, p.length / w.cols, w.cols) : 0;
+      const int64_t count = p.length > 0 ? ctx_.scaling->part_scale_floats(p.length / w.cols, w.cols) : 0;
       w.scale_begin.push_back(used[r]);
       w.scale_count.push_back(count);
       used[r] += aligned_floats(count);
@@ -72,13 +56,13 @@ at::Tensor Fp8Gather::owned_part(const at::Tensor& master, size_t w) const {
   const ShardLayout::Part p = layout_.part(w, ctx_.comm->rank());
   if (p.length == 0) return at::Tensor();
   const at::Tensor flat = master.narrow(0, p.shard_offset, p.length);
-  // Block: whole rows (the layout keeps 128-row bands together); per-tensor: any range, as one row.
-  return scale_layout_ == fp8::ScaleLayout::kTensor ? flat.view({1, p.length}) : flat.view({p.length / weights_[w].cols, weights_[w].cols});
+  // Bands of whole rows (the layout keeps them together: block, 128 rows); else any range, as one row.
+  return parts_.row_multiple > 0 ? flat.view({p.length / weights_[w].cols, weights_[w].cols}) : flat.view({1, p.length});
 }
 
 void Fp8Gather::cast_owned(const at::Tensor& master, bool record) {
   fp8::Scaling& scaling = *ctx_.scaling;
-  const bool whole_amax = scaling.weight_parts().whole_amax;
+  const bool whole_amax = parts_.whole_amax;
   if (!owned_codes_.defined()) {
     owned_codes_ = at::zeros({layout_.shard_numel}, master.options().dtype(at::kByte));
     owned_scales_ = at::zeros({scale_shard_}, master.options());
@@ -100,7 +84,7 @@ void Fp8Gather::cast_owned(const at::Tensor& master, bool record) {
     const fp8::Fp8Operand q = scaling.quantize(slot, fp8::CastSource::tensor(part), opt).rowwise;
     const ShardLayout::Part p = layout_.part(k, rank);
     owned_codes_.narrow(0, p.shard_offset, p.length).copy_(q.codes.reshape({-1}));
-    owned_scales_.narrow(0, w.scale_begin[rank], w.scale_count[rank]).copy_(flat_scales(q, w.scale_count[rank]));
+    owned_scales_.narrow(0, w.scale_begin[rank], w.scale_count[rank]).copy_(scaling.flat_part_scales(q, w.scale_count[rank]));
   }
 }
 
@@ -118,23 +102,13 @@ void Fp8Gather::issue(const at::Tensor& master, bool record) {
   scales_pending_ = ctx_.comm->all_gather_async(scales_, owned_scales_);
 }
 
+// The weight's scale_inv from every owner's gathered scales, in row order (the recipe assembles it).
 at::Tensor Fp8Gather::scale_inv_of(const Weight& w) const {
-  if (scale_layout_ == fp8::ScaleLayout::kTensor) {
-    for (int r = 0; r < layout_.world; ++r) {  // every owner cast with the same scale: the first one's
-      if (w.scale_count[r] > 0) return scales_.select(0, r * scale_shard_ + w.scale_begin[r]);
-    }
-    FP8T_CHECK(false, "Fp8Gather: a weight without owner");
-  }
-  // The grid rows of every owner's bands, in row order.
-  const at::Tensor grid = fp8::make_block_scales(w.rows, w.cols, 128, scales_.device(), /*zero_fill=*/false);
-  const at::Tensor buffer = grid.as_strided({fp8::blk128_scale_rows(w.rows) * fp8::blk128_scale_stride(w.cols)}, {1}, 0);
-  int64_t at = 0;
+  std::vector<at::Tensor> owners;
   for (int r = 0; r < layout_.world; ++r) {
-    if (w.scale_count[r] == 0) continue;
-    buffer.narrow(0, at, w.scale_count[r]).copy_(scales_.narrow(0, r * scale_shard_ + w.scale_begin[r], w.scale_count[r]));
-    at += w.scale_count[r];
+    if (w.scale_count[r] > 0) owners.push_back(scales_.narrow(0, r * scale_shard_ + w.scale_begin[r], w.scale_count[r]));
   }
-  return grid;
+  return ctx_.scaling->gathered_scale_inv(w.rows, w.cols, owners);
 }
 
 int64_t Fp8Gather::complete() {
@@ -145,7 +119,7 @@ int64_t Fp8Gather::complete() {
   fp8::Scaling& scaling = *ctx_.scaling;
   for (Weight& w : weights_) {
     w.gathered->rowwise = fp8::Fp8Operand{codes_.narrow(0, w.offset, w.rows * w.cols).view({w.rows, w.cols}),
-                                          scale_inv_of(w), scaling.slot_format(w.layer->slot_weight()), scale_layout_};
+                                          scale_inv_of(w), scaling.slot_format(w.layer->slot_weight()), parts_.scale_layout};
   }
   return codes_.numel() + scales_.numel() * 4;
 }

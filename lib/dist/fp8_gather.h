@@ -5,10 +5,11 @@
 // Scaling::sharded_weight_scale), once per weight key (the recipe's weight epoch and the masters'
 // version: the codes of a step's forward and backward and of all its micro-batches are the same,
 // as the FP8 weight cache of an unsharded layer gives them). Its codes (1 byte per element, in
-// the group's layout) and its scales (per part: one float under per-tensor scaling, the part's
-// 128x128 block grid rows under block scaling) are all-gathered in two collectives; every layer
-// then reads its weight's codes as a view of the gathered buffer and its scale_inv (the first
-// owner's float, or the grid assembled from every owner's rows). The columnwise copy dgrad needs
+// the group's layout) and its scales (per part: Scaling::part_scale_floats, one float under
+// per-tensor scaling, the part's 128x128 block grid rows under block scaling) are all-gathered in
+// two collectives; every layer then reads its weight's codes as a view of the gathered buffer and
+// its scale_inv as the recipe assembles it (Scaling::gathered_scale_inv: the first owner's float,
+// or the grid from every owner's rows). The columnwise copy dgrad needs
 // is made from the gathered codes just in time (Fp8Linear's GatheredWeight).
 #pragma once
 
@@ -21,7 +22,8 @@
 #include "lib/dist/communicator.h"        // Pending
 #include "lib/dist/shard_group.h"         // GroupParam, ShardingContext
 #include "lib/dist/shard_layout.h"        // ShardLayout
-#include "lib/fp8/backends/backend.h"     // Fp8Operand, ScaleLayout
+#include "lib/fp8/backends/backend.h"     // Fp8Operand
+#include "lib/fp8/recipes/scaling.h"      // Scaling::WeightParts
 
 namespace fp8t {
 namespace fp8 {
@@ -59,7 +61,7 @@ class Fp8Gather {
 
   ShardingContext& ctx_;
   const ShardLayout& layout_;
-  fp8::ScaleLayout scale_layout_ = fp8::ScaleLayout::kTensor;
+  fp8::Scaling::WeightParts parts_;          // the recipe's rules for parts (bands, scale layout)
   std::vector<Weight> weights_;
   int64_t scale_shard_ = 0;                 // floats of scales per rank (padded to the largest)
   at::Tensor owned_codes_, owned_scales_;   // this rank's cast parts: uint8 [shard], float32 [scale_shard]

@@ -63,10 +63,10 @@ void load_fp8_state(Session& session, const Checkpoint& ck, const fs::path& file
     scaling->load_state_dict(checkpoint_fp8_state(ck));
     return;
   }
-  if (scaling->kind() == fp8::RecipeKind::kDelayed) {
-    spdlog::warn("{} holds no delayed-scaling state (it trained in {}{}): the FP8 scales are the recipe's initial "
+  if (scaling->traits().calibrated_state) {
+    spdlog::warn("{} holds no {}-scaling state (it trained in {}{}): the FP8 scales are the recipe's initial "
                  "ones, not calibrated to these weights; --fp8-recipe current derives each scale from its tensor",
-                 file.string(), trained.empty() ? "an unknown precision" : trained,
+                 file.string(), now, trained.empty() ? "an unknown precision" : trained,
                  recipe.empty() ? "" : " with fp8.recipe " + recipe);
   }
 }

@@ -112,10 +112,10 @@ std::string skip_reason(const fp8::RewriteReport* report, const std::string& nam
   return "";
 }
 
-// Only delayed scaling reduces amaxes across ranks (the other recipes' weight scales agree
-// because the weights do).
+// Only a recipe whose scales come from each rank's amaxes (RecipeTraits::rank_amaxes: delayed)
+// reduces amaxes across ranks (the other recipes' weight scales agree because the weights do).
 bool reduces_amax(const Session& s) {
-  return s.scaling() != nullptr && s.scaling()->kind() == fp8::RecipeKind::kDelayed && s.config().fp8.reduce_amax;
+  return s.scaling() != nullptr && s.scaling()->traits().rank_amaxes && s.config().fp8.reduce_amax;
 }
 
 ChartRow compute_row(const Session& s) {
@@ -264,9 +264,8 @@ void add_zero3_communication(const Session& s, const dist::Communicator& comm, R
   const std::string when = d.reshard_after_forward ? " per pass, before each unit's forward and again for its backward"
                                                    : " per pass, before each unit's forward (kept to its backward)";
   if (fp8_elements > 0) {
-    const bool block = s.scaling()->weight_parts().row_multiple > 0;
     row.add("FP8", "ZeRO-3: all-gather of the FP8 Linears' weights as 1-byte " + codes + " codes + " +
-                       (block ? "128x128 block" : "per-tensor") + " scales, cast where each part lives with the " +
+                       s.scaling()->traits().gathered_weight_scales + " scales, cast where each part lives with the " +
                        "recipe's weight scale: " + mib(static_cast<double>(fp8_elements)) + when + ranks);
   }
   const at::ScalarType compute = s.autocast_dtype();
@@ -346,9 +345,9 @@ ChartRow loss_scaling_row(const Session& s) {
                            num(o.backoff_factor) +
                            " and the step skipped on inf/NaN gradients (torch.amp.GradScaler's rules)");
   } else if (const fp8::Scaling* fs = s.scaling()) {
-    const bool block = fs->kind() == fp8::RecipeKind::kBlock;
+    const fp8::RecipeTraits& recipe = fs->traits();
     row.add("none", std::string("the weight gradients are FP32; the FP8 tensors have ") +
-                        (block ? "" : "per-tensor ") + fp8::to_string(fs->kind()) + " scaling (" +
+                        (recipe.per_tensor_scales ? "per-tensor " : "") + recipe.name + " scaling (" +
                         std::to_string(fs->num_slots()) + " slots)");
   } else {
     row.add("none", dtype_name(s.autocast_dtype()) + " has FP32's exponent range");

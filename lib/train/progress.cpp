@@ -136,7 +136,7 @@ void add_linears(const fp8::RewriteReport& report, nlohmann::json& out) {
 // The smallest and largest per-tensor scale in use at the end (one host read; delayed and
 // current scaling: block scales are per block and change with every cast).
 void add_scale_range(const fp8::Scaling& scaling, nlohmann::json& out) {
-  if (scaling.kind() == fp8::RecipeKind::kBlock || !scaling.scale().defined() || scaling.scale().numel() == 0) return;
+  if (!scaling.traits().per_tensor_scales || !scaling.scale().defined() || scaling.scale().numel() == 0) return;
   const at::Tensor scale = scaling.scale().detach().to(at::kCPU, at::kFloat);
   out["scale_min"] = scale.min().item<double>();
   out["scale_max"] = scale.max().item<double>();

@@ -12,7 +12,7 @@
 #include "lib/dist/fingerprint.h"           // dist::check_same_on_every_rank
 #include "lib/dist/fully_sharded.h"         // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"             // dist::GradientSync
-#include "lib/config/fp8_recipe_fields.h"   // recipe_fields_in_effect, recipe_fields_without_effect
+#include "lib/config/fp8_recipe_fields.h"   // recipe_fields_in_effect, recipe_fields_without_effect, recipe_traits
 #include "lib/fp8/recipes/scaling.h"        // fp8::Scaling
 #include "lib/model/model.h"                // model::Model
 #include "lib/train/job_fingerprint.h"      // job_fingerprint, input_files
@@ -31,18 +31,8 @@ RunDir::Mode run_dir_mode(const ExperimentConfig& cfg, const TrainOptions& optio
   return cfg.run.overwrite ? RunDir::Mode::kOverwrite : RunDir::Mode::kCreate;
 }
 
-// The recipe fields that take effect under the chosen recipe, for the plan line.
-std::string recipe_settings(const fp8::Recipe& r) {
-  switch (r.kind) {
-    case fp8::RecipeKind::kDelayed:
-      return fmt::format("format {}, margin {}, interval {}, amax history {} ({}), ", fp8::to_string(r.fp8_format),
-                         r.margin, r.interval, r.amax_history_len, fp8::to_string(r.amax_compute_algo));
-    case fp8::RecipeKind::kCurrent: return fmt::format("format {}, margin {}, ", fp8::to_string(r.fp8_format), r.margin);
-    case fp8::RecipeKind::kBlock:
-      return fmt::format("E4M3, {} block scales, ", r.block_power_of_2_scales ? "power-of-2" : "FP32");
-  }
-  return "";
-}
+// The recipe fields that take effect under the chosen recipe, for the plan line (the recipe's own).
+std::string recipe_settings(const fp8::Recipe& r) { return fp8::recipe_traits(r.kind).settings_line(r); }
 
 // The first lines of every run: what trains where, on which data, with which FP8 recipe.
 void log_plan(const Run& run) {

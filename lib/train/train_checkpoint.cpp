@@ -130,7 +130,7 @@ void restore_weights_and_optimizer(Run& run, const Checkpoint& ck, const std::fi
 void check_fp8_recipe(const Run& run, const Checkpoint& ck, const std::filesystem::path& path) {
   const fp8::Scaling* scaling = run.session->scaling();
   if (scaling == nullptr) return;
-  const std::string saved = ck.meta.value("fp8_recipe", std::string(fp8::to_string(fp8::RecipeKind::kDelayed)));
+  const std::string saved = ck.meta.value("fp8_recipe", std::string("delayed"));  // written before the key: delayed
   const std::string now = fp8::to_string(scaling->kind());
   FP8T_INPUT_CHECK(saved == now, "the checkpoint ", path.string(), " was written under fp8.recipe ", saved,
                    " and this run uses fp8.recipe ", now, ": resume with --fp8-recipe ", saved,

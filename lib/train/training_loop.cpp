@@ -26,8 +26,9 @@ namespace {
 // (its amaxes are reduced), the weights' under current scaling (the weights are identical; the
 // activations and gradients are each rank's own). Undefined for block scaling.
 at::Tensor scales_ranks_share(const fp8::Scaling& scaling) {
-  if (!scaling.scale().defined() || scaling.kind() == fp8::RecipeKind::kBlock) return at::Tensor();
-  if (scaling.kind() == fp8::RecipeKind::kDelayed) return scaling.scale();
+  const fp8::RanksShareScales share = scaling.traits().ranks_share;
+  if (!scaling.scale().defined() || share == fp8::RanksShareScales::kNone) return at::Tensor();
+  if (share == fp8::RanksShareScales::kAll) return scaling.scale();
   std::vector<int64_t> weights;
   for (int i = 0; i < scaling.num_slots(); ++i) {
     if (scaling.slot_role(i) == fp8::TensorRole::kWeight) weights.push_back(i);
@@ -151,7 +152,7 @@ void StepLogger::add_fp8_fields(nlohmann::json& row, int64_t step) {
     const double spread = scale_spread_across_ranks(*run_.comm, *scaling);
     row["fp8_scale_spread_across_ranks"] = spread;
     // Unreduced delayed amaxes (fp8.reduce_amax false) may differ; every other shared scale may not.
-    const bool expect_identical = scaling->kind() != fp8::RecipeKind::kDelayed || run_.cfg.fp8.reduce_amax;
+    const bool expect_identical = !scaling->traits().rank_amaxes || run_.cfg.fp8.reduce_amax;
     progress_.record_scale_spread(spread, step + 1, expect_identical);
   }
   if (scaling && run_.cfg.fp8.stats) {

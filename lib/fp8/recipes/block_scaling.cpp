@@ -5,8 +5,8 @@
 #include <string>  // std::to_string
 
 #include "lib/fp8/backends/block_backend.h"   // block_quantize_source
-#include "lib/numerics/block_math.h"          // kBlockLen
-#include "lib/fp8/backends/block_quantize.h"  // block_cast_stats, BlockCodes
+#include "lib/numerics/block_math.h"          // kBlockLen, blk128_scale_rows, blk128_scale_stride
+#include "lib/fp8/backends/block_quantize.h"  // block_cast_stats, BlockCodes, make_block_scales
 #include "lib/util/error.h"                   // FP8T_CHECK
 
 namespace fp8t {
@@ -23,6 +23,26 @@ void BlockScaling::allocate(const at::Device& device) {
   amax_rows_ = amax_.view({1, S});
   interval_min_ = at::full({S}, std::numeric_limits<float>::infinity(), opts);
   interval_max_ = at::zeros({S}, opts);
+}
+
+int64_t BlockScaling::part_scale_floats(int64_t rows, int64_t cols) const {
+  return blk128_scale_rows(rows) * blk128_scale_stride(cols);
+}
+
+at::Tensor BlockScaling::flat_part_scales(const Fp8Operand& part, int64_t count) const {
+  return part.scale_inv.as_strided({count}, {1}, 0);
+}
+
+at::Tensor BlockScaling::gathered_scale_inv(int64_t rows, int64_t cols, const std::vector<at::Tensor>& owners) const {
+  FP8T_CHECK(!owners.empty(), "Fp8Gather: a weight without owner");
+  const at::Tensor grid = make_block_scales(rows, cols, kBlockLen, owners.front().device(), /*zero_fill=*/false);
+  const at::Tensor buffer = grid.as_strided({blk128_scale_rows(rows) * blk128_scale_stride(cols)}, {1}, 0);
+  int64_t filled = 0;
+  for (const at::Tensor& part : owners) {
+    buffer.narrow(0, filled, part.numel()).copy_(part);
+    filled += part.numel();
+  }
+  return grid;
 }
 
 int BlockScaling::block_rows(int slot) const { return slot_role(slot) == TensorRole::kWeight ? kBlockLen : 1; }

@@ -38,7 +38,10 @@ class BlockScaling final : public Scaling {
   Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) override;
 
   // Sharded weights: whole 128-row bands, each with its own 128x128 block scales.
-  WeightParts weight_parts() const override { return WeightParts{128, false}; }
+  WeightParts weight_parts() const override { return WeightParts{128, false, ScaleLayout::kBlock128x128}; }
+  int64_t part_scale_floats(int64_t rows, int64_t cols) const override;
+  at::Tensor flat_part_scales(const Fp8Operand& part, int64_t count) const override;
+  at::Tensor gathered_scale_inv(int64_t rows, int64_t cols, const std::vector<at::Tensor>& owners) const override;
 
   bool fast_accumulation(GemmKind /*kind*/) const override { return false; }
   std::string unsupported_linear(int64_t in_features, int64_t out_features) const override;

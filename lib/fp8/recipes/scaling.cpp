@@ -1,9 +1,6 @@
 #include "lib/fp8/recipes/scaling.h"
 
-#include "lib/fp8/recipes/block_scaling.h"    // BlockScaling
-#include "lib/fp8/recipes/current_scaling.h"  // CurrentScaling
-#include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
-#include "lib/util/error.h"                   // FP8T_CHECK, FP8T_THROW
+#include "lib/util/error.h"  // FP8T_CHECK
 
 namespace fp8t {
 namespace fp8 {
@@ -95,13 +92,15 @@ at::Tensor Scaling::fp8_max_tensor() const {
   return at::tensor(maxes, at::kFloat).to(device());
 }
 
-std::shared_ptr<Scaling> make_scaling(const Recipe& recipe) {
-  switch (recipe.kind) {
-    case RecipeKind::kDelayed: return std::make_shared<DelayedScaling>(recipe);
-    case RecipeKind::kCurrent: return std::make_shared<CurrentScaling>(recipe);
-    case RecipeKind::kBlock: return std::make_shared<BlockScaling>(recipe);
-  }
-  FP8T_THROW(ExitCode::kBadInput, "fp8.recipe ", to_string(recipe.kind), " is not available in this build");
+int64_t Scaling::part_scale_floats(int64_t /*rows*/, int64_t /*cols*/) const { return 1; }
+
+at::Tensor Scaling::flat_part_scales(const Fp8Operand& part, int64_t /*count*/) const {
+  return part.scale_inv.reshape({1});
+}
+
+at::Tensor Scaling::gathered_scale_inv(int64_t /*rows*/, int64_t /*cols*/, const std::vector<at::Tensor>& owners) const {
+  FP8T_CHECK(!owners.empty(), "Fp8Gather: a weight without owner");
+  return owners.front().select(0, 0);
 }
 
 ValueCompanion Scaling::value_companion(const CastOptions& opt) {

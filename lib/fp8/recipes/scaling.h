@@ -14,7 +14,9 @@
 // saturation_stats), so the CPU emulation and the GPU differ only in the backend.
 //
 // Fp8Linear, Fp8Norm, the fused activations, the rewrite pass and the trainer hold a Scaling and
-// never name a concrete recipe; make_scaling(recipe) is the one place that does.
+// never name a concrete recipe; make_scaling(recipe) (registry.cpp) is the one place that does.
+// What differs between recipes outside lib/fp8 (names, plan and chart lines, the scales ranks
+// share, ZeRO-3's gather) is asked of the recipe: traits() and the queries below.
 //
 // Who calls what:
 //   rewrite       make_scaling, add_slot (through Fp8Linear), unsupported_linear, finalize
@@ -36,6 +38,7 @@
 
 #include "lib/fp8/backends/backend.h"  // CastSource, Fp8Tensor, GemmKind, SlotRef
 #include "lib/config/fp8_recipe.h"     // Recipe, RecipeKind
+#include "lib/config/fp8_recipe_fields.h"  // RecipeTraits, recipe_traits
 
 namespace fp8t {
 namespace fp8 {
@@ -102,6 +105,9 @@ class Scaling {
 
   virtual RecipeKind kind() const = 0;
   const Recipe& recipe() const { return recipe_; }
+  // The recipe's config-level description (lib/config/fp8_recipe_fields.h): its name, its plan
+  // and chart wording, which scales the ranks share. The trainer asks it instead of the kind.
+  const RecipeTraits& traits() const { return recipe_traits(kind()); }
 
   // ---- slots: registration (before finalize) ------------------------------------------------
   // name: "h0.attn.c_attn:input". Returns the slot index. The recipe picks the format.
@@ -163,8 +169,20 @@ class Scaling {
     // scale from an amax alone: scales_from_known_amax): the holder reduces the parts' amaxes
     // and calls sharded_weight_scale.
     bool whole_amax = false;
+    // The layout of a part's scale_inv and of the gathered weight's (block: the 128x128 grid).
+    ScaleLayout scale_layout = ScaleLayout::kTensor;
   };
-  virtual WeightParts weight_parts() const { return {0, scales_from_known_amax()}; }
+  virtual WeightParts weight_parts() const { return {0, scales_from_known_amax(), ScaleLayout::kTensor}; }
+  // The floats of scale_inv that the cast of a part of `rows` x `cols` of a weight carries: one
+  // per-tensor scale; block: its 128x128 grid rows (padding included).
+  virtual int64_t part_scale_floats(int64_t rows, int64_t cols) const;
+  // The `count` (part_scale_floats) floats of a part's cast scale_inv as one flat tensor: the 0-d
+  // scale as [1]; block: the grid's buffer from storage offset 0 (make_block_scales's layout).
+  virtual at::Tensor flat_part_scales(const Fp8Operand& part, int64_t count) const;
+  // The gathered weight's scale_inv (rows x cols) from its owners' flat scales, in row order:
+  // per-tensor, every owner cast with the same scale (the first one's float, a view of it);
+  // block: the grid assembled from every owner's rows (a new tensor).
+  virtual at::Tensor gathered_scale_inv(int64_t rows, int64_t cols, const std::vector<at::Tensor>& owners) const;
   // For WeightParts::whole_amax recipes: the scale the parts of weight slot `slot` are cast with
   // (CastOptions::scale, record false) when max|W| over all parts is `whole_amax` (0-d float32),
   // recorded as a cast of the whole weight records it when `record`. Every rank calls it, also
@@ -241,8 +259,9 @@ class Scaling {
   bool collect_stats_ = false;
 };
 
-// The state class of recipe.kind (the only code that names the concrete recipes). Checks the
-// recipe's fields that the class relies on (fp8t::Error naming the key).
+// The state class of recipe.kind, from the registry of state classes (registry.cpp, the only code
+// that names the concrete recipes). Checks the recipe's fields that the class relies on
+// (fp8t::Error naming the key).
 std::shared_ptr<Scaling> make_scaling(const Recipe& recipe);
 
 }  // namespace fp8
