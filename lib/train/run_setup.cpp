@@ -89,8 +89,7 @@ Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options) {
   FP8T_INPUT_CHECK(dataset.vocab_size_needed() <= cfg.model.vocab_size, "the data uses token ids up to ",
                    dataset.vocab_size_needed() - 1, " but model.vocab_size is ", cfg.model.vocab_size);
 
-  Run run{cfg, options, device, mode, std::move(dataset), std::make_unique<Session>(cfg, device)};
-  run.layout = layout;
+  Run run{cfg, options, device, mode, std::move(dataset), std::make_unique<Session>(cfg, device), nullptr, layout};
   run.tokens_per_step =
       cfg.train.micro_batch_size * cfg.model.seq_len * cfg.train.grad_accum_steps * launch.world_size;
   log_plan(run);
