@@ -133,7 +133,7 @@ TEST_CASE("gelu casts: the codes of casting at::gelu and at::gelu_backward, with
       in.scale = at::full({}, 64.0f, on_cuda(at::kFloat));
       in.amax = at::zeros({}, on_cuda(at::kFloat));
       in.format = Format::kE4M3;
-      const auto q = gpu.gelu_quantize(h, in, /*rowwise=*/true, /*columnwise=*/true);
+      const auto q = gpu.quantize(fp8t::fp8::CastSource::gelu(h), in, {/*rowwise=*/true, /*columnwise=*/true});
       const at::Tensor y = at::gelu(h, "tanh").cpu();  // the unfused operator's output
       require_nearly_same_codes(q.rowwise.codes, host_encode(y, 64.0f, Format::kE4M3));
       require_nearly_same_codes(q.columnwise.codes, host_encode(y.t().contiguous(), 64.0f, Format::kE4M3));
@@ -145,7 +145,7 @@ TEST_CASE("gelu casts: the codes of casting at::gelu and at::gelu_backward, with
       grad.amax = at::zeros({}, on_cuda(at::kFloat));
       grad.format = Format::kE5M2;
       at::Tensor dbias;
-      const auto g = gpu.dgelu_quantize_grad(dy, h, grad, /*want_dbias=*/true, &dbias);
+      const auto g = gpu.quantize(fp8t::fp8::CastSource::dgelu(dy, h), grad, {true, true, &dbias});
       const at::Tensor dh = at::gelu_backward(dy, h, "tanh").cpu();
       require_nearly_same_codes(g.rowwise.codes, host_encode(dh, 512.0f, Format::kE5M2));
       require_nearly_same_codes(g.columnwise.codes, host_encode(dh.t().contiguous(), 512.0f, Format::kE5M2));

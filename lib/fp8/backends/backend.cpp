@@ -24,32 +24,9 @@ const char* to_string(GemmKind k) {
   return "?";
 }
 
-Fp8Tensor Backend::gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) {
-  return quantize(at::gelu(h, "tanh"), slot, rowwise, columnwise);
-}
-
-Fp8Tensor Backend::dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
-                                       bool want_dbias, at::Tensor* dbias) {
-  return quantize_grad(at::gelu_backward(dy.to(h.scalar_type()), h, "tanh"), slot, want_dbias, dbias);
-}
-
-Fp8Tensor Backend::swiglu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) {
-  return quantize(swiglu_value(h), slot, rowwise, columnwise);
-}
-
-Fp8Tensor Backend::dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
-                                         bool want_dbias, at::Tensor* dbias) {
-  return quantize_grad(swiglu_gradient(dy, h), slot, want_dbias, dbias);
-}
-
-Fp8Tensor Backend::dswiglu_quantize_grad_with_value(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
-                                                    bool want_dbias, at::Tensor* dbias, const ValueCompanion& value) {
-  FP8T_CHECK(value.columnwise != nullptr, "dswiglu_quantize_grad_with_value: no output for the value's codes");
-  Fp8Tensor out = dswiglu_quantize_grad(dy, h, slot, want_dbias, dbias);
-  SlotRef v = value.slot;
-  v.amax = at::zeros({}, h.options().dtype(at::kFloat));  // recorded nowhere
-  *value.columnwise = swiglu_quantize(h, v, /*rowwise=*/false, /*columnwise=*/true).columnwise;
-  return out;
+Fp8Tensor Backend::quantize_grad(const at::Tensor& dy, const SlotRef& slot, bool want_dbias, at::Tensor* dbias) {
+  FP8T_CHECK(!want_dbias || dbias != nullptr, "quantize_grad: want_dbias needs an output tensor");
+  return quantize(CastSource::tensor(dy), slot, QuantizeOptions{true, true, want_dbias ? dbias : nullptr, {}});
 }
 
 at::Tensor materialize(const CastSource& src) {
@@ -63,21 +40,25 @@ at::Tensor materialize(const CastSource& src) {
   FP8T_THROW(ExitCode::kFailure, "materialize: unknown cast operation ", static_cast<int>(src.op));
 }
 
-Fp8Tensor Backend::cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise,
-                        at::Tensor* dbias, const ValueCompanion& value) {
-  if (value.columnwise != nullptr) {
-    FP8T_CHECK(src.op == CastOp::kDswiglu, "fp8 cast: only a SwiGLU gradient cast writes the value's codes too");
-    return dswiglu_quantize_grad_with_value(src.x, src.h, slot, dbias != nullptr, dbias, value);
-  }
-  switch (src.op) {
-    case CastOp::kIdentity:
-      return dbias != nullptr ? quantize_grad(src.x, slot, true, dbias) : quantize(src.x, slot, rowwise, columnwise);
-    case CastOp::kGelu: return gelu_quantize(src.x, slot, rowwise, columnwise);
-    case CastOp::kDgelu: return dgelu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
-    case CastOp::kSwiglu: return swiglu_quantize(src.x, slot, rowwise, columnwise);
-    case CastOp::kDswiglu: return dswiglu_quantize_grad(src.x, src.h, slot, dbias != nullptr, dbias);
-  }
-  FP8T_THROW(ExitCode::kFailure, "fp8 cast: unknown cast operation ", static_cast<int>(src.op));
+// The gradient and the value from one quantize() of src each: the fallback of a value companion.
+static Fp8Tensor quantize_with_value_unfused(Backend& backend, const CastSource& src, const SlotRef& slot,
+                                             const QuantizeOptions& opt) {
+  FP8T_CHECK(src.op == CastOp::kDswiglu, "fp8 cast: only a SwiGLU gradient cast writes the value's codes too");
+  Fp8Tensor out = backend.quantize(src, slot, QuantizeOptions{true, true, opt.dbias, {}});
+  SlotRef v = opt.value.slot;
+  v.amax = at::zeros({}, src.h.options().dtype(at::kFloat));  // recorded nowhere
+  *opt.value.columnwise = backend.quantize(CastSource::swiglu(src.h), v, QuantizeOptions{false, true, nullptr, {}})
+                              .columnwise;
+  return out;
+}
+
+Fp8Tensor Backend::quantize_unfused(const CastSource& src, const SlotRef& slot, const QuantizeOptions& opt) {
+  if (opt.value.columnwise != nullptr) return quantize_with_value_unfused(*this, src, slot, opt);
+  const bool gradient = src.op == CastOp::kDgelu || src.op == CastOp::kDswiglu ||
+                        (src.op == CastOp::kIdentity && opt.dbias != nullptr);
+  const QuantizeOptions plain = gradient ? QuantizeOptions{true, true, opt.dbias, {}}
+                                         : QuantizeOptions{opt.rowwise, opt.columnwise, nullptr, {}};
+  return quantize(CastSource::tensor(materialize(src)), slot, plain);
 }
 
 at::Tensor Backend::transpose_codes(const at::Tensor& codes) { return codes.t().contiguous(); }

@@ -97,6 +97,18 @@ struct ValueCompanion {
   Fp8Operand* columnwise = nullptr;
 };
 
+// What a Backend::quantize() writes besides the codes (the recipes' CastOptions, lib/fp8/recipes/
+// scaling.h, as the backend takes it). rowwise/columnwise: the layouts of a forward cast (a
+// gradient source, or a plain tensor with dbias, always gives both). dbias: *dbias = the column
+// sums of the value in FP32 (plain and gradient sources only). value: the SwiGLU gradient cast's
+// companion output (kDswiglu only; none while value.columnwise is null).
+struct QuantizeOptions {
+  bool rowwise = true;
+  bool columnwise = true;
+  at::Tensor* dbias = nullptr;
+  ValueCompanion value{};
+};
+
 // Which Linear GEMM a product belongs to (selects fast accumulation, names errors).
 enum class GemmKind { kFprop, kDgrad, kWgrad };
 const char* to_string(GemmKind k);
@@ -121,40 +133,25 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
-  // Cast a 2-D tensor (any float dtype) to FP8 with slot.scale, max-accumulating max|x| into
-  // slot.amax. Produces the requested layouts. scale_inv of the result is 1/scale at cast time.
-  virtual Fp8Tensor quantize(const at::Tensor& x, const SlotRef& slot, bool rowwise, bool columnwise) = 0;
+  // THE cast: src (a tensor, or a fused producer's output, CastSource above) to FP8 with
+  // slot.scale, max-accumulating max|value| into slot.amax, from one read of the source; scale_inv
+  // of the result is 1/scale at cast time. What it produces (QuantizeOptions above):
+  //   kIdentity: the asked layouts; with dbias, both layouts and *dbias = sum over rows in FP32.
+  //   kGelu, kSwiglu: the asked layouts (dbias is not used).
+  //   kDgelu, kDswiglu: both layouts, *dbias when given; kDswiglu also the value companion.
+  // CUDA fuses the operations into its cast kernels where it has one for the source (neither the
+  // value nor a gradient is written in high precision); anything else, and the CPU emulation, is
+  // quantize_unfused below.
+  virtual Fp8Tensor quantize(const CastSource& src, const SlotRef& slot, const QuantizeOptions& opt) = 0;
 
-  // Like quantize (row- and columnwise) for a gradient, also returning dbias = sum over rows of
-  // dy in FP32 when want_dbias (fused into the cast on the GPU).
-  virtual Fp8Tensor quantize_grad(const at::Tensor& dy, const SlotRef& slot, bool want_dbias,
-                                  at::Tensor* dbias) = 0;
+  // quantize() of a plain 2-D tensor (any float dtype) in the asked layouts.
+  Fp8Tensor quantize(const at::Tensor& x, const SlotRef& slot, bool rowwise, bool columnwise) {
+    return quantize(CastSource::tensor(x), slot, QuantizeOptions{rowwise, columnwise, nullptr, {}});
+  }
 
-  // quantize() of gelu(h) (tanh approximation, in h's dtype) for a 2-D h, and quantize_grad()
-  // of the GELU backward at::gelu_backward(dy, h, "tanh") (with dbias of that gradient). The
-  // defaults compute the operator and then cast; the GPU fuses both into the cast kernel, so
-  // neither gelu(h) nor the gradient is written in high precision.
-  virtual Fp8Tensor gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise);
-  virtual Fp8Tensor dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
-                                        bool want_dbias, at::Tensor* dbias);
-
-  // The same for SwiGLU (lib/fp8/backends/swiglu_ops.h): quantize() of silu(gate) * up for h [rows, 2F] =
-  // [gate | up], and quantize_grad() of its gradient [dgate | dup] [rows, 2F] for dy [rows, F].
-  // The defaults cast the unfused LibTorch result (the CPU emulation); the GPU fuses both.
-  virtual Fp8Tensor swiglu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise);
-  virtual Fp8Tensor dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
-                                          bool want_dbias, at::Tensor* dbias);
-
-  // dswiglu_quantize_grad with the value companion (ValueCompanion above). The default casts the
-  // gradient, then the value; CUDA writes both in one kernel for bf16 without dbias.
-  virtual Fp8Tensor dswiglu_quantize_grad_with_value(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
-                                                     bool want_dbias, at::Tensor* dbias, const ValueCompanion& value);
-
-  // The per-tensor cast of any source (one read of the source): routes to quantize,
-  // quantize_grad (when dbias is given) or the fused activation casts above; `value` (kDswiglu
-  // only) adds the value companion.
-  Fp8Tensor cast(const CastSource& src, const SlotRef& slot, bool rowwise, bool columnwise, at::Tensor* dbias,
-                 const ValueCompanion& value = {});
+  // quantize() of a plain gradient: both layouts, and *dbias = sum over rows of dy in FP32 when
+  // want_dbias (fused into the cast on the GPU).
+  Fp8Tensor quantize_grad(const at::Tensor& dy, const SlotRef& slot, bool want_dbias, at::Tensor* dbias);
 
   // max-accumulates max|value of src| into amax (0-d float32 on src's device; NaN elements
   // ignored, inf counted: amax_combine) without writing the value: current scaling's amax pass.
@@ -231,6 +228,13 @@ class Backend {
   // Fraction of elements of x*scale that saturate (|x*scale| >= fp8_max) and that flush to
   // zero (x != 0 but the code is +-0), for the FP8 health statistics. Returns float32 [2].
   virtual at::Tensor saturation_stats(const at::Tensor& x, const SlotRef& slot) = 0;
+
+ protected:
+  // The unfused form of quantize(): the value of src computed with LibTorch (materialize) and cast
+  // as a plain tensor by this backend's quantize(); with the value companion, the gradient cast
+  // (this backend's quantize() of src) and then the columnwise cast of swiglu(h). The CPU
+  // emulation of every fused source, and CUDA's for the sources it has no kernel for.
+  Fp8Tensor quantize_unfused(const CastSource& src, const SlotRef& slot, const QuantizeOptions& opt);
 };
 
 // The backend for tensors on `device` (CPU emulation, or CUDA when built with it).

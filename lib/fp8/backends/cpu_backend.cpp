@@ -57,6 +57,19 @@ Fp8Operand encode_tensor(const at::Tensor& xf, float scale, float scale_inv, For
   return op;
 }
 
+// The emulated per-tensor cast of a plain 2-D tensor (any float dtype) in the asked layouts.
+Fp8Tensor quantize_tensor(const at::Tensor& x, const SlotRef& slot, bool rowwise, bool columnwise) {
+  FP8T_CHECK(x.dim() == 2, "quantize expects a 2-D tensor, got ", x.sizes());
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  accumulate_amax(xf, slot);
+  const float scale = slot.scale.item<float>();
+  const float scale_inv = 1.0f / scale;  // the snapshot stored with the data, as on the GPU
+  Fp8Tensor out;
+  if (rowwise) out.rowwise = encode_tensor(xf, scale, scale_inv, slot.format);
+  if (columnwise) out.columnwise = encode_tensor(xf.t().contiguous(), scale, scale_inv, slot.format);
+  return out;
+}
+
 // cuBLASLt's pointer rules, which the emulation keeps so that a layout the GPU refuses fails
 // here too: FP8 codes and per-tensor scales 16-byte aligned (lib/gemm/gemm_engine.cpp).
 void check_aligned_like_cublaslt(const Fp8Operand& a, const Fp8Operand& b, GemmKind kind) {
@@ -71,21 +84,13 @@ class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu-emulation"; }
 
-  Fp8Tensor quantize(const at::Tensor& x, const SlotRef& slot, bool rowwise, bool columnwise) override {
-    FP8T_CHECK(x.dim() == 2, "quantize expects a 2-D tensor, got ", x.sizes());
-    const at::Tensor xf = x.to(at::kFloat).contiguous();
-    accumulate_amax(xf, slot);
-    const float scale = slot.scale.item<float>();
-    const float scale_inv = 1.0f / scale;  // the snapshot stored with the data, as on the GPU
-    Fp8Tensor out;
-    if (rowwise) out.rowwise = encode_tensor(xf, scale, scale_inv, slot.format);
-    if (columnwise) out.columnwise = encode_tensor(xf.t().contiguous(), scale, scale_inv, slot.format);
-    return out;
-  }
-
-  Fp8Tensor quantize_grad(const at::Tensor& dy, const SlotRef& slot, bool want_dbias, at::Tensor* dbias) override {
-    if (want_dbias) *dbias = dy.to(at::kFloat).sum(0);
-    return quantize(dy, slot, true, true);
+  // A plain tensor is cast here (with dbias: both layouts and the column sums, as quantize_grad);
+  // a fused source is emulated: its value computed with LibTorch, then cast here.
+  Fp8Tensor quantize(const CastSource& src, const SlotRef& slot, const QuantizeOptions& opt) override {
+    if (src.op != CastOp::kIdentity || opt.value.columnwise != nullptr) return quantize_unfused(src, slot, opt);
+    if (opt.dbias == nullptr) return quantize_tensor(src.x, slot, opt.rowwise, opt.columnwise);
+    *opt.dbias = src.x.to(at::kFloat).sum(0);
+    return quantize_tensor(src.x, slot, true, true);
   }
 
   at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
@@ -120,7 +125,7 @@ class CpuBackend final : public Backend {
       r.mean = std::get<1>(res).view({-1});
       r.rstd = std::get<2>(res).view({-1});
     }
-    if (slot != nullptr) r.y_fp8 = quantize(r.y, *slot, true, true);
+    if (slot != nullptr) r.y_fp8 = quantize_tensor(r.y, *slot, true, true);
     if (slot == nullptr && y_amax.defined()) record_amax(CastSource::tensor(r.y), y_amax);
     if (!write_y && (slot != nullptr || y_amax.defined())) r.y = at::Tensor();
     return r;

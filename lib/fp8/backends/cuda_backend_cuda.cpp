@@ -32,46 +32,28 @@ class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
 
-  Fp8Tensor quantize(const at::Tensor& x_in, const SlotRef& slot, bool rowwise, bool columnwise) override {
-    return cast(x_in, slot, rowwise, columnwise, nullptr);
-  }
-
-  Fp8Tensor quantize_grad(const at::Tensor& dy, const SlotRef& slot, bool want_dbias, at::Tensor* dbias) override {
-    FP8T_CHECK(!want_dbias || dbias != nullptr, "quantize_grad: want_dbias needs an output tensor");
-    return cast(dy, slot, true, true, want_dbias ? dbias : nullptr);
-  }
-
-  Fp8Tensor gelu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) override {
-    return cast(h, slot, rowwise, columnwise, nullptr, Act::kGelu);
-  }
-
-  Fp8Tensor dgelu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot, bool want_dbias,
-                                at::Tensor* dbias) override {
-    FP8T_CHECK(!want_dbias || dbias != nullptr, "dgelu_quantize_grad: want_dbias needs an output tensor");
-    FP8T_CHECK(dy.sizes() == h.sizes(), "dgelu_quantize_grad: dy ", dy.sizes(), " and h ", h.sizes(),
-               " differ in shape");
-    return cast(dy, slot, true, true, want_dbias ? dbias : nullptr, Act::kDgelu, &h);
-  }
-
-  Fp8Tensor swiglu_quantize(const at::Tensor& h, const SlotRef& slot, bool rowwise, bool columnwise) override {
-    if (!swiglu_kernel_dtype(h)) return Backend::swiglu_quantize(h, slot, rowwise, columnwise);
-    return swiglu_cast(at::Tensor(), h, &slot, rowwise, columnwise, nullptr, at::Tensor());
-  }
-
-  Fp8Tensor dswiglu_quantize_grad(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot, bool want_dbias,
-                                  at::Tensor* dbias) override {
-    FP8T_CHECK(!want_dbias || dbias != nullptr, "dswiglu_quantize_grad: want_dbias needs an output tensor");
-    if (!swiglu_kernel_dtype(h)) return Backend::dswiglu_quantize_grad(dy, h, slot, want_dbias, dbias);
-    return swiglu_cast(dy, h, &slot, true, true, want_dbias ? dbias : nullptr, at::Tensor());
-  }
-
-  Fp8Tensor dswiglu_quantize_grad_with_value(const at::Tensor& dy, const at::Tensor& h, const SlotRef& slot,
-                                             bool want_dbias, at::Tensor* dbias, const ValueCompanion& value) override {
-    if (h.scalar_type() != at::kBFloat16 || want_dbias || value.slot.format != Format::kE4M3) {
-      return Backend::dswiglu_quantize_grad_with_value(dy, h, slot, want_dbias, dbias, value);
+  // Each source to its kernel (the fused activation casts of kernels/cast_transpose.cu and
+  // kernels/swiglu_cast.cu); a source no kernel takes is cast unfused (Backend::quantize_unfused).
+  Fp8Tensor quantize(const CastSource& src, const SlotRef& slot, const QuantizeOptions& opt) override {
+    if (opt.value.columnwise != nullptr) return dswiglu_quantize_grad_with_value(src, slot, opt);
+    const at::Tensor& x = src.x;
+    switch (src.op) {
+      case CastOp::kIdentity:
+        return opt.dbias != nullptr ? cast(x, slot, true, true, opt.dbias)
+                                    : cast(x, slot, opt.rowwise, opt.columnwise, nullptr);
+      case CastOp::kGelu: return cast(x, slot, opt.rowwise, opt.columnwise, nullptr, Act::kGelu);
+      case CastOp::kDgelu:
+        FP8T_CHECK(x.sizes() == src.h.sizes(), "dgelu cast: dy ", x.sizes(), " and h ", src.h.sizes(),
+                   " differ in shape");
+        return cast(x, slot, true, true, opt.dbias, Act::kDgelu, &src.h);
+      case CastOp::kSwiglu:
+        if (!swiglu_kernel_dtype(x)) return quantize_unfused(src, slot, opt);
+        return swiglu_cast(at::Tensor(), x, &slot, opt.rowwise, opt.columnwise, nullptr, at::Tensor());
+      case CastOp::kDswiglu:
+        if (!swiglu_kernel_dtype(src.h)) return quantize_unfused(src, slot, opt);
+        return swiglu_cast(x, src.h, &slot, true, true, opt.dbias, at::Tensor());
     }
-    FP8T_CHECK(value.columnwise != nullptr, "dswiglu_quantize_grad_with_value: no output for the value's codes");
-    return swiglu_cast(dy, h, &slot, true, true, nullptr, at::Tensor(), &value);
+    FP8T_THROW(ExitCode::kFailure, "fp8 cast: unknown cast operation ", static_cast<int>(src.op));
   }
 
   // The tiled byte transpose of the cast kernels (1 byte read and 1 written per code).
@@ -246,6 +228,16 @@ class CudaBackend final : public Backend {
   // fp16) take the LibTorch composition and a plain cast.
   static bool swiglu_kernel_dtype(const at::Tensor& h) {
     return h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16;
+  }
+
+  // The SwiGLU gradient cast with the value companion: one kernel for bf16 h without dbias and an
+  // E4M3 value, else the gradient cast and then the value's (quantize_unfused).
+  Fp8Tensor dswiglu_quantize_grad_with_value(const CastSource& src, const SlotRef& slot, const QuantizeOptions& opt) {
+    FP8T_CHECK(src.op == CastOp::kDswiglu, "fp8 cast: only a SwiGLU gradient cast writes the value's codes too");
+    if (src.h.scalar_type() != at::kBFloat16 || opt.dbias != nullptr || opt.value.slot.format != Format::kE4M3) {
+      return quantize_unfused(src, slot, opt);
+    }
+    return swiglu_cast(src.x, src.h, &slot, true, true, nullptr, at::Tensor(), &opt.value);
   }
 
   // One launch of kernels/swiglu_cast.cu: the forward of h [rows, 2F] when dy is undefined, else

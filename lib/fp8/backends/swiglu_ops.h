@@ -1,5 +1,5 @@
 // The unfused SwiGLU as LibTorch ops: the CPU emulation of the fused SwiGLU casts
-// (materialize() in backend.cpp, the backends' default swiglu_quantize / dswiglu_quantize_grad).
+// (materialize() in backend.cpp, Backend::quantize_unfused of the SwiGLU sources).
 // swiglu_value is the model's expression (model::Activation kSwiGLU) and swiglu_gradient the
 // gradient autograd computes for it, op for op, so the fused model on the CPU equals the unfused
 // one bit for bit (tests/fp8/backends/test_swiglu.cpp). The CUDA kernels evaluate swiglu_math.h instead,

@@ -53,10 +53,10 @@ Fp8Tensor CurrentScaling::quantize(int slot, const CastSource& src, const CastOp
   // The cast max-accumulates the same amax again into st.amax (no change): no separate sink needed.
   // (A recast's amax goes to the scratch state.)
   const SlotRef ref{opt.scale.defined() ? opt.scale : st.scale, st.amax, slot_format(slot), slot};
-  // A gradient source always gives both layouts (Backend::cast); its value, a plain tensor, too.
+  // A gradient source always gives both layouts (Backend::quantize); its value, a plain tensor, too.
   const bool gradient = src.op == CastOp::kDgelu || src.op == CastOp::kDswiglu;
-  Fp8Tensor out = backend.cast(cast_src, ref, opt.rowwise || gradient, opt.columnwise || gradient, opt.dbias,
-                               value_companion(opt));
+  Fp8Tensor out = backend.quantize(cast_src, ref, {opt.rowwise || gradient, opt.columnwise || gradient, opt.dbias,
+                                                   value_companion(opt)});
   if (recording(opt.record) && collect_stats()) add_stats(slot, backend.saturation_stats(materialize(cast_src), ref));
   return out;
 }

@@ -44,7 +44,7 @@ Fp8Tensor DelayedScaling::quantize(int index, const CastSource& src, const CastO
     ref.scale = opt.scale;
   }
   Backend& backend = backend_for(src.x.device());
-  Fp8Tensor out = backend.cast(src, ref, opt.rowwise, opt.columnwise, opt.dbias, value_companion(opt));
+  Fp8Tensor out = backend.quantize(src, ref, {opt.rowwise, opt.columnwise, opt.dbias, value_companion(opt)});
   if (recording(opt.record) && collect_stats()) add_stats(index, backend.saturation_stats(materialize(src), ref));
   return out;
 }

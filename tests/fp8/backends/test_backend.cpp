@@ -1,5 +1,6 @@
 // lib/fp8/backends/backend.cpp: transposed(), the columnwise copy of an operand made from its rowwise codes
-// (train.recompute casts: dgrad's transposed weight), on the CPU emulation.
+// (train.recompute casts: dgrad's transposed weight), and Backend::quantize's routing of the fused cast
+// sources, on the CPU emulation.
 #include "lib/fp8/backends/backend.h"
 
 #include <torch/torch.h>  // torch::randn
@@ -9,6 +10,7 @@
 
 #include "lib/fp8/backends/block_backend.h"   // block_quantize_operands
 #include "lib/fp8/backends/block_quantize.h"  // has_block_scale_layout
+#include "lib/fp8/backends/swiglu_ops.h"      // swiglu_value, swiglu_gradient
 #include "tests/catch.h"
 
 using namespace fp8t::fp8;
@@ -57,4 +59,61 @@ TEST_CASE("transposed: a 128x128 block operand gives the cast's columnwise codes
 TEST_CASE("transposed: a 1x128 operand is refused (its blocks run along K)", "[fp8]") {
   const Fp8Tensor q = block_quantize_operands(torch::randn({4, 256}), 1, true, false, true);
   REQUIRE_THROWS_WITH(transposed(q.rowwise), FP8T_CONTAINS("1x128"));
+}
+
+// Backend::quantize of a fused source on the CPU emulation: the codes, scale_inv, amax and dbias of
+// a plain cast of the operator's LibTorch value, in the layouts the source gives (a forward source
+// the asked ones, a gradient source both); a source routed to the wrong operation casts another
+// value and fails. Exact comparisons: both sides round the same FP32 values with the same scale.
+TEST_CASE("Backend::quantize: each fused source casts its operator's value, in its layouts", "[fp8]") {
+  Backend& cpu = backend_for(at::kCPU);
+  at::manual_seed(53);
+  const at::Tensor h = torch::randn({6, 32}) * 3.0, dy = torch::randn({6, 32}), dy_half = torch::randn({6, 16});
+  const auto slot = [] { return SlotRef{at::full({}, 8.0f), at::full({}, 0.5f), Format::kE4M3, 0}; };
+  const auto require_same_cast = [&](const CastSource& src, const QuantizeOptions& opt, const at::Tensor& value,
+                                     bool gradient) {
+    SlotRef got_slot = slot(), want_slot = slot();
+    at::Tensor got_dbias, want_dbias;
+    QuantizeOptions o = opt;
+    if (gradient) o.dbias = &got_dbias;
+    const Fp8Tensor got = cpu.quantize(src, got_slot, o);
+    const Fp8Tensor want = gradient ? cpu.quantize_grad(value, want_slot, true, &want_dbias)
+                                    : cpu.quantize(value, want_slot, opt.rowwise, opt.columnwise);
+    REQUIRE(got.rowwise.defined() == want.rowwise.defined());
+    REQUIRE(got.columnwise.defined() == want.columnwise.defined());
+    if (want.rowwise.defined()) require_same_operand(got.rowwise, want.rowwise);
+    if (want.columnwise.defined()) require_same_operand(got.columnwise, want.columnwise);
+    REQUIRE(at::equal(got_slot.amax, want_slot.amax));
+    if (gradient) REQUIRE(at::equal(got_dbias, want_dbias));
+  };
+  const QuantizeOptions rowwise_only{true, false, nullptr, {}};
+  require_same_cast(CastSource::gelu(h), rowwise_only, at::gelu(h, "tanh"), false);
+  require_same_cast(CastSource::swiglu(h), rowwise_only, swiglu_value(h), false);
+  require_same_cast(CastSource::dgelu(dy, h), rowwise_only, at::gelu_backward(dy, h, "tanh"), true);
+  require_same_cast(CastSource::dswiglu(dy_half, h), rowwise_only, swiglu_gradient(dy_half, h), true);
+  require_same_cast(CastSource::tensor(dy), rowwise_only, dy, true);
+  REQUIRE_FALSE(at::equal(at::gelu(h, "tanh"), h));  // the sources' values differ from their inputs
+}
+
+TEST_CASE("Backend::quantize: a SwiGLU gradient cast with the value companion adds the value's columnwise codes",
+          "[fp8]") {
+  Backend& cpu = backend_for(at::kCPU);
+  at::manual_seed(7);
+  const at::Tensor h = torch::randn({5, 64}) * 2.0, dy = torch::randn({5, 32});
+  SlotRef grad{at::full({}, 64.0f), at::zeros({}), Format::kE5M2, 1};
+  SlotRef value{at::full({}, 16.0f), at::full({}, 0.25f), Format::kE4M3, 2};
+  Fp8Operand value_columnwise;
+  const Fp8Tensor got =
+      cpu.quantize(CastSource::dswiglu(dy, h), grad, {true, true, nullptr, {value, &value_columnwise}});
+  SlotRef grad_alone{at::full({}, 64.0f), at::zeros({}), Format::kE5M2, 1};
+  const Fp8Tensor want = cpu.quantize(CastSource::dswiglu(dy, h), grad_alone, {false, false, nullptr, {}});
+  require_same_operand(got.rowwise, want.rowwise);
+  require_same_operand(got.columnwise, want.columnwise);
+  REQUIRE(at::equal(grad.amax, grad_alone.amax));
+  SlotRef value_alone{at::full({}, 16.0f), at::zeros({}), Format::kE4M3, 2};
+  require_same_operand(value_columnwise, cpu.quantize(swiglu_value(h), value_alone, false, true).columnwise);
+  REQUIRE(value.amax.item<float>() == 0.25f);  // the value's slot records nothing
+  SlotRef any{at::full({}, 1.0f), at::zeros({}), Format::kE4M3, 3};
+  REQUIRE_THROWS_WITH(cpu.quantize(CastSource::gelu(h), any, {true, true, nullptr, {value, &value_columnwise}}),
+                      FP8T_CONTAINS("only a SwiGLU gradient cast"));
 }

@@ -1,5 +1,5 @@
 // The SwiGLU of a LLaMA-shaped model fused into the FP8 casts (lib/fp8/layers/fp8_activation.*, the
-// backends' swiglu_quantize / dswiglu_quantize_grad): it must change nothing but where the work
+// backends. Backend::quantize of the SwiGLU sources): it must change nothing but where the work
 // happens. CPU: the fused model equals the unfused one bit for bit; GPU: the fused kernels equal
 // the CPU emulation bit for bit.
 #include <torch/torch.h>  // torch::randint
@@ -198,9 +198,9 @@ void require_value_companion_matches(fp8::Backend& cuda, fp8::Backend& cpu, cons
   fp8::SlotRef g_c = slot_on(at::kCPU, 1024.0f, fp8::Format::kE5M2), g_g = slot_on(gpu, 1024.0f, fp8::Format::kE5M2);
   fp8::SlotRef v_c = slot_on(at::kCPU, 16.0f, fp8::Format::kE4M3), v_g = slot_on(gpu, 16.0f, fp8::Format::kE4M3);
   fp8::Fp8Operand col_c, col_g;
-  const fp8::Fp8Tensor gc = cpu.dswiglu_quantize_grad_with_value(dy, h, g_c, false, nullptr, {v_c, &col_c});
+  const fp8::Fp8Tensor gc = cpu.quantize(fp8::CastSource::dswiglu(dy, h), g_c, {true, true, nullptr, {v_c, &col_c}});
   const fp8::Fp8Tensor gg =
-      cuda.dswiglu_quantize_grad_with_value(dy.to(gpu), h.to(gpu), g_g, false, nullptr, {v_g, &col_g});
+      cuda.quantize(fp8::CastSource::dswiglu(dy.to(gpu), h.to(gpu)), g_g, {true, true, nullptr, {v_g, &col_g}});
   require_same(gg, gc);
   REQUIRE(at::equal(g_g.amax.cpu(), g_c.amax));
   REQUIRE(at::equal(v_g.amax.cpu(), v_c.amax));  // the value's slot records nothing
@@ -209,7 +209,7 @@ void require_value_companion_matches(fp8::Backend& cuda, fp8::Backend& cpu, cons
   REQUIRE(at::equal(col_g.scale_inv.cpu(), col_c.scale_inv));
   REQUIRE(col_g.format == fp8::Format::kE4M3);
   fp8::SlotRef alone = slot_on(at::kCPU, 16.0f, fp8::Format::kE4M3);
-  REQUIRE(at::equal(col_c.codes, cpu.swiglu_quantize(h, alone, false, true).columnwise.codes));
+  REQUIRE(at::equal(col_c.codes, cpu.quantize(fp8::CastSource::swiglu(h), alone, {false, true}).columnwise.codes));
 }
 
 }  // namespace
@@ -229,13 +229,14 @@ TEST_CASE("fp8 swiglu on CUDA: the backend's fused casts equal the CPU emulation
       const at::Tensor h = (at::randn({rows, 2 * f}) * 3.0).to(dt);
       const at::Tensor dy = (at::randn({rows, f}) * at::pow(2.0, at::randint(-8, 8, {rows, f}))).to(dt);
       fp8::SlotRef in_c = slot_on(at::kCPU, 8.0f, fp8::Format::kE4M3), in_g = slot_on(gpu, 8.0f, fp8::Format::kE4M3);
-      require_same(cuda.swiglu_quantize(h.to(gpu), in_g, true, true), cpu.swiglu_quantize(h, in_c, true, true));
+      require_same(cuda.quantize(fp8::CastSource::swiglu(h.to(gpu)), in_g, {true, true}),
+                   cpu.quantize(fp8::CastSource::swiglu(h), in_c, {true, true}));
       REQUIRE(at::equal(in_g.amax.cpu(), in_c.amax));
 
       fp8::SlotRef g_c = slot_on(at::kCPU, 2048.0f, fp8::Format::kE5M2), g_g = slot_on(gpu, 2048.0f, fp8::Format::kE5M2);
       at::Tensor dbias_c, dbias_g;
-      require_same(cuda.dswiglu_quantize_grad(dy.to(gpu), h.to(gpu), g_g, true, &dbias_g),
-                   cpu.dswiglu_quantize_grad(dy, h, g_c, true, &dbias_c));
+      require_same(cuda.quantize(fp8::CastSource::dswiglu(dy.to(gpu), h.to(gpu)), g_g, {true, true, &dbias_g}),
+                   cpu.quantize(fp8::CastSource::dswiglu(dy, h), g_c, {true, true, &dbias_c}));
       REQUIRE(at::equal(g_g.amax.cpu(), g_c.amax));
       // dbias: the GPU's fixed tile order (equal to its unfused gradient cast's) vs ATen's CPU sum:
       // within the FP32 summation bound (64 + ceil(rows / 64) sequential terms).

@@ -188,12 +188,12 @@ TEST_CASE("current scaling on CUDA: GELU and GELU-backward casts take the amax o
         probe.amax = at::zeros({}, on_cuda(at::kFloat));
         probe.format = backward ? Format::kE5M2 : Format::kE4M3;
         at::Tensor unused;
-        backward ? backend.dgelu_quantize_grad(dy, h, probe, true, &unused) : backend.gelu_quantize(h, probe, true, true);
+        backend.quantize(backward ? CastSource::dgelu(dy, h) : CastSource::gelu(h), probe, {true, true, &unused});
         REQUIRE(same_bits(gpu.amax(slot), probe.amax.item<float>()));
         REQUIRE(same_bits(gpu.scale(slot), current_scale(gpu.amax(slot), format_max(probe.format), 1.0f)));
         probe.scale.fill_(gpu.scale(slot));
-        const Fp8Tensor want = backward ? backend.dgelu_quantize_grad(dy, h, probe, true, &unused)
-                                        : backend.gelu_quantize(h, probe, true, true);
+        const Fp8Tensor want =
+            backend.quantize(backward ? CastSource::dgelu(dy, h) : CastSource::gelu(h), probe, {true, true, &unused});
         require_same_tensor_codes(backward ? bwd : fwd, Fp8Tensor{
                                                             {want.rowwise.codes.cpu(), want.rowwise.scale_inv,
                                                              want.rowwise.format, want.rowwise.scale_layout},
@@ -233,8 +233,8 @@ TEST_CASE("current scaling on CUDA: SwiGLU and SwiGLU-backward casts take the am
         probe.scale = at::full({}, gpu.scale(slot), on_cuda(at::kFloat));
         probe.amax = at::zeros({}, on_cuda(at::kFloat));
         at::Tensor unused;
-        const Fp8Tensor ref = backward ? backend.dswiglu_quantize_grad(dy.cuda(), h.cuda(), probe, true, &unused)
-                                       : backend.swiglu_quantize(h.cuda(), probe, true, true);
+        const CastSource src = backward ? CastSource::dswiglu(dy.cuda(), h.cuda()) : CastSource::swiglu(h.cuda());
+        const Fp8Tensor ref = backend.quantize(src, probe, {true, true, &unused});
         const Fp8Tensor& got = backward ? bwd : fwd;
         REQUIRE(at::equal(got.rowwise.codes.cpu(), ref.rowwise.codes.cpu()));
         REQUIRE(at::equal(got.columnwise.codes.cpu(), ref.columnwise.codes.cpu()));

@@ -236,10 +236,13 @@ TEST_CASE("te parity: every CUDA kernel's amax ignores NaN elements and counts i
                    }),
                    at::Tensor(), true});
   cases.back().values = y_rms;
-  cases.push_back({"gelu cast", gpu_amax([&](Backend& b, const SlotRef& s) { b.gelu_quantize(h, s, true, true); }),
+  cases.push_back({"gelu cast",
+                   gpu_amax([&](Backend& b, const SlotRef& s) { b.quantize(CastSource::gelu(h), s, {true, true}); }),
                    at::gelu(h, "tanh"), false});
   cases.push_back({"dgelu cast",
-                   gpu_amax([&](Backend& b, const SlotRef& s) { b.dgelu_quantize_grad(dyg, h, s, true, &db); }),
+                   gpu_amax([&](Backend& b, const SlotRef& s) {
+                     b.quantize(CastSource::dgelu(dyg, h), s, {true, true, &db});
+                   }),
                    at::gelu_backward(dyg, h, "tanh"), false});
   for (const Case& c : cases) {
     INFO(c.kernel);
