@@ -21,7 +21,7 @@
 #include "lib/dist/launch.h"         // dist::launch_info_from_environment
 #include "lib/config/fp8_recipe.h"   // fp8::RecipeKind, fp8::to_string
 #include "lib/config/fp8_recipe_fields.h"  // fp8::recipe_registry, fp8::recipe_names
-#include "lib/bench/bench.h"         // train::run_bench
+#include "lib/bench/bench.h"         // bench::run_bench
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 #include "lib/util/log.h"            // setup_logging
 
@@ -35,7 +35,7 @@ struct BenchArgs {
   std::vector<config::Override> overrides;
   std::string precisions = "bf16,fp8";
   std::string recipes;  // "" = the config's fp8.recipe
-  train::BenchOptions options;
+  bench::BenchOptions options;
   std::string json_path = "bench.json";
 };
 
@@ -125,12 +125,12 @@ void run_bench_command(BenchArgs& args) {
     FP8T_INPUT_CHECK(std::filesystem::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, "--json ",
                      args.json_path, ": the folder ", dir.string(), " does not exist or is not writable");
   }
-  const auto results = train::run_bench(loaded.config, args.options);
+  const auto results = bench::run_bench(loaded.config, args.options);
   if (!main_rank) return;  // rank 0 reports for the job
-  std::cout << train::format_bench_table(loaded.config, args.options, results) << std::flush;
+  std::cout << bench::format_bench_table(loaded.config, args.options, results) << std::flush;
   if (!args.json_path.empty()) {
     std::ofstream out(args.json_path, std::ios::trunc);
-    out << train::bench_to_json(loaded.config, args.options, results).dump(2) << "\n";
+    out << bench::bench_to_json(loaded.config, args.options, results).dump(2) << "\n";
     FP8T_INPUT_CHECK(out.good(), "--json ", args.json_path, ": write failed");
     spdlog::info("wrote {}", args.json_path);
   }

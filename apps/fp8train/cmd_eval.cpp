@@ -10,7 +10,7 @@
 
 #include "apps/fp8train/commands.h"  // add_eval_command
 #include "lib/config/cli_flags.h"    // config::parse_set_argument
-#include "lib/run/run_dir.h"         // train::RunDir::is_managed_name, train::write_text_atomic
+#include "lib/run/run_dir.h"         // run::RunDir::is_managed_name, run::write_text_atomic
 #include "lib/train/evaluate.h"      // train::evaluate_weights
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
@@ -44,11 +44,11 @@ void check_json_target(const EvalArgs& a) {
                    " exists; add --overwrite to replace it, or choose another name");
   if (a.request.run_dir.empty() || !fs::is_directory(a.request.run_dir, ec)) return;
   const fs::path run = fs::absolute(a.request.run_dir);
-  FP8T_INPUT_CHECK(!(fs::equivalent(out.parent_path(), run, ec) && train::RunDir::is_managed_name(out.filename().string())),
+  FP8T_INPUT_CHECK(!(fs::equivalent(out.parent_path(), run, ec) && run::RunDir::is_managed_name(out.filename().string())),
                    "--json ", a.json, " is a file of the run folder itself; eval writes nothing into the run folder's files");
   for (const fs::directory_entry& entry : fs::directory_iterator(run, ec)) {
     const std::string name = entry.path().filename().string();
-    FP8T_INPUT_CHECK(!(train::RunDir::is_managed_name(name) && fs::equivalent(out, entry.path(), ec)), "--json ",
+    FP8T_INPUT_CHECK(!(run::RunDir::is_managed_name(name) && fs::equivalent(out, entry.path(), ec)), "--json ",
                      a.json, " is the run folder's ", name, " under another name; choose another file");
   }
 }
@@ -85,7 +85,7 @@ void run_eval(const EvalArgs& a) {
   }
   std::cout.flush();
   if (!a.json.empty() && a.json != "-") {
-    train::write_text_atomic(fs::absolute(a.json), json);
+    run::write_text_atomic(fs::absolute(a.json), json);
     spdlog::info("wrote {}", a.json);
   }
 }

@@ -14,7 +14,7 @@
 #include "lib/model/hf_layout.h"     // to_hf_names, hf_config_json
 #include "lib/model/safetensors.h"   // write_safetensors
 #include "lib/run/checkpoint.h"      // load_checkpoint
-#include "lib/run/run_dir.h"         // train::RunDir, write_file_atomic, write_text_atomic, remove_stale_temporaries
+#include "lib/run/run_dir.h"         // run::RunDir, write_file_atomic, write_text_atomic, remove_stale_temporaries
 #include "lib/train/train_checkpoint.h"  // train::checkpoint_model_tensors
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
@@ -38,7 +38,7 @@ struct ExportArgs {
 // folder) in an existing folder, within NAME_MAX, none of the run folder's own files (not even
 // with --overwrite), and no existing file unless --overwrite. Removes the temporary files that a
 // killed export of the same path left.
-void check_output(const std::string& flag, const fs::path& out, const train::RunDir& run, bool overwrite) {
+void check_output(const std::string& flag, const fs::path& out, const run::RunDir& run, bool overwrite) {
   std::error_code ec;
   const std::string shown = out.string();
   FP8T_INPUT_CHECK(!fs::is_directory(out, ec) && out.has_filename(), flag, " ", shown,
@@ -48,16 +48,16 @@ void check_output(const std::string& flag, const fs::path& out, const train::Run
   FP8T_INPUT_CHECK(out.filename().string().size() <= 255, flag, " ", shown, ": the file name is ",
                    out.filename().string().size(), " bytes long; a file name has at most 255");
   const bool in_run = fs::equivalent(out.parent_path(), run.path(), ec);
-  FP8T_INPUT_CHECK(!(in_run && train::RunDir::is_managed_name(out.filename().string())), flag, " ", shown,
+  FP8T_INPUT_CHECK(!(in_run && run::RunDir::is_managed_name(out.filename().string())), flag, " ", shown,
                    " is a file of the run folder itself; export writes its copy elsewhere (even with --overwrite)");
   for (const fs::directory_entry& entry : fs::directory_iterator(run.path(), ec)) {
     const std::string name = entry.path().filename().string();
-    FP8T_INPUT_CHECK(!(train::RunDir::is_managed_name(name) && fs::equivalent(out, entry.path(), ec)), flag, " ",
+    FP8T_INPUT_CHECK(!(run::RunDir::is_managed_name(name) && fs::equivalent(out, entry.path(), ec)), flag, " ",
                      shown, " is the run folder's ", name, " under another name; export writes its copy elsewhere");
   }
   FP8T_INPUT_CHECK(overwrite || !fs::exists(fs::symlink_status(out, ec)), flag, " ", shown,
                    " exists; add --overwrite to replace it, or choose another name");
-  for (const std::string& name : train::remove_stale_temporaries(out)) {
+  for (const std::string& name : run::remove_stale_temporaries(out)) {
     spdlog::info("removed {}, left by an export that was stopped", (out.parent_path() / name).string());
   }
 }
@@ -65,7 +65,7 @@ void check_output(const std::string& flag, const fs::path& out, const train::Run
 // Writes a safetensors file atomically (a temporary file renamed over `path`).
 void write_safetensors_atomic(const fs::path& path, const model::NamedTensors& tensors,
                               const std::map<std::string, std::string>& meta = {}) {
-  train::write_file_atomic(path, [&](const fs::path& tmp) { model::write_safetensors(tmp, tensors, meta); });
+  run::write_file_atomic(path, [&](const fs::path& tmp) { model::write_safetensors(tmp, tensors, meta); });
 }
 
 // --dump-logits: fp8train's FP32 logits for fixed tokens (t * 7 + 3) % vocab, t < seq_len, with
@@ -94,7 +94,7 @@ void run_export(const ExportArgs& a) {
   fs::path run = fs::absolute(a.run_dir).lexically_normal();
   if (!run.has_filename()) run = run.parent_path();  // "runs/x/"
   FP8T_INPUT_CHECK(fs::is_directory(run), "--run ", a.run_dir, " is not a folder");
-  const train::RunDir dir = train::RunDir::locate(run.parent_path().string(), run.filename().string());
+  const run::RunDir dir = run::RunDir::locate(run.parent_path().string(), run.filename().string());
   FP8T_INPUT_CHECK(fs::is_regular_file(dir.config_path()), "--run ", a.run_dir, " is not a run folder (no config.yaml)");
   const ExperimentConfig cfg = config::load(dir.config_path().string()).config;
   if (a.names == "hf") model::hf_family(cfg.model);  // a model without HF counterpart fails before the checkpoint is read
@@ -105,7 +105,7 @@ void run_export(const ExportArgs& a) {
                                     a.overwrite);
   if (!a.dump_logits.empty()) check_output("--dump-logits", fs::absolute(a.dump_logits), dir, a.overwrite);
 
-  const train::Checkpoint ck = train::load_checkpoint(dir.checkpoint_path());
+  const run::Checkpoint ck = run::load_checkpoint(dir.checkpoint_path());
   // By fp8train name; a ZeRO-3 run's from its shard files.
   const model::NamedTensors params = train::checkpoint_model_tensors(ck, dir.checkpoint_path().parent_path());
   FP8T_INPUT_CHECK(!params.empty(), "the checkpoint ", dir.checkpoint_path().string(), " holds no model parameters");
@@ -121,7 +121,7 @@ void run_export(const ExportArgs& a) {
   if (a.names == "hf") {
     const fs::path json = out.parent_path() / "config.json";
     const std::string dtype = a.dtype == "bf16" ? "bfloat16" : "float32";
-    train::write_text_atomic(json, model::hf_config_json(cfg.model, dtype).dump(2) + "\n");
+    run::write_text_atomic(json, model::hf_config_json(cfg.model, dtype).dump(2) + "\n");
     spdlog::info("wrote {}", json.string());
   }
   if (!a.dump_logits.empty()) dump_logits(cfg.model, params, fs::absolute(a.dump_logits));

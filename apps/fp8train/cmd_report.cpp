@@ -11,7 +11,7 @@
 #include "lib/report/html.h"         // to_html
 #include "lib/report/run_folder.h"   // read_run_folder
 #include "lib/report/table.h"        // build_table, sort_table
-#include "lib/run/run_dir.h"         // train::write_text_atomic
+#include "lib/run/run_dir.h"         // run::write_text_atomic
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
 namespace fp8t {
@@ -70,7 +70,7 @@ void run_report(const ReportArgs& a) {
     std::cout.flush();
   }
   if (!a.html.empty()) {
-    train::write_text_atomic(a.html, report::to_html(runs, table, now_text()));
+    run::write_text_atomic(a.html, report::to_html(runs, table, now_text()));
     spdlog::info("wrote {} ({} runs)", a.html, table.rows.size());
   }
   FP8T_INPUT_CHECK(not_runs == 0, not_runs, " of ", runs.size(), " folder(s) are not run folders (see above)",

@@ -12,7 +12,7 @@
 #include "lib/config/loader.h"       // config::load
 #include "lib/config/parallel_layout.h"  // zero_stage_of_level
 #include "lib/config/print.h"        // config::to_yaml, recipe_note, describe_keys
-#include "lib/plan/memory_plan.h"    // train::PlanTarget, train::print_memory_plan
+#include "lib/plan/memory_plan.h"    // plan::PlanTarget, plan::print_memory_plan
 #include "lib/train/trainer.h"       // train::run_training
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
 
@@ -61,18 +61,18 @@ void plan_dry_run(const TrainArgs& args, const config::LoadedConfig& loaded) {
   const dist::LaunchInfo launch = dist::launch_info_from_environment();
   ExperimentConfig cfg = loaded.config;
   if (args.plan_zero >= 0) cfg.dist.zero = zero_stage_of_level(args.plan_zero).value();  // CLI11 checked 0, 1 or 3
-  train::PlanTarget target;
+  plan::PlanTarget target;
   target.world_size = args.plan_world_size > 0 ? args.plan_world_size : launch.world_size;
   if (args.plan_device_gib > 0) {
     target.device_bytes = args.plan_device_gib * 1024.0 * 1024.0 * 1024.0;
     target.device_name = fmt::format("{:g} GiB", args.plan_device_gib);
   } else {
     const c10::Device device = train::resolve_device(cfg.run.device, launch.local_rank);
-    target.device_bytes = train::device_memory_capacity(device);
+    target.device_bytes = plan::device_memory_capacity(device);
     target.device_name = device.str();
   }
   std::ostringstream other_rank;  // under torchrun only rank 0 prints
-  train::print_memory_plan(cfg, target, launch.is_main() ? std::cout : other_rank);
+  plan::print_memory_plan(cfg, target, launch.is_main() ? std::cout : other_rank);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@
 #include "lib/gemm/gemm_engine.h"   // gemm::GemmEngine::tuning_log
 #endif
 
-namespace fp8t::train {
+namespace fp8t::bench {
 
 namespace {
 
@@ -100,12 +100,12 @@ std::vector<KernelTime> profile_kernels(const std::function<void()>& run_step, i
 }
 
 // Whether the session's last steps replayed its CUDA graph, and if not why.
-void record_cuda_graph(const Session& session, BenchResult& r) {
+void record_cuda_graph(const step::Session& session, BenchResult& r) {
   r.cuda_graph = session.cuda_graph_active();
   r.cuda_graph_off_reason = session.cuda_graph_off_reason();
   if (!r.cuda_graph && r.cuda_graph_off_reason.empty()) {
     r.cuda_graph_off_reason = "the steps ended before the capture, which follows " +
-                              std::to_string(StepGraph::kWarmupSteps) + " eager steps";
+                              std::to_string(step::StepGraph::kWarmupSteps) + " eager steps";
   }
 }
 
@@ -153,14 +153,14 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   if (run.recipe) r.recipe = fp8::to_string(*run.recipe);
   r.world_size = options.launch.world_size;
   r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches * r.world_size;
-  r.memory = estimate_training_memory(cfg, ParallelLayout::of(cfg.dist, options.launch.rank, r.world_size));
+  r.memory = plan::estimate_training_memory(cfg, ParallelLayout::of(cfg.dist, options.launch.rank, r.world_size));
 
   release_cached_memory(device);
   reset_peak_memory(device);
   // CPU: the row's peak counts what the row added to the resident set (LibTorch's code and what
   // the process holds anyway are left out), as the GPU's allocator peak does.
   const int64_t baseline = device.is_cpu() ? resident_memory_bytes() : 0;
-  Session session(cfg, device);
+  step::Session session(cfg, device);
   session.prepare_training(comm);
   r.fp8_rewrite = session.rewrite_report();
   const double flops_per_token = session.model().flops_per_token();
@@ -234,13 +234,13 @@ std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptio
   FP8T_INPUT_CHECK(options.warmup >= 0, "bench: --bench-warmup must be non-negative, got ", options.warmup);
   FP8T_INPUT_CHECK(options.micro_batches >= 1, "bench: --micro-batches must be at least 1, got ",
                    options.micro_batches);
-  const at::Device device = resolve_device(cfg.run.device, options.launch.local_rank);
+  const at::Device device = train::resolve_device(cfg.run.device, options.launch.local_rank);
   // Sizes that cannot fit stop here (exit 2, naming the keys), as in training: before any rank
   // builds a model or joins the rendezvous.
   for (const BenchRun& run : bench_runs(options)) {
     const ExperimentConfig run_cfg = run_config(cfg, run, options);
-    check_memory_fits(run_cfg, device_memory_capacity(device), device.str(),
-                      ParallelLayout::of(run_cfg.dist, options.launch.rank, options.launch.world_size));
+    plan::check_memory_fits(run_cfg, plan::device_memory_capacity(device), device.str(),
+                            ParallelLayout::of(run_cfg.dist, options.launch.rank, options.launch.world_size));
   }
   std::shared_ptr<dist::Communicator> comm;
   if (options.launch.launched) {
@@ -261,4 +261,4 @@ std::vector<BenchResult> run_bench(const ExperimentConfig& cfg, const BenchOptio
   return results;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::bench

@@ -34,7 +34,7 @@
 #include "lib/dist/launch.h"        // dist::LaunchInfo
 #include "lib/plan/resources.h"     // MemoryEstimate
 
-namespace fp8t::train {
+namespace fp8t::bench {
 
 struct BenchOptions {
   std::vector<Precision> precisions = {Precision::kBf16, Precision::kFp8};  // any of fp32, bf16, fp16, fp8
@@ -88,7 +88,7 @@ struct BenchResult {
   std::string cuda_graph_off_reason;
   // The memory estimate per rank for this precision (lib/plan/resources.h): bytes per parameter
   // by category and the activations of one micro-batch, next to the measured peak.
-  MemoryEstimate memory;
+  plan::MemoryEstimate memory;
   std::vector<std::pair<std::string, double>> phase_ms;  // median per phase (breakdown only)
   // train.gemm_autotune (CUDA): the GEMM plans this row tuned (lib/gemm/gemm_autotune.h), how
   // many kept another algorithm than the heuristic's first, and the sum over the tuned plans of
@@ -115,4 +115,4 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
 nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& options,
                              const std::vector<BenchResult>& results);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::bench

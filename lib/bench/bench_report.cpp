@@ -9,7 +9,7 @@
 #include "lib/config/parallel_layout.h"  // ZeroStage, zero_level
 #include "lib/util/versions.h"  // runtime_versions, fp8train_version
 
-namespace fp8t::train {
+namespace fp8t::bench {
 
 namespace {
 
@@ -120,7 +120,7 @@ std::string memory_section(const ExperimentConfig& cfg, const std::vector<BenchR
     << "state GiB" << std::setw(15) << "transient GiB" << std::setw(17) << "activations GiB" << std::setw(14)
     << "estimate GiB" << std::setw(10) << "peak GiB" << std::setw(16) << "peak/estimate" << "\n";
   for (const auto& r : results) {
-    const MemoryEstimate& m = r.memory;
+    const plan::MemoryEstimate& m = r.memory;
     const double estimate = m.total_bytes();
     s << std::left << std::setw(10) << r.label() << std::right << std::fixed << std::setprecision(2) << std::setw(9)
       << m.weight_bytes_per_param << std::setw(7) << m.grad_bytes_per_param << std::setw(11)
@@ -132,7 +132,7 @@ std::string memory_section(const ExperimentConfig& cfg, const std::vector<BenchR
   }
   s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16); transient: "
        "the chunked head's FP32 weight gradient (bf16, fp8), ZeRO-3's gathered units\n";
-  const MemoryEstimate* first = results.empty() ? nullptr : &results.front().memory;
+  const plan::MemoryEstimate* first = results.empty() ? nullptr : &results.front().memory;
   if (first != nullptr && cfg.dist.zero == ZeroStage::kOptimizer) {
     s << "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over " << first->shard_ranks
       << " ranks (ZeRO-1); state GiB includes the full gradient buckets in use at once: " << std::setprecision(2)
@@ -290,4 +290,4 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
   return out;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::bench

@@ -8,10 +8,10 @@
 #include <cstdint>  // int64_t, uint16_t
 
 #include "lib/numerics/scaling_math.h"  // fp8::amax_combine
-#include "lib/numerics/adamw_math.h"    // adamw::update_element, advance_state, step_scalars
+#include "lib/numerics/adamw_math.h"    // train::adamw::update_element, advance_state, step_scalars
 #include "lib/util/error.h"             // FP8T_CHECK
 
-namespace fp8t::train {
+namespace fp8t::optim {
 namespace {
 
 // A 0-d float32 tensor's value on the host (CPU tensors: no sync).
@@ -35,7 +35,7 @@ void check_batch(const AdamWBatch& b) {
                    b.exp_avgs[i].is_contiguous() && b.exp_avg_sqs[i].is_contiguous() &&
                    b.exp_avgs[i].numel() == numel && b.exp_avg_sqs[i].numel() == numel,
                "AdamW: the moments of parameter ", i, " are not ", moments, " contiguous of ", numel, " elements");
-    FP8T_CHECK(b.states[i].scalar_type() == at::kFloat && b.states[i].numel() == adamw::kStateSize &&
+    FP8T_CHECK(b.states[i].scalar_type() == at::kFloat && b.states[i].numel() == train::adamw::kStateSize &&
                    b.states[i].is_contiguous(),
                "AdamW: the state of parameter ", i, " is not float32 [3]");
   }
@@ -77,7 +77,7 @@ Moment* moments_of(const at::Tensor& t) {
 // element's result independent of the split).
 template <typename Moment>
 void step_cpu(const AdamWBatch& b, const AdamWStepArgs& a) {
-  if (a.found_inf.defined() && host_value(a.found_inf) == 1.0f) {  // adamw::skip_step: the amaxes alone
+  if (a.found_inf.defined() && host_value(a.found_inf) == 1.0f) {  // train::adamw::skip_step: the amaxes alone
     for (size_t i = 0; i < b.params.size(); ++i) {
       if (const at::Tensor amax = amax_of(b, i); amax.defined()) {
         amax.fill_(abs_max(b.params[i].data_ptr<float>(), b.params[i].numel()));
@@ -85,21 +85,21 @@ void step_cpu(const AdamWBatch& b, const AdamWStepArgs& a) {
     }
     return;
   }
-  const adamw::Constants c = adamw::make_constants(a.beta1, a.beta2, a.eps, a.weight_decay);
+  const train::adamw::Constants c = train::adamw::make_constants(a.beta1, a.beta2, a.eps, a.weight_decay);
   const float lr = a.lr.defined() ? host_value(a.lr) : a.lr_value;
   const bool has_scale = a.grad_scale.defined();
   const float scale = has_scale ? host_value(a.grad_scale) : 1.0f;
   for (size_t i = 0; i < b.params.size(); ++i) {
     float* state = b.states[i].data_ptr<float>();
-    adamw::advance_state(state, c);
-    const adamw::StepScalars s = adamw::step_scalars(state, lr, c.weight_decay);
+    train::adamw::advance_state(state, c);
+    const train::adamw::StepScalars s = train::adamw::step_scalars(state, lr, c.weight_decay);
     float* p = b.params[i].data_ptr<float>();
     const float* g = b.grads[i].data_ptr<float>();
     Moment* m = moments_of<Moment>(b.exp_avgs[i]);
     Moment* v = moments_of<Moment>(b.exp_avg_sqs[i]);
     at::parallel_for(0, b.params[i].numel(), 1 << 14, [&](int64_t begin, int64_t end) {
       for (int64_t e = begin; e < end; ++e) {
-        adamw::update_element(p[e], adamw::scaled_grad(g[e], has_scale, scale), m[e], v[e], c, s);
+        train::adamw::update_element(p[e], train::adamw::scaled_grad(g[e], has_scale, scale), m[e], v[e], c, s);
       }
     });
     if (const at::Tensor amax = amax_of(b, i); amax.defined()) amax.fill_(abs_max(p, b.params[i].numel()));
@@ -130,4 +130,4 @@ void adamw_multi_tensor_step(const AdamWBatch& batch, const AdamWStepArgs& step)
   }
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

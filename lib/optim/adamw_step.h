@@ -8,7 +8,7 @@
 
 #include <ATen/core/Tensor.h>  // at::Tensor
 
-namespace fp8t::train {
+namespace fp8t::optim {
 
 // The tensors of one update (one device, one weight-decay setting), entry i of each list
 // belonging to one parameter:
@@ -42,4 +42,4 @@ void adamw_multi_tensor_step(const AdamWBatch& batch, const AdamWStepArgs& step)
 void adamw_multi_tensor_step_cuda(const AdamWBatch& batch, const AdamWStepArgs& step);
 #endif
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

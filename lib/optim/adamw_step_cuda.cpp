@@ -10,7 +10,7 @@
 #include "lib/util/cuda_tensors.h"   // stream_of, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"          // FP8T_CHECK
 
-namespace fp8t::train {
+namespace fp8t::optim {
 namespace {
 
 // A device scalar argument (null when not given): a 0-d float32 on the parameters' device.
@@ -71,4 +71,4 @@ void adamw_multi_tensor_step_cuda(const AdamWBatch& b, const AdamWStepArgs& a) {
   }
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

@@ -10,7 +10,7 @@
 #include "lib/dist/communicator.h"  // dist::Communicator
 #include "lib/util/error.h"         // FP8T_CHECK
 
-namespace fp8t::train {
+namespace fp8t::optim {
 
 namespace {
 
@@ -87,4 +87,4 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_nor
   return total;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

@@ -9,7 +9,7 @@ namespace fp8t::dist {
 class Communicator;
 }  // namespace fp8t::dist
 
-namespace fp8t::train {
+namespace fp8t::optim {
 
 // Computes the total L2 norm of the gradients of `params` (parameters whose grad is undefined
 // are skipped): one at::_foreach_norm launch per device, the per-device norms combined on the
@@ -38,4 +38,4 @@ at::Tensor sharded_grad_norm(const std::vector<at::Tensor>& shards, dist::Commun
 // Requires max_norm > 0.
 at::Tensor clip_divisor(const at::Tensor& norm, double max_norm);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

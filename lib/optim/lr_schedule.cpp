@@ -6,7 +6,7 @@
 
 #include "lib/util/error.h"  // FP8T_CHECK
 
-namespace fp8t::train {
+namespace fp8t::optim {
 
 double learning_rate(const TrainSection& t, int64_t step) {
   FP8T_CHECK(step >= 0, "learning_rate: step must be >= 0, got ", step);
@@ -32,4 +32,4 @@ double learning_rate(const TrainSection& t, int64_t step) {
   return t.lr;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

@@ -17,9 +17,9 @@
 
 #include "lib/config/experiment.h"  // TrainSection
 
-namespace fp8t::train {
+namespace fp8t::optim {
 
 // The learning rate for 0-based step `step` (>= 0), see the formula above.
 double learning_rate(const TrainSection& t, int64_t step);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

@@ -6,11 +6,11 @@
 #include <ATen/ATen.h>            // at::zeros, at::tensor
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not in ATen.h without the precompiled header)
 
-#include "lib/numerics/adamw_math.h"  // adamw::state_from_step
+#include "lib/numerics/adamw_math.h"  // train::adamw::state_from_step
 #include "lib/optim/adamw_step.h"     // adamw_multi_tensor_step
 #include "lib/util/error.h"           // FP8T_CHECK, FP8T_INPUT_CHECK
 
-namespace fp8t::train {
+namespace fp8t::optim {
 namespace {
 
 std::string shape_str(const at::Tensor& t) {
@@ -112,7 +112,7 @@ void AdamW::init_state(Slot& s, at::IntArrayRef shape, const at::TensorOptions& 
   const at::TensorOptions o = options.dtype(at::kFloat).requires_grad(false);
   s.exp_avg = at::zeros(shape, o.dtype(moments_scalar_type(options_.moments_dtype)));
   s.exp_avg_sq = at::zeros_like(s.exp_avg);
-  s.bias_state = at::tensor({0.0f, 1.0f, 1.0f}, o.device(at::kCPU)).to(o.device());  // adamw::init_state
+  s.bias_state = at::tensor({0.0f, 1.0f, 1.0f}, o.device(at::kCPU)).to(o.device());  // train::adamw::init_state
   s.step = s.bias_state.select(0, 0);  // a view: the checkpoint's "<name>.step" is t itself
 }
 
@@ -264,14 +264,14 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
   }
   at::NoGradGuard no_grad;
   for (const auto& [key, target] : mine) target.copy_(state.at(key));
-  const adamw::Constants c = adamw::make_constants(static_cast<float>(options_.beta1),
-                                                   static_cast<float>(options_.beta2), 0.0f, 0.0f);
+  const train::adamw::Constants c = train::adamw::make_constants(static_cast<float>(options_.beta1),
+                                                                 static_cast<float>(options_.beta2), 0.0f, 0.0f);
   for (const Slot& s : slots_) {
     if (s.separate_master) s.param.copy_(s.master);
     // beta^t by the multiplies the steps would have made.
     const float t = s.step.item<float>();
-    float rebuilt[adamw::kStateSize];
-    adamw::state_from_step(rebuilt, t, c);
+    float rebuilt[train::adamw::kStateSize];
+    train::adamw::state_from_step(rebuilt, t, c);
     s.bias_state.copy_(at::tensor({rebuilt[0], rebuilt[1], rebuilt[2]}, at::kFloat));
   }
 }
@@ -298,4 +298,4 @@ std::vector<std::string> AdamW::no_decay_names() const {
   return out;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

@@ -40,7 +40,7 @@
 
 #include "lib/config/experiment.h"  // TrainSection
 
-namespace fp8t::train {
+namespace fp8t::optim {
 
 using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -180,4 +180,4 @@ class AdamW {
   std::vector<Slot> slots_;
 };
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

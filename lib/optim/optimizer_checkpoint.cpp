@@ -14,7 +14,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fp8t::train {
+namespace fp8t::optim {
 namespace {
 
 constexpr const char* kShardFormat = "fp8train-optimizer-shard";
@@ -76,8 +76,8 @@ std::map<std::string, ParamRange> ranges_from_json(const nlohmann::json& j, cons
   return out;
 }
 
-Checkpoint make_optimizer_shard(const AdamW& opt, int rank, int world, int64_t step) {
-  Checkpoint ck;
+run::Checkpoint make_optimizer_shard(const AdamW& opt, int rank, int world, int64_t step) {
+  run::Checkpoint ck;
   for (const auto& [k, v] : opt.state_dict()) ck.tensors["optim." + k] = v;
   ck.meta = {{"format", kShardFormat}, {"rank", rank}, {"world_size", world}, {"step", step},
              {"ranges", ranges_to_json(opt.ranges())}};
@@ -176,7 +176,7 @@ void for_each_shard(const fs::path& folder, const nlohmann::json& manifest, cons
   for (int r = 0; r < world; ++r) {
     const nlohmann::json& entry = manifest["shards"][r];
     const fs::path path = folder / entry.at("file").get<std::string>();
-    const Checkpoint shard = load_checkpoint(path);  // checks its own CRC32C
+    const run::Checkpoint shard = run::load_checkpoint(path);  // checks its own CRC32C
     const auto expected_crc = entry.at("crc32c").get<uint32_t>();
     FP8T_INPUT_CHECK(shard.crc32c == expected_crc, "corrupt checkpoint ", path.string(), ": it is not the shard ",
                      "that ", (folder / "checkpoint.pt").string(), " lists (CRC32C ", shard.crc32c, ", expected ",
@@ -199,4 +199,4 @@ void remove_stale_shards(const fs::path& folder, const std::set<int64_t>& keep) 
   }
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

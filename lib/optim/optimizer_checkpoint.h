@@ -33,7 +33,7 @@
 #include "lib/run/checkpoint.h"   // Checkpoint
 #include "lib/optim/optimizer.h"  // AdamW, ParamRange
 
-namespace fp8t::train {
+namespace fp8t::optim {
 
 // "checkpoint.shard-<rank>-of-<world>.step-<step>.pt".
 std::string shard_file_name(int rank, int world, int64_t step);
@@ -44,7 +44,7 @@ std::map<std::string, ParamRange> ranges_from_json(const nlohmann::json& j, cons
 
 // This rank's shard file contents: "optim.<key>" tensors and meta {format, rank, world_size,
 // step, ranges}.
-Checkpoint make_optimizer_shard(const AdamW& opt, int rank, int world, int64_t step);
+run::Checkpoint make_optimizer_shard(const AdamW& opt, int rank, int world, int64_t step);
 
 // Fills `opt` from sources covering its ranges. add() each source, then finish().
 class OptimizerStateLoader {
@@ -109,4 +109,4 @@ void load_optimizer_shards(const std::filesystem::path& folder, const nlohmann::
 // checkpoint.prev.pt).
 void remove_stale_shards(const std::filesystem::path& folder, const std::set<int64_t>& keep);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::optim

@@ -10,7 +10,7 @@
 #include "lib/config/parallel_layout.h"  // ParallelLayout, ZeroStage
 #include "lib/util/error.h"     // FP8T_INPUT_CHECK, FP8T_THROW
 
-namespace fp8t::train {
+namespace fp8t::plan {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -356,4 +356,4 @@ void print_memory_plan(const ExperimentConfig& cfg, const PlanTarget& target, st
              " GiB; the levers are listed above");
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::plan

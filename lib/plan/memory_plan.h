@@ -12,7 +12,7 @@
 #include "lib/config/experiment.h"  // ExperimentConfig
 #include "lib/plan/resources.h"     // MemoryEstimate
 
-namespace fp8t::train {
+namespace fp8t::plan {
 
 // The devices a config is planned for.
 struct PlanTarget {
@@ -55,4 +55,4 @@ std::string format_levers(const MemoryPlan& plan);
 // kBadInput (exit 2), as it is before a real run.
 void print_memory_plan(const ExperimentConfig& cfg, const PlanTarget& target, std::ostream& out);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::plan

@@ -20,7 +20,7 @@
 #include "lib/plan/memory_plan.h"           // plan_memory, format_levers
 #include "lib/util/error.h"                // FP8T_THROW
 
-namespace fp8t::train {
+namespace fp8t::plan {
 namespace {
 
 // ZeRO-1: full gradient buckets allocated at once during the armed backward (the one filling,
@@ -326,4 +326,4 @@ double device_memory_capacity(const c10::Device& device) {
   return static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::plan

@@ -54,7 +54,7 @@
 #include "lib/config/experiment.h"  // ExperimentConfig
 #include "lib/config/parallel_layout.h"  // ParallelLayout
 
-namespace fp8t::train {
+namespace fp8t::plan {
 
 struct MemoryEstimate {
   double parameters = 0;        // count (lower bound: embeddings, attention and MLP matrices)
@@ -135,4 +135,4 @@ void maybe_inject_out_of_memory(const char* point);
 // The memory of the device: physical RAM for the CPU, total GPU memory for CUDA.
 double device_memory_capacity(const c10::Device& device);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::plan

@@ -5,7 +5,7 @@
 #include <cstdio>     // std::snprintf
 #include <set>        // std::set
 
-#include "lib/run/console.h"  // train::format_count
+#include "lib/run/console.h"  // run::format_count
 #include "lib/util/error.h"   // FP8T_INPUT_CHECK
 
 namespace fp8t::report {
@@ -91,7 +91,7 @@ std::vector<Cell> outcome_cells(const RunFolder& run) {
       number_cell(or_else(summary_number(run, "best_val_loss"), min_value(run.val_loss)), "%.4f"),
       number_cell(or_else(summary_number(run, "final_val_loss"), last_value(run.val_loss)), "%.4f"),
       number_cell(or_else(summary_number(run, "final_loss"), last_value(run.loss)), "%.4f"),
-      tok_s ? Cell{train::format_count(*tok_s), tok_s} : Cell{},
+      tok_s ? Cell{run::format_count(*tok_s), tok_s} : Cell{},
       memory_cell(summary_number(run, "peak_memory_bytes")),
       worst_slot_cell(run, "most_saturated", &SlotSeries::saturated),
       worst_slot_cell(run, "most_underflow", &SlotSeries::underflow),

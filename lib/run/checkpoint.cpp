@@ -26,7 +26,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fp8t::train {
+namespace fp8t::run {
 namespace {
 
 constexpr const char* kFormat = "fp8train-checkpoint";
@@ -282,4 +282,4 @@ Checkpoint load_checkpoint(const fs::path& path) {
   return out;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -7,7 +7,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fp8t::train {
+namespace fp8t::run {
 namespace {
 
 constexpr std::string_view kPrefix = "checkpoint.";
@@ -101,4 +101,4 @@ std::string describe_kept(const std::map<int64_t, fs::path>& kept) {
   return out;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

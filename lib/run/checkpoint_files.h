@@ -19,7 +19,7 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
-namespace fp8t::train {
+namespace fp8t::run {
 
 inline constexpr const char* kCheckpointFile = "checkpoint.pt";
 
@@ -49,4 +49,4 @@ std::vector<std::string> remove_kept_checkpoints_after(const std::filesystem::pa
 // "steps 3, 5 (checkpoint.step-3.pt, checkpoint.step-5.pt)" or "none", for messages.
 std::string describe_kept(const std::map<int64_t, std::filesystem::path>& kept);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -9,7 +9,7 @@
 
 #include "lib/util/log.h"  // set_console_pre_write_hook, log_to_file
 
-namespace fp8t::train {
+namespace fp8t::run {
 namespace {
 
 std::string printf_string(const char* fmt, double value) {
@@ -147,4 +147,4 @@ void print_result(const std::string& line, bool quiet) {
   std::fflush(stderr);
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -16,7 +16,7 @@
 #include <optional>  // std::optional
 #include <string>    // std::string
 
-namespace fp8t::train {
+namespace fp8t::run {
 
 struct StatusFields {
   int64_t step = 0;         // printed as given ("step <step>/<total_steps>")
@@ -81,4 +81,4 @@ class StatusLine {
 // result.
 void print_result(const std::string& line, bool quiet);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -8,7 +8,7 @@
 #include "lib/run/run_dir.h"  // write_text_atomic, throw_if_disk_full_injected
 #include "lib/util/error.h"   // FP8T_INPUT_CHECK, FP8T_THROW
 
-namespace fp8t::train {
+namespace fp8t::run {
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "a");
@@ -68,4 +68,4 @@ void write_summary(const std::filesystem::path& path, const nlohmann::json& summ
                     summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

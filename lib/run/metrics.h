@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-namespace fp8t::train {
+namespace fp8t::run {
 
 class MetricsWriter {
  public:
@@ -38,4 +38,4 @@ int64_t truncate_metrics_after(const std::filesystem::path& path, int64_t last_s
 // Writes `summary` to `path` atomically, pretty-printed (2-space indent) with a final newline.
 void write_summary(const std::filesystem::path& path, const nlohmann::json& summary);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

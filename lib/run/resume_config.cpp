@@ -10,7 +10,7 @@
 #include "lib/config/loader.h"  // load_from_string
 #include "lib/util/error.h"     // FP8T_THROW
 
-namespace fp8t::train {
+namespace fp8t::run {
 namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
@@ -73,4 +73,4 @@ void record_resume_config(const RunDir& dir, const std::vector<ConfigChange>& ch
   spdlog::info("resume: the previous config is kept as {}", (dir.path() / kept).string());
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -14,7 +14,7 @@
 #include "lib/config/experiment.h"  // ExperimentConfig
 #include "lib/run/run_dir.h"        // RunDir
 
-namespace fp8t::train {
+namespace fp8t::run {
 
 struct ConfigChange {
   std::string key;
@@ -35,4 +35,4 @@ std::vector<ConfigChange> check_resume_config(const RunDir& dir, const Experimen
 // config.yaml as config.resume-<step>.yaml and logs each change.
 void record_resume_config(const RunDir& dir, const std::vector<ConfigChange>& changes, int64_t step);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

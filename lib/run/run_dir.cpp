@@ -20,7 +20,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fp8t::train {
+namespace fp8t::run {
 namespace {
 
 constexpr const char* kLockFile = ".fp8train.lock";
@@ -232,7 +232,7 @@ void RunDir::remove_files(bool (*which)(const std::string&), const char* why) {
 }
 
 void RunDir::write_text_atomic(const std::string& relative_name, const std::string& text) const {
-  ::fp8t::train::write_text_atomic(path_ / relative_name, text);
+  ::fp8t::run::write_text_atomic(path_ / relative_name, text);
 }
 
 std::string temporary_prefix(const fs::path& target) {
@@ -329,4 +329,4 @@ void write_text_atomic(const fs::path& target, const std::string& text) {
   });
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -28,7 +28,7 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
-namespace fp8t::train {
+namespace fp8t::run {
 
 class RunDir {
  public:
@@ -116,4 +116,4 @@ void throw_if_disk_full_injected(const std::filesystem::path& target, const std:
 // write_file_atomic with the whole of `text` as the content.
 void write_text_atomic(const std::filesystem::path& target, const std::string& text);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -9,7 +9,7 @@
 #include "lib/util/crc32c.h"                    // crc32c
 #include "lib/util/error.h"                     // FP8T_INPUT_CHECK, FP8T_THROW
 
-namespace fp8t::train {
+namespace fp8t::run {
 namespace {
 
 void append_le(std::string& out, uint64_t v, int bytes) {
@@ -102,4 +102,4 @@ void TensorBoardWriter::write_record(const std::string& data) {
   }
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-namespace fp8t::train {
+namespace fp8t::run {
 
 // The masked CRC-32C of TFRecord framing: ((crc >> 15 | crc << 17) + 0xa282ead8) of the
 // CRC-32C (lib/util/crc32c.h).
@@ -61,4 +61,4 @@ class TensorBoardWriter {
 // set; for checking before anything is written.
 void check_tensorboard_available(bool wanted);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::run

@@ -9,7 +9,7 @@
 
 #include "lib/util/error.h"  // FP8T_CHECK, FP8T_INPUT_CHECK
 
-namespace fp8t::train {
+namespace fp8t::step {
 
 namespace {
 
@@ -94,4 +94,4 @@ void LossScaler::load_state_dict(const std::map<std::string, at::Tensor>& state)
   }
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::step

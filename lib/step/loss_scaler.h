@@ -26,7 +26,7 @@
 
 #include "lib/config/experiment.h"  // TrainSection
 
-namespace fp8t::train {
+namespace fp8t::step {
 
 struct LossScalerOptions {
   double init_scale = 65536.0;
@@ -87,4 +87,4 @@ class LossScaler {
   at::Tensor found_inf_;
 };
 
-}  // namespace fp8t::train
+}  // namespace fp8t::step

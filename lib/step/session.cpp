@@ -28,7 +28,7 @@
 #endif
 
 namespace fp8t {
-namespace train {
+namespace step {
 
 namespace {
 
@@ -44,12 +44,12 @@ c10::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const c10::Devic
 // ZeRO-1: the element ranges of the parameters (by name) this rank's optimizer updates, and
 // where their averaged gradients are (views into the rank's gradient shards: the full .grads
 // are released after the backward).
-ShardRanges shard_ranges(const model::Model& net, const dist::GradientSync& sync,
-                         std::map<std::string, at::Tensor>& grads) {
+optim::ShardRanges shard_ranges(const model::Model& net, const dist::GradientSync& sync,
+                                std::map<std::string, at::Tensor>& grads) {
   const auto named = net.unique_named_parameters();  // the order of params_
-  ShardRanges ranges;
+  optim::ShardRanges ranges;
   for (const auto& seg : sync.shard_segments()) {
-    ranges[named.at(seg.param).first] = ParamRange{seg.begin, seg.length};
+    ranges[named.at(seg.param).first] = optim::ParamRange{seg.begin, seg.length};
     grads[named.at(seg.param).first] = seg.grad;
   }
   return ranges;
@@ -79,16 +79,16 @@ int local_world_size(int world) {
 
 // ZeRO-3: the optimizer on the segments of the sharded model (the rank's parts, their masters
 // and gradients).
-std::unique_ptr<AdamW> sharded_optimizer(const model::Model& net, const dist::FullyShardedModel& sharded,
-                                         const AdamWOptions& options) {
-  ShardRanges ranges;
+std::unique_ptr<optim::AdamW> sharded_optimizer(const model::Model& net, const dist::FullyShardedModel& sharded,
+                                                const optim::AdamWOptions& options) {
+  optim::ShardRanges ranges;
   std::map<std::string, at::Tensor> grads, masters;
   for (const auto& seg : sharded.segments()) {
-    ranges[seg.name] = ParamRange{seg.begin, seg.length};
+    ranges[seg.name] = optim::ParamRange{seg.begin, seg.length};
     grads[seg.name] = seg.grad;
     masters[seg.name] = seg.master;
   }
-  return std::make_unique<AdamW>(net.unique_named_parameters(), options, ranges, grads, masters);
+  return std::make_unique<optim::AdamW>(net.unique_named_parameters(), options, ranges, grads, masters);
 }
 
 // ZeRO-3: autocast's weight-cast cache would keep a 16-bit copy of every weight from its unit's
@@ -119,12 +119,12 @@ Session::Session(const ExperimentConfig& cfg, const c10::Device& device, std::sh
     build();
   } catch (const c10::OutOfMemoryError& e) {  // exit 2 with the estimate and the levers, no trace
     model_.reset();
-    throw_out_of_memory(cfg_, launched_layout(cfg_), "building the model", e.what_without_backtrace());
+    plan::throw_out_of_memory(cfg_, launched_layout(cfg_), "building the model", e.what_without_backtrace());
   }
 }
 
 void Session::build() {
-  maybe_inject_out_of_memory("build");
+  plan::maybe_inject_out_of_memory("build");
   torch::manual_seed(cfg_.run.seed);
   if (!model_) model_ = model::build(cfg_.model);  // else built by the caller
   model_->to(device_);
@@ -153,7 +153,7 @@ Session::~Session() {
   if (model_) model_->set_unit_hooks(nullptr);  // the sharded model goes before the model it hooks
 }
 
-AdamW& Session::optimizer() {
+optim::AdamW& Session::optimizer() {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");
   return *opt_;
 }
@@ -163,7 +163,7 @@ StepHealth& Session::health() {
   return *health_;
 }
 
-const AdamW& Session::optimizer() const {
+const optim::AdamW& Session::optimizer() const {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");
   return *opt_;
 }
@@ -179,7 +179,7 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
     grad_sync_.reset();
     if (sharded_) model_->set_unit_hooks(nullptr);
     sharded_.reset();
-    throw_out_of_memory(cfg_, layout, "allocating the gradients and the optimizer state", e.what_without_backtrace());
+    plan::throw_out_of_memory(cfg_, layout, "allocating the gradients and the optimizer state", e.what_without_backtrace());
   }
 }
 
@@ -204,14 +204,14 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
     }
   }
   if (sharded_) {  // ZeRO-3: the rank's segments, their masters in the master shards
-    opt_ = sharded_optimizer(*model_, *sharded_, AdamWOptions::from(cfg_.train));
+    opt_ = sharded_optimizer(*model_, *sharded_, optim::AdamWOptions::from(cfg_.train));
   } else if (grad_sync_ && grad_sync_->sharded()) {  // ZeRO-1: moments for this rank's segments only
     std::map<std::string, at::Tensor> shard_grads;
-    const ShardRanges ranges = shard_ranges(*model_, *grad_sync_, shard_grads);
-    opt_ = std::make_unique<AdamW>(model_->unique_named_parameters(), AdamWOptions::from(cfg_.train), ranges,
-                                   shard_grads);
+    const optim::ShardRanges ranges = shard_ranges(*model_, *grad_sync_, shard_grads);
+    opt_ = std::make_unique<optim::AdamW>(model_->unique_named_parameters(), optim::AdamWOptions::from(cfg_.train), ranges,
+                                          shard_grads);
   } else {
-    opt_ = std::make_unique<AdamW>(model_->unique_named_parameters(), AdamWOptions::from(cfg_.train));
+    opt_ = std::make_unique<optim::AdamW>(model_->unique_named_parameters(), optim::AdamWOptions::from(cfg_.train));
   }
   // Current scaling: each FP8 weight's amax from the AdamW kernel that writes it.
   weight_amaxes_ = std::make_unique<OptimizerWeightAmaxes>(*model_, scaling_.get(), *opt_);
@@ -238,11 +238,11 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
   // The first step allocates the activations, the FP8 copies and the workspaces: running out of
   // memory there means the config does not fit (later, it is an error like any other).
   try {
-    maybe_inject_out_of_memory("step");
+    plan::maybe_inject_out_of_memory("step");
     return train_step(next_batch, lr, loss_sum, mark, step_number);
   } catch (const c10::OutOfMemoryError& e) {
-    throw_out_of_memory(cfg_, job_layout(cfg_, comm_.get()), "running the first training step",
-                        e.what_without_backtrace());
+    plan::throw_out_of_memory(cfg_, job_layout(cfg_, comm_.get()), "running the first training step",
+                              e.what_without_backtrace());
   }
 }
 
@@ -330,9 +330,9 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
   // the squared norms (over the shard group: the groups hold the same shards) gives the global
   // norm, identical on every rank.
   const bool zero = grad_sync_ && grad_sync_->sharded();
-  at::Tensor grad_norm = sharded_ ? sharded_grad_norm(sharded_->gradient_shards(), sharded_->shard_communicator())
-                         : zero   ? sharded_grad_norm(grad_sync_->gradient_shards(), *comm_)
-                                  : global_grad_norm(params_);
+  at::Tensor grad_norm = sharded_ ? optim::sharded_grad_norm(sharded_->gradient_shards(), sharded_->shard_communicator())
+                         : zero   ? optim::sharded_grad_norm(grad_sync_->gradient_shards(), *comm_)
+                                  : optim::global_grad_norm(params_);
   if (loss_scaler_) {  // fp16: the norm of the unscaled gradients; inf/NaN gradients skip the step
     grad_norm = loss_scaler_->unscale_norm(grad_norm);
     health_->flag(loss_scaler_->found_inf());
@@ -349,7 +349,7 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
   // Clipping is folded into the optimizer: AdamW divides the gradients by the clip divisor
   // as it reads them (one pass over the gradients fewer than scaling them first).
   // fp16: the unscale is folded in too (AdamW divides by S times the clip divisor).
-  at::Tensor divisor = cfg_.train.grad_clip > 0.0 ? clip_divisor(grad_norm, cfg_.train.grad_clip) : at::Tensor();
+  at::Tensor divisor = cfg_.train.grad_clip > 0.0 ? optim::clip_divisor(grad_norm, cfg_.train.grad_clip) : at::Tensor();
   if (loss_scaler_) divisor = loss_scaler_->grad_divisor(divisor);
   if (lr.device.defined()) {
     opt_->step(lr.device, divisor, health_->found_inf());
@@ -420,5 +420,5 @@ at::Tensor Session::eval_loss_sum(const std::function<data::Batch(int64_t)>& bat
   return total;
 }
 
-}  // namespace train
+}  // namespace step
 }  // namespace fp8t

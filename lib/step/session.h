@@ -29,9 +29,12 @@ namespace model {
 class Model;
 }  // namespace model
 
-namespace train {
-
+namespace optim {
 class AdamW;
+}  // namespace optim
+
+namespace step {
+
 class LossScaler;
 class OptimizerWeightAmaxes;
 class StepHealth;
@@ -86,8 +89,8 @@ class Session {
   model::Model& model() { return *model_; }
   const model::Model& model() const { return *model_; }
   fp8::Scaling* scaling() const { return scaling_.get(); }  // the recipe's state; null unless fp8
-  AdamW& optimizer();
-  const AdamW& optimizer() const;
+  optim::AdamW& optimizer();
+  const optim::AdamW& optimizer() const;
   dist::Communicator* communicator() const { return comm_.get(); }
   dist::GradientSync* gradient_sync() const { return grad_sync_.get(); }  // DDP and ZeRO-1; else null
   // ZeRO-3 (dist.zero 3 in a data-parallel job): the sharded model; else null. The parameters then
@@ -153,7 +156,7 @@ class Session {
   std::unique_ptr<LossScaler> loss_scaler_;
   c10::ScalarType autocast_dtype_;
   std::vector<at::Tensor> params_;
-  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<OptimizerWeightAmaxes> weight_amaxes_;  // after opt_ and model_: goes first
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::GradientSync> grad_sync_;
@@ -164,5 +167,5 @@ class Session {
   std::string graph_off_reason_;
 };
 
-}  // namespace train
+}  // namespace step
 }  // namespace fp8t

@@ -10,7 +10,7 @@
 #include "lib/util/error.h"   // FP8T_CHECK, FP8T_THROW
 #include "lib/util/memory.h"  // release_cached_memory
 
-namespace fp8t::train {
+namespace fp8t::step {
 
 std::string cuda_graph_fallback_reason(const ExperimentConfig& cfg, const c10::Device& device, int job_ranks) {
   if (!cfg.train.cuda_graphs) return "train.cuda_graphs is false";
@@ -110,4 +110,4 @@ std::unique_ptr<CapturedGraph> CapturedGraph::capture(const std::function<void()
 void CapturedGraph::replay() { FP8T_THROW(ExitCode::kFailure, "CUDA graphs: this build has no CUDA"); }
 #endif
 
-}  // namespace fp8t::train
+}  // namespace fp8t::step

@@ -36,7 +36,7 @@
 #include "lib/config/experiment.h"  // ExperimentConfig
 #include "lib/data/dataset.h"       // data::Batch
 
-namespace fp8t::train {
+namespace fp8t::step {
 
 // Why the training step of `cfg` runs eagerly (no CUDA graph) on `device`, naming the key or the
 // reason; "" when it is captured. `job_ranks`: the ranks of the data-parallel job this process
@@ -110,4 +110,4 @@ class StepGraph {
   std::unique_ptr<CapturedGraph> graph_;
 };
 
-}  // namespace fp8t::train
+}  // namespace fp8t::step

@@ -14,7 +14,7 @@
 
 #include "lib/util/error.h"  // FP8T_THROW
 
-namespace fp8t::train {
+namespace fp8t::step {
 
 struct CapturedGraph::Impl {
   at::cuda::CUDAGraph graph;
@@ -70,4 +70,4 @@ std::unique_ptr<CapturedGraph> CapturedGraph::capture(const std::function<void()
 
 void CapturedGraph::replay() { impl_->graph.replay(); }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::step

@@ -5,7 +5,7 @@
 
 #include "lib/util/error.h"  // FP8T_CHECK
 
-namespace fp8t::train {
+namespace fp8t::step {
 
 StepHealth::StepHealth(const c10::Device& device, int64_t max_consecutive) : max_consecutive_(max_consecutive) {
   FP8T_CHECK(max_consecutive >= 1, "StepHealth: max_consecutive must be >= 1, got ", max_consecutive);
@@ -54,4 +54,4 @@ void StepHealth::restore_skipped(int64_t skipped) {
   counters_[0].fill_(skipped);
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::step

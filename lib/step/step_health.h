@@ -21,7 +21,7 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <c10/core/Device.h>   // c10::Device
 
-namespace fp8t::train {
+namespace fp8t::step {
 
 class StepHealth {
  public:
@@ -64,4 +64,4 @@ class StepHealth {
   at::Tensor counters_;   // int64 [4]: skipped, consecutive, streak_start, diverged_at
 };
 
-}  // namespace fp8t::train
+}  // namespace fp8t::step

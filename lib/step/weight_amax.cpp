@@ -8,9 +8,9 @@
 #include "lib/optim/optimizer.h"        // AdamW
 
 namespace fp8t {
-namespace train {
+namespace step {
 
-OptimizerWeightAmaxes::OptimizerWeightAmaxes(model::Model& model, const fp8::Scaling* scaling, AdamW& optimizer) {
+OptimizerWeightAmaxes::OptimizerWeightAmaxes(model::Model& model, const fp8::Scaling* scaling, optim::AdamW& optimizer) {
   if (scaling == nullptr || !scaling->scales_from_known_amax()) return;
   for (const auto& m : model.modules(/*include_self=*/false)) {
     auto* layer = dynamic_cast<fp8::Fp8Linear*>(m.get());
@@ -44,5 +44,5 @@ void OptimizerWeightAmaxes::restamp(const std::vector<bool>& current) {
   }
 }
 
-}  // namespace train
+}  // namespace step
 }  // namespace fp8t

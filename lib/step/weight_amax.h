@@ -29,14 +29,16 @@ namespace model {
 class Model;
 }  // namespace model
 
-namespace train {
-
+namespace optim {
 class AdamW;
+}  // namespace optim
+
+namespace step {
 
 class OptimizerWeightAmaxes {
  public:
   // Links what can be linked (above); nothing when `scaling` is null or takes no known amax.
-  OptimizerWeightAmaxes(model::Model& model, const fp8::Scaling* scaling, AdamW& optimizer);
+  OptimizerWeightAmaxes(model::Model& model, const fp8::Scaling* scaling, optim::AdamW& optimizer);
   ~OptimizerWeightAmaxes();  // unlinks the layers: their casts make their own amax passes again
   OptimizerWeightAmaxes(const OptimizerWeightAmaxes&) = delete;
   OptimizerWeightAmaxes& operator=(const OptimizerWeightAmaxes&) = delete;
@@ -63,5 +65,5 @@ class OptimizerWeightAmaxes {
   std::vector<Link> links_;
 };
 
-}  // namespace train
+}  // namespace step
 }  // namespace fp8t

@@ -38,12 +38,12 @@ bool in_folder(const fs::path& file, const fs::path& folder) {
 }  // namespace
 
 CheckpointHistory::CheckpointHistory(fs::path folder, int64_t keep, bool writer)
-    : folder_(std::move(folder)), current_(folder_ / kCheckpointFile), keep_(keep), writer_(writer),
-      kept_(kept_checkpoints(folder_)) {}
+    : folder_(std::move(folder)), current_(folder_ / run::kCheckpointFile), keep_(keep), writer_(writer),
+      kept_(run::kept_checkpoints(folder_)) {}
 
 ResumeSource CheckpointHistory::resume_source(const std::string& resume_from) const {
   std::error_code ec;
-  const std::string kept = describe_kept(kept_);
+  const std::string kept = run::describe_kept(kept_);
   if (resume_from.empty()) {
     FP8T_INPUT_CHECK(fs::is_regular_file(current_, ec), "cannot resume: ", current_.string(),
                      " does not exist; the run folder keeps the checkpoints of ", kept,
@@ -72,9 +72,9 @@ void CheckpointHistory::resumed(const ResumeSource& source, int64_t step) {
 }
 
 void CheckpointHistory::link_kept(const fs::path& from, int64_t step) const {
-  const fs::path target = folder_ / kept_checkpoint_name(step);
+  const fs::path target = folder_ / run::kept_checkpoint_name(step);
   // A temporary name RunDir recognises (a kill in between leaves it for --resume to remove).
-  const fs::path tmp = folder_ / (temporary_prefix(target) + std::to_string(::getpid()) + ".link");
+  const fs::path tmp = folder_ / (run::temporary_prefix(target) + std::to_string(::getpid()) + ".link");
   std::error_code ec;
   fs::remove(tmp, ec);
   fs::create_hard_link(from, tmp, ec);
@@ -91,7 +91,7 @@ void CheckpointHistory::link_kept(const fs::path& from, int64_t step) const {
 void CheckpointHistory::before_save(int64_t step) {
   if (rewound_to_ >= 0) {
     if (writer_) {
-      for (const std::string& name : remove_kept_checkpoints_after(folder_, rewound_to_)) {
+      for (const std::string& name : run::remove_kept_checkpoints_after(folder_, rewound_to_)) {
         spdlog::info("removed {}: a checkpoint of the steps after {}, which this run trained again", name,
                      rewound_to_);
       }
@@ -99,7 +99,7 @@ void CheckpointHistory::before_save(int64_t step) {
     for (auto it = kept_.upper_bound(rewound_to_); it != kept_.end();) it = kept_.erase(it);
   }
   if (keep_ < 2 || current_step_ < 0 || current_step_ == step || continued_.empty()) return;
-  const fs::path target = folder_ / kept_checkpoint_name(current_step_);
+  const fs::path target = folder_ / run::kept_checkpoint_name(current_step_);
   if (same_file(continued_, target)) return;  // resumed from the kept file itself
   if (!in_folder(continued_, folder_)) return;  // a file from elsewhere stays where it is
   if (writer_) link_kept(continued_, current_step_);
@@ -114,7 +114,7 @@ void CheckpointHistory::after_save(int64_t step) {
   if (!writer_) return;
   std::set<int64_t> keep = {step};
   for (const auto& [s, path] : kept_) keep.insert(s);
-  for (const std::string& name : remove_checkpoint_files_except(folder_, keep)) {
+  for (const std::string& name : run::remove_checkpoint_files_except(folder_, keep)) {
     spdlog::debug("removed {} (train.keep_checkpoints {})", name, keep_);
   }
 }
@@ -136,6 +136,6 @@ std::optional<std::pair<int64_t, fs::path>> CheckpointHistory::newest_before(int
   return *it;
 }
 
-std::string CheckpointHistory::describe() const { return describe_kept(all()); }
+std::string CheckpointHistory::describe() const { return run::describe_kept(all()); }
 
 }  // namespace fp8t::train

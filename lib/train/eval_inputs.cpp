@@ -34,9 +34,9 @@ fs::path folder_path(const std::string& arg) {
 // A run folder that a training run holds is read all the same: checkpoint.pt is replaced
 // atomically, so it is always a complete checkpoint, but perhaps not for long.
 void note_writer(const fs::path& run) {
-  const std::optional<std::string> pid = RunDir::writer_pid(run);
+  const std::optional<std::string> pid = run::RunDir::writer_pid(run);
   if (!pid) return;
-  const std::string prefix = temporary_prefix(run / kCheckpointFile);
+  const std::string prefix = run::temporary_prefix(run / run::kCheckpointFile);
   bool writing = false;
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(run, ec)) {
@@ -57,8 +57,8 @@ WeightsSource run_folder_source(const EvalRequest& r) {
   FP8T_INPUT_CHECK(fs::is_regular_file(s.config, ec), "--run ", r.run_dir, " is not a run folder (no config.yaml)");
   note_writer(s.run);
   s.checkpoint = true;
-  s.kept = describe_kept(kept_checkpoints(s.run));
-  const fs::path newest = s.run / kCheckpointFile;
+  s.kept = run::describe_kept(run::kept_checkpoints(s.run));
+  const fs::path newest = s.run / run::kCheckpointFile;
   if (!r.step) {
     FP8T_INPUT_CHECK(fs::is_regular_file(newest, ec), "--run ", r.run_dir, ": no checkpoint: ", newest.string(),
                      " does not exist (the folder keeps ", s.kept, "; a run writes checkpoint.pt when it ends, "
@@ -67,7 +67,7 @@ WeightsSource run_folder_source(const EvalRequest& r) {
     return s;
   }
   FP8T_INPUT_CHECK(*r.step >= 0, "--step ", *r.step, ": expected a step >= 0");
-  const std::map<int64_t, fs::path> kept = kept_checkpoints(s.run);
+  const std::map<int64_t, fs::path> kept = run::kept_checkpoints(s.run);
   if (const auto it = kept.find(*r.step); it != kept.end()) {
     s.file = it->second;
     return s;

@@ -31,7 +31,7 @@ namespace fp8t::train {
 namespace {
 
 // The checkpoint's FP32 master weights into the session's model, by name and shape.
-void copy_weights(Session& session, const model::NamedTensors& saved, const fs::path& file) {
+void copy_weights(step::Session& session, const model::NamedTensors& saved, const fs::path& file) {
   std::map<std::string, at::Tensor> by_name(saved.begin(), saved.end());
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : session.model().unique_named_parameters()) {
@@ -52,7 +52,7 @@ void copy_weights(Session& session, const model::NamedTensors& saved, const fs::
 
 // The checkpoint's FP8 scaling state, when it trained in FP8 under the recipe evaluated now
 // (delayed scaling's scales come from its amax history; the other recipes keep none).
-void load_fp8_state(Session& session, const Checkpoint& ck, const fs::path& file) {
+void load_fp8_state(step::Session& session, const run::Checkpoint& ck, const fs::path& file) {
   fp8::Scaling* scaling = session.scaling();
   if (scaling == nullptr) return;
   const std::string trained = ck.meta.value("precision", std::string());
@@ -73,8 +73,8 @@ void load_fp8_state(Session& session, const Checkpoint& ck, const fs::path& file
 
 // Loads a run folder's checkpoint into the session. Returns its step; `world_size` gets the
 // ranks it trained on.
-int64_t load_checkpoint_weights(Session& session, const WeightsSource& source, int64_t& world_size) {
-  const Checkpoint ck = load_checkpoint(source.file);
+int64_t load_checkpoint_weights(step::Session& session, const WeightsSource& source, int64_t& world_size) {
+  const run::Checkpoint ck = run::load_checkpoint(source.file);
   const int64_t step = ck.meta.value("step", int64_t{-1});
   if (source.expected_step) {
     FP8T_INPUT_CHECK(step == *source.expected_step, "--step ", *source.expected_step, ": the run folder ",
@@ -117,7 +117,7 @@ BatchPlan plan_batches(const EvalRequest& r, const ExperimentConfig& cfg, const 
 
 // The mean loss of the plan's batches: the trainer's arithmetic (sum of batch means / N) for
 // full batches; with a smaller last batch, the mean over every target token.
-double mean_loss(Session& session, const data::Dataset& data, const BatchPlan& plan) {
+double mean_loss(step::Session& session, const data::Dataset& data, const BatchPlan& plan) {
   const int64_t b = plan.batch_size;
   const double full = session.eval_loss_sum([&](int64_t i) { return data.val_batch(i, b); }, plan.full_batches)
                           .item<double>();
@@ -162,7 +162,7 @@ EvalResult evaluate_weights(const EvalRequest& request) {
   const c10::Device device = resolve_device(cfg.run.device, 0);
   const data::Dataset data = open_eval_data(request, source, cfg);
 
-  Session session(cfg, device);  // safetensors: loaded by the model (model.init_from)
+  step::Session session(cfg, device);  // safetensors: loaded by the model (model.init_from)
   int64_t world_size = 1;
   std::optional<int64_t> step = source.checkpoint ? std::optional<int64_t>(load_checkpoint_weights(session, source, world_size))
                                                   : safetensors_step(source.file);

@@ -114,11 +114,11 @@ std::string skip_reason(const fp8::RewriteReport* report, const std::string& nam
 
 // Only a recipe whose scales come from each rank's amaxes (RecipeTraits::rank_amaxes: delayed)
 // reduces amaxes across ranks (the other recipes' weight scales agree because the weights do).
-bool reduces_amax(const Session& s) {
+bool reduces_amax(const step::Session& s) {
   return s.scaling() != nullptr && s.scaling()->traits().rank_amaxes && s.config().fp8.reduce_amax;
 }
 
-ChartRow compute_row(const Session& s) {
+ChartRow compute_row(const step::Session& s) {
   RowBuilder row("compute_gemm", "compute (GEMM)");
   const std::string hp = dtype_name(s.autocast_dtype());
   const bool cpu = s.device().is_cpu();
@@ -153,7 +153,7 @@ ChartRow compute_row(const Session& s) {
   return row.take();
 }
 
-ChartRow weights_row(const Session& s, const std::vector<OwnedParam>& params) {
+ChartRow weights_row(const step::Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("weights", "weights");
   const std::string cast = s.autocast_dtype() == at::kFloat
                                ? "the GEMMs read them as stored"
@@ -181,18 +181,18 @@ ChartRow weights_row(const Session& s, const std::vector<OwnedParam>& params) {
 
 // The optimizer's tensors by name once training is prepared; empty before, when the rows read
 // the rules AdamW's constructor applies instead.
-std::map<std::string, at::Tensor> optimizer_state(const Session& s) {
+std::map<std::string, at::Tensor> optimizer_state(const step::Session& s) {
   return s.training_prepared() ? s.optimizer().state_dict() : std::map<std::string, at::Tensor>{};
 }
 
-ChartRow master_row(const Session& s, const std::vector<OwnedParam>& params) {
+ChartRow master_row(const step::Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("master_weights", "master weights");
   const std::map<std::string, at::Tensor> state = optimizer_state(s);
   for (const OwnedParam& p : params) {
     const auto it = state.find(p.name + ".master");
-    const bool copy = s.training_prepared() ? it != state.end() : AdamW::needs_master_copy(p.tensor);
+    const bool copy = s.training_prepared() ? it != state.end() : optim::AdamW::needs_master_copy(p.tensor);
     if (copy) {
-      const at::ScalarType t = it != state.end() ? it->second.scalar_type() : AdamW::kStateDtype;
+      const at::ScalarType t = it != state.end() ? it->second.scalar_type() : optim::AdamW::kStateDtype;
       row.add(dtype_name(t), "AdamW's master copies of the " + dtype_name(p.tensor.scalar_type()) + " weights", p.name);
     } else if (s.fully_sharded() != nullptr) {
       row.add("FP32", "ZeRO-3: each rank holds and updates its 1/" + std::to_string(s.fully_sharded()->shard_group_size()) +
@@ -205,7 +205,7 @@ ChartRow master_row(const Session& s, const std::vector<OwnedParam>& params) {
   return row.take();
 }
 
-ChartRow gradients_row(const Session& s, const std::vector<OwnedParam>& params) {
+ChartRow gradients_row(const step::Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("weight_gradients", "weight gradients");
   std::string detail = s.fully_sharded() ? "ZeRO-3: a unit's gradients exist whole during its backward only; each "
                                            "micro-batch's are reduce-scattered and summed into this rank's FP32 shard"
@@ -227,7 +227,7 @@ ChartRow gradients_row(const Session& s, const std::vector<OwnedParam>& params) 
   return row.take();
 }
 
-ChartRow optimizer_row(const Session& s, const std::vector<OwnedParam>& params) {
+ChartRow optimizer_row(const step::Session& s, const std::vector<OwnedParam>& params) {
   RowBuilder row("optimizer_states", "optimizer states");
   const std::map<std::string, at::Tensor> state = optimizer_state(s);
   const MomentsDtype moments = s.config().train.moments_dtype;
@@ -237,7 +237,7 @@ ChartRow optimizer_row(const Session& s, const std::vector<OwnedParam>& params) 
   for (const OwnedParam& p : params) {
     auto dtype = [&](const char* suffix) {
       const auto it = state.find(p.name + suffix);
-      return dtype_name(it != state.end() ? it->second.scalar_type() : AdamW::moments_scalar_type(moments));
+      return dtype_name(it != state.end() ? it->second.scalar_type() : optim::AdamW::moments_scalar_type(moments));
     };
     row.add(dtype(".exp_avg") + " + " + dtype(".exp_avg_sq"), how, p.name);
   }
@@ -247,7 +247,7 @@ ChartRow optimizer_row(const Session& s, const std::vector<OwnedParam>& params) 
 std::string mib(double bytes) { return fmt::format("{:.3g} MiB", bytes / (1024.0 * 1024.0)); }
 
 // ZeRO-3: what travels per micro-batch (lib/dist/fully_sharded.h, lib/dist/README.md).
-void add_zero3_communication(const Session& s, const dist::Communicator& comm, RowBuilder& row) {
+void add_zero3_communication(const step::Session& s, const dist::Communicator& comm, RowBuilder& row) {
   const dist::FullyShardedModel& z = *s.fully_sharded();
   const DistSection& d = s.config().dist;
   int64_t fp8_elements = 0;
@@ -286,7 +286,7 @@ void add_zero3_communication(const Session& s, const dist::Communicator& comm, R
   }
 }
 
-ChartRow communication_row(const Session& s, int planned_world_size) {
+ChartRow communication_row(const step::Session& s, int planned_world_size) {
   RowBuilder row("communication", "communication");
   const std::string grads = dtype_name(s.parameters().empty() ? at::kFloat
                                        : s.parameters().front().grad().defined()
@@ -335,10 +335,10 @@ ChartRow communication_row(const Session& s, int planned_world_size) {
   return row.take();
 }
 
-ChartRow loss_scaling_row(const Session& s) {
+ChartRow loss_scaling_row(const step::Session& s) {
   RowBuilder row("loss_scaling", "loss scaling");
-  if (const LossScaler* ls = s.loss_scaler()) {
-    const LossScalerOptions& o = ls->options();
+  if (const step::LossScaler* ls = s.loss_scaler()) {
+    const step::LossScalerOptions& o = ls->options();
     row.add("dynamic", "scale " + num(ls->read_scale()) + " (init " + num(o.init_scale) +
                            "), x" + num(o.growth_factor) + " after " +
                            std::to_string(o.growth_interval) + " finite steps, x" +
@@ -375,7 +375,7 @@ const ChartRow& PrecisionChart::row(const std::string& key) const {
   return rows.front();
 }
 
-PrecisionChart precision_chart(const Session& session, int planned_world_size) {
+PrecisionChart precision_chart(const step::Session& session, int planned_world_size) {
   const std::vector<OwnedParam> params = owned_parameters(session.model());
   PrecisionChart chart{config::to_string(session.config().precision), session.device().str(), {}};
   chart.rows.push_back(compute_row(session));

@@ -19,9 +19,11 @@
 #include <string>   // std::string
 #include <vector>  // std::vector
 
-namespace fp8t::train {
-
+namespace fp8t::step {
 class Session;
+}  // namespace fp8t::step
+
+namespace fp8t::train {
 
 // Tensors or layers of one row that share a precision (and a reason for it).
 struct ChartGroup {
@@ -55,7 +57,7 @@ struct PrecisionChart {
 
 // The chart of `session` as it stands. `planned_world_size`: the number of ranks the job will
 // have, used only while the session has no communicator yet (a dry run).
-PrecisionChart precision_chart(const Session& session, int planned_world_size = 1);
+PrecisionChart precision_chart(const step::Session& session, int planned_world_size = 1);
 
 // "h0.attn.c_attn", "h1.attn.c_attn" -> "h*.attn.c_attn x2": block indices (a path component
 // "12" or "h12") become '*', names that then coincide are counted; first-seen order. At most

@@ -11,7 +11,7 @@
 #include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
 #include "lib/fp8/rewrite.h"          // fp8::RewriteReport
 #include "lib/model/model.h"     // model::Model::parameter_count
-#include "lib/train/run_setup.h"  // Run
+#include "lib/train/run_setup.h"  // TrainingJob
 #include "lib/util/memory.h"     // peak_memory_bytes
 
 namespace fp8t::train {
@@ -77,7 +77,7 @@ void Progress::record_scale_spread(double spread, int64_t at_step, bool expect_i
   max_scale_spread = std::max(max_scale_spread, spread);
 }
 
-nlohmann::json Progress::summary(const Run& run) const {
+nlohmann::json Progress::summary(const TrainingJob& run) const {
   const double wall_s = wall.seconds();
   nlohmann::json out = {
       {"status", status},
@@ -152,7 +152,7 @@ std::string worst_text(const nlohmann::json& list) {
 
 }  // namespace
 
-nlohmann::json fp8_summary(const Run& run, const Progress& progress) {
+nlohmann::json fp8_summary(const TrainingJob& run, const Progress& progress) {
   const fp8::Scaling* scaling = run.scaling();
   if (!scaling) return nullptr;
   const fp8::Recipe& recipe = run.cfg.fp8;

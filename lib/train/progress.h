@@ -14,7 +14,7 @@
 
 namespace fp8t::train {
 
-struct Run;
+struct TrainingJob;
 
 struct Progress {
   int64_t start_step = 0;  // where this invocation started (0, or the resumed checkpoint's step)
@@ -49,7 +49,7 @@ struct Progress {
   void record_scale_spread(double spread, int64_t step, bool expect_identical);
 
   // summary.json of a run that ended (completed, stopped or interrupted).
-  nlohmann::json summary(const Run& run) const;
+  nlohmann::json summary(const TrainingJob& run) const;
   // summary.json of a run that failed ("diverged" or "failed") with `error`.
   nlohmann::json failure_summary(const std::string& error) const;
 };
@@ -58,7 +58,7 @@ struct Progress {
 // the Linear layers whose GEMMs ran in FP8 and the share of the Linear FLOPs that is, the layers
 // kept in high precision, the scaled tensors and the range of their scales at the end (per-tensor
 // recipes), and with fp8.stats the slots that saturated and underflowed most.
-nlohmann::json fp8_summary(const Run& run, const Progress& progress);
+nlohmann::json fp8_summary(const TrainingJob& run, const Progress& progress);
 
 // The end-of-run line for an fp8 run, from fp8_summary ("" for other precisions), e.g.
 //   "fp8 (delayed scaling, HYBRID: E4M3 forward, E5M2 gradients; emulated on the CPU): 8 of 9

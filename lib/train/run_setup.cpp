@@ -26,16 +26,16 @@ namespace fp8t::train {
 
 namespace {
 
-RunDir::Mode run_dir_mode(const ExperimentConfig& cfg, const TrainOptions& options) {
-  if (options.resume) return RunDir::Mode::kResume;
-  return cfg.run.overwrite ? RunDir::Mode::kOverwrite : RunDir::Mode::kCreate;
+run::RunDir::Mode run_dir_mode(const ExperimentConfig& cfg, const TrainOptions& options) {
+  if (options.resume) return run::RunDir::Mode::kResume;
+  return cfg.run.overwrite ? run::RunDir::Mode::kOverwrite : run::RunDir::Mode::kCreate;
 }
 
 // The recipe fields that take effect under the chosen recipe, for the plan line (the recipe's own).
 std::string recipe_settings(const fp8::Recipe& r) { return fp8::recipe_traits(r.kind).settings_line(r); }
 
 // The first lines of every run: what trains where, on which data, with which FP8 recipe.
-void log_plan(const Run& run) {
+void log_plan(const TrainingJob& run) {
   const ExperimentConfig& cfg = run.cfg;
   const TrainSection& t = cfg.train;
   const model::Model& net = run.session->model();
@@ -73,30 +73,30 @@ void log_plan(const Run& run) {
 
 }  // namespace
 
-Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options) {
+TrainingJob setup_job(const config::LoadedConfig& loaded, const TrainOptions& options) {
   const ExperimentConfig& cfg = loaded.config;
   const dist::LaunchInfo& launch = options.launch;
   const c10::Device device = resolve_device(cfg.run.device, launch.local_rank);
-  const RunDir::Mode mode = run_dir_mode(cfg, options);
+  const run::RunDir::Mode mode = run_dir_mode(cfg, options);
   // Sizes that cannot fit stop here (exit 2, naming the keys), before any allocation or file.
   const ParallelLayout layout = ParallelLayout::of(cfg.dist, launch.rank, launch.world_size);
-  check_memory_fits(cfg, device_memory_capacity(device), device.str(), layout);
-  check_tensorboard_available(cfg.run.tensorboard);  // a build without protobuf: exit 2, nothing written
+  plan::check_memory_fits(cfg, plan::device_memory_capacity(device), device.str(), layout);
+  run::check_tensorboard_available(cfg.run.tensorboard);  // a build without protobuf: exit 2, nothing written
   // Every rank checks (read-only) before the rendezvous, so a bad run folder stops all of them.
-  if (!options.dry_run) RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
+  if (!options.dry_run) run::RunDir::check(cfg.run.out_dir, cfg.run.name, mode);
 
   data::Dataset dataset = data::Dataset::open(cfg.data, cfg.model, cfg.run.seed, layout);
   FP8T_INPUT_CHECK(dataset.vocab_size_needed() <= cfg.model.vocab_size, "the data uses token ids up to ",
                    dataset.vocab_size_needed() - 1, " but model.vocab_size is ", cfg.model.vocab_size);
 
-  Run run{cfg, options, device, mode, std::move(dataset), std::make_unique<Session>(cfg, device), nullptr, layout};
+  TrainingJob run{cfg, options, device, mode, std::move(dataset), std::make_unique<step::Session>(cfg, device), nullptr, layout};
   run.tokens_per_step =
       cfg.train.micro_batch_size * cfg.model.seq_len * cfg.train.grad_accum_steps * launch.world_size;
   log_plan(run);
   return run;
 }
 
-nlohmann::json dry_run_plan(const Run& run) {
+nlohmann::json dry_run_plan(const TrainingJob& run) {
   nlohmann::json plan = {{"status", "dry-run"}, {"parameters", run.session->model().parameter_count()},
                          {"device", run.device.str()}, {"precision", config::to_string(run.cfg.precision)}};
   if (!run.session->rewrite_report().empty()) plan["fp8_rewrite"] = run.session->rewrite_report();
@@ -114,17 +114,17 @@ nlohmann::json dry_run_plan(const Run& run) {
   const PrecisionChart chart = precision_chart(*run.session, run.layout.world_size);
   spdlog::info("{}", chart.to_string());
   plan["precision_chart"] = chart.to_json();
-  // The memory per rank on this device and these ranks (setup_run checked that it fits).
-  const MemoryPlan memory =
-      plan_memory(run.cfg, {run.layout.world_size, device_memory_capacity(run.device), run.device.str()});
-  std::string table = format_memory_plan(memory);
+  // The memory per rank on this device and these ranks (setup_job checked that it fits).
+  const plan::MemoryPlan memory =
+      plan::plan_memory(run.cfg, {run.layout.world_size, plan::device_memory_capacity(run.device), run.device.str()});
+  std::string table = plan::format_memory_plan(memory);
   if (!table.empty() && table.back() == '\n') table.pop_back();
   spdlog::info("{}", table);
   plan["memory_estimate_bytes_per_rank"] = memory.estimate.total_bytes();
   return plan;
 }
 
-void join_job(Run& run) {
+void join_job(TrainingJob& run) {
   const dist::LaunchInfo& launch = run.options.launch;
   if (launch.launched) {
     spdlog::info("data-parallel: joining as {} (timeout {} s)", launch.describe(), run.cfg.dist.timeout_s);

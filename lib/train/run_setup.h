@@ -18,14 +18,14 @@
 
 namespace fp8t::train {
 
-// Everything a step needs, built once by setup_run().
-struct Run {
+// Everything a step needs, built once by setup_job().
+struct TrainingJob {
   const ExperimentConfig& cfg;
   const TrainOptions& options;
   c10::Device device;
-  RunDir::Mode mode;                  // create, overwrite or resume the run folder
+  run::RunDir::Mode mode;                  // create, overwrite or resume the run folder
   data::Dataset data;
-  std::unique_ptr<Session> session;
+  std::unique_ptr<step::Session> session;
   std::shared_ptr<dist::Communicator> comm = nullptr;  // null for a single process (join_job sets it)
   // This process's rank, the job's ranks and dist.zero; rank 0 is the only one that writes the
   // run folder (layout.is_rank0()).
@@ -37,13 +37,13 @@ struct Run {
 
 // Resolves the device, checks the run folder (read-only), opens the data, builds the model and
 // logs the plan. Writes nothing; throws fp8t::Error (kBadInput) on bad input.
-Run setup_run(const config::LoadedConfig& loaded, const TrainOptions& options);
+TrainingJob setup_job(const config::LoadedConfig& loaded, const TrainOptions& options);
 
 // The summary of --dry-run.
-nlohmann::json dry_run_plan(const Run& run);
+nlohmann::json dry_run_plan(const TrainingJob& run);
 
 // Joins the data-parallel job when launched by torchrun, then allocates the optimizer state
 // (Session::prepare_training).
-void join_job(Run& run);
+void join_job(TrainingJob& run);
 
 }  // namespace fp8t::train

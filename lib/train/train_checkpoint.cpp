@@ -32,34 +32,34 @@ namespace {
 
 // The parts of the model's parameters this rank holds, as flat tensors: whole parameters, or
 // ZeRO-3's segments (their FP32 masters in the rank's master shards).
-std::vector<ModelStateLoader::Target> owned_parameter_parts(const Session& s) {
-  std::vector<ModelStateLoader::Target> out;
+std::vector<optim::ModelStateLoader::Target> owned_parameter_parts(const step::Session& s) {
+  std::vector<optim::ModelStateLoader::Target> out;
   if (const dist::FullyShardedModel* sharded = s.fully_sharded()) {
-    for (const auto& seg : sharded->segments()) out.push_back({seg.name, ParamRange{seg.begin, seg.length}, seg.master});
+    for (const auto& seg : sharded->segments()) out.push_back({seg.name, optim::ParamRange{seg.begin, seg.length}, seg.master});
   } else {
     for (const auto& [name, p] : s.model().unique_named_parameters()) {
-      out.push_back({name, ParamRange{0, p.numel()}, p.detach().view(-1)});
+      out.push_back({name, optim::ParamRange{0, p.numel()}, p.detach().view(-1)});
     }
   }
   return out;
 }
 
-std::set<std::string> parameter_names(const Session& s) {
+std::set<std::string> parameter_names(const step::Session& s) {
   std::set<std::string> names;
   for (const auto& [name, p] : s.model().unique_named_parameters()) names.insert(name);
   return names;
 }
 
 // ZeRO-3's manifest entry "model": the shape of every parameter (the shard files hold its parts).
-nlohmann::json parameter_shapes(const Session& s) {
+nlohmann::json parameter_shapes(const step::Session& s) {
   nlohmann::json shapes = nlohmann::json::object();
   for (const auto& [name, p] : s.model().unique_named_parameters()) shapes[name] = p.sizes().vec();
   return shapes;
 }
 
-Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progress) {
-  Checkpoint ck;
-  const Session& session = *run.session;
+run::Checkpoint make_checkpoint(const TrainingJob& run, int64_t step, const Progress& progress) {
+  run::Checkpoint ck;
+  const step::Session& session = *run.session;
   // ZeRO-3: no rank holds the whole model; the ranks' shard files hold its parts (save_shards).
   if (session.fully_sharded() == nullptr) {
     for (const auto& [name, p] : session.model().unique_named_parameters()) ck.tensors["model." + name] = p.detach();
@@ -71,7 +71,7 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
   if (const auto* scaling = session.scaling()) {
     for (const auto& [k, v] : scaling->state_dict()) ck.tensors[k] = v;
   }
-  if (const LossScaler* scaler = session.loss_scaler()) {  // fp16: the scale and its growth tracker
+  if (const step::LossScaler* scaler = session.loss_scaler()) {  // fp16: the scale and its growth tracker
     for (const auto& [k, v] : scaler->state_dict()) ck.tensors[k] = v;
   }
   at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -88,7 +88,7 @@ Checkpoint make_checkpoint(const Run& run, int64_t step, const Progress& progres
 
 // Whole parameters in checkpoint.pt ("model.<name>") must have the model's shapes; a ZeRO-3
 // manifest lists the shapes of the parameters whose parts its shard files hold.
-void check_parameter_shapes(const Run& run, const Checkpoint& ck, bool in_shards) {
+void check_parameter_shapes(const TrainingJob& run, const run::Checkpoint& ck, bool in_shards) {
   const nlohmann::json* shapes = in_shards ? &ck.meta["zero"]["model"] : nullptr;
   for (const auto& [name, p] : run.session->model().unique_named_parameters()) {
     const auto it = ck.tensors.find("model." + name);
@@ -103,31 +103,32 @@ void check_parameter_shapes(const Run& run, const Checkpoint& ck, bool in_shards
 // The weights and the optimizer state from checkpoint.pt (model.* and optim.* tensors, whole
 // parameters) or from the shard files it lists (ZeRO-1: the optimizer state; ZeRO-3: both),
 // resharded onto this job's layout (any world size, zero level and shard group size).
-void restore_weights_and_optimizer(Run& run, const Checkpoint& ck, const std::filesystem::path& path) {
+void restore_weights_and_optimizer(TrainingJob& run, const run::Checkpoint& ck, const std::filesystem::path& path) {
   const bool shards = ck.meta.contains("zero");
   const bool model_in_shards = shards && ck.meta["zero"].contains("model");
   check_parameter_shapes(run, ck, model_in_shards);
   const std::set<std::string> names = parameter_names(*run.session);
-  ModelStateLoader model(owned_parameter_parts(*run.session), names);
-  OptimizerStateLoader optim(run.session->optimizer(), names);
+  optim::ModelStateLoader model(owned_parameter_parts(*run.session), names);
+  optim::OptimizerStateLoader optimizer(run.session->optimizer(), names);
   if (!model_in_shards) model.add(ck.tensors, {}, path.string());
   if (shards) {
-    for_each_shard(path.parent_path(), ck.meta["zero"],
-                   [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
-                       const std::string& file) {
-                     if (model_in_shards) model.add(tensors, ranges, file);
-                     optim.add(tensors, ranges, file);
-                   });
+    optim::for_each_shard(
+        path.parent_path(), ck.meta["zero"],
+        [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, optim::ParamRange>& ranges,
+            const std::string& file) {
+          if (model_in_shards) model.add(tensors, ranges, file);
+          optimizer.add(tensors, ranges, file);
+        });
   } else {
-    optim.add(ck.tensors, {}, path.string());
+    optimizer.add(ck.tensors, {}, path.string());
   }
   model.finish();
-  optim.finish();
+  optimizer.finish();
   if (dist::FullyShardedModel* sharded = run.session->fully_sharded()) sharded->parameters_updated();
 }
 
 // The FP8 state in the checkpoint belongs to one recipe (fp8_recipe; older checkpoints: delayed).
-void check_fp8_recipe(const Run& run, const Checkpoint& ck, const std::filesystem::path& path) {
+void check_fp8_recipe(const TrainingJob& run, const run::Checkpoint& ck, const std::filesystem::path& path) {
   const fp8::Scaling* scaling = run.session->scaling();
   if (scaling == nullptr) return;
   const std::string saved = ck.meta.value("fp8_recipe", std::string("delayed"));  // written before the key: delayed
@@ -140,7 +141,7 @@ void check_fp8_recipe(const Run& run, const Checkpoint& ck, const std::filesyste
 // The data files against those the checkpoint was trained on (its meta "data_files"): files
 // that differ are exit 2 naming each, unless run.accept_data_change says to go on (a warning
 // then lists them). A checkpoint written before the record existed is resumed with a note.
-void check_data_files(const Run& run, const Checkpoint& ck, const nlohmann::json& now, const std::filesystem::path& path,
+void check_data_files(const TrainingJob& run, const run::Checkpoint& ck, const nlohmann::json& now, const std::filesystem::path& path,
                       int64_t step) {
   if (!ck.meta.contains("data_files")) {
     if (run.layout.is_rank0() && !now.empty()) {
@@ -181,10 +182,10 @@ std::vector<std::string> missing_shard_files(const nlohmann::json& meta, const s
 // are all there: the ones a --resume-from can continue.
 std::map<int64_t, std::filesystem::path> complete_checkpoints_before(const std::filesystem::path& folder, int64_t step) {
   std::map<int64_t, std::filesystem::path> complete;
-  for (const auto& [kept_step, file] : kept_checkpoints(folder)) {
+  for (const auto& [kept_step, file] : run::kept_checkpoints(folder)) {
     if (kept_step >= step) continue;
     try {
-      if (missing_shard_files(load_checkpoint(file).meta, folder).empty()) complete[kept_step] = file;
+      if (missing_shard_files(run::load_checkpoint(file).meta, folder).empty()) complete[kept_step] = file;
     } catch (const Error&) {  // corrupt or unreadable: not a way back
     }
   }
@@ -193,7 +194,7 @@ std::map<int64_t, std::filesystem::path> complete_checkpoints_before(const std::
 
 // A ZeRO checkpoint whose shard files are not all there is exit 2 naming them, the complete
 // older checkpoints the folder keeps and the --resume-from that continues the newest of them.
-void check_shard_files(const Checkpoint& ck, const std::filesystem::path& path, int64_t step) {
+void check_shard_files(const run::Checkpoint& ck, const std::filesystem::path& path, int64_t step) {
   const std::filesystem::path folder = path.parent_path();
   const std::vector<std::string> missing = missing_shard_files(ck.meta, folder);
   if (missing.empty()) return;
@@ -205,16 +206,16 @@ void check_shard_files(const Checkpoint& ck, const std::filesystem::path& path, 
              " missing from ", folder.string(), " (", names, ")",
              complete.empty() ? std::string("; the folder keeps no complete earlier checkpoint: restore the files, or "
                                             "start the run again (--overwrite)")
-                              : "; the complete earlier checkpoints the folder keeps: " + describe_kept(complete) +
+                              : "; the complete earlier checkpoints the folder keeps: " + run::describe_kept(complete) +
                                     ": continue from the newest with --resume-from " +
                                     std::to_string(complete.rbegin()->first));
 }
 
 // The FP8, loss-scaler, RNG and data state (the weights and the optimizer: above).
-void restore_checkpoint(Run& run, const Checkpoint& ck) {
+void restore_checkpoint(TrainingJob& run, const run::Checkpoint& ck) {
   torch::NoGradGuard no_grad;
   if (auto* scaling = run.session->scaling()) scaling->load_state_dict(checkpoint_fp8_state(ck));
-  if (LossScaler* scaler = run.session->loss_scaler()) scaler->load_state_dict(ck.tensors);
+  if (step::LossScaler* scaler = run.session->loss_scaler()) scaler->load_state_dict(ck.tensors);
   const auto rng = ck.tensors.find("rng.cpu");
   FP8T_INPUT_CHECK(rng != ck.tensors.end(), "checkpoint has no RNG state");
   at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -228,21 +229,21 @@ void restore_checkpoint(Run& run, const Checkpoint& ck) {
 
 // summary.json as the run would write it after `step` steps (kept in the final checkpoint, so a
 // resume can write it when writing it failed at the end).
-nlohmann::json summary_at(const Run& run, const Progress& progress, int64_t step) {
+nlohmann::json summary_at(const TrainingJob& run, const Progress& progress, int64_t step) {
   Progress at = progress;
   at.step = step;
   return at.summary(run);
 }
 
 // Whether summary.json records a completed run.
-bool summary_completed(const RunDir& dir) {
+bool summary_completed(const run::RunDir& dir) {
   std::ifstream in(dir.summary_path());
   if (!in) return false;
   const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   return summary.is_object() && summary.value("status", "") == "completed";
 }
 
-void warn_if_metrics_missing(const RunDir& dir, int64_t step) {
+void warn_if_metrics_missing(const run::RunDir& dir, int64_t step) {
   std::error_code ec;
   if (step == 0 || std::filesystem::exists(dir.metrics_path(), ec)) return;
   spdlog::warn("{} is missing: the rows of steps 1 to {} are lost; the file starts again with step {}",
@@ -257,7 +258,7 @@ ZeroStage saved_zero_stage(const nlohmann::json& manifest) {
 
 }  // namespace
 
-std::map<std::string, at::Tensor> checkpoint_fp8_state(const Checkpoint& ck) {
+std::map<std::string, at::Tensor> checkpoint_fp8_state(const run::Checkpoint& ck) {
   std::map<std::string, at::Tensor> state;
   for (const auto& [k, v] : ck.tensors) {
     if (k.rfind("fp8.", 0) == 0) state[k] = v;
@@ -265,7 +266,7 @@ std::map<std::string, at::Tensor> checkpoint_fp8_state(const Checkpoint& ck) {
   return state;
 }
 
-std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const Checkpoint& ck,
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const run::Checkpoint& ck,
                                                                         const std::filesystem::path& folder) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   if (!ck.meta.contains("zero") || !ck.meta["zero"].contains("model")) {
@@ -275,35 +276,36 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const C
     return out;
   }
   // ZeRO-3: every parameter whole, from the parts in the shard files.
-  std::vector<ModelStateLoader::Target> targets;
+  std::vector<optim::ModelStateLoader::Target> targets;
   std::set<std::string> names;
   for (const auto& [name, shape] : ck.meta["zero"]["model"].items()) {
     const at::Tensor t = at::zeros(shape.get<std::vector<int64_t>>(), at::kFloat);
     out.emplace_back(name, t);
-    targets.push_back({name, ParamRange{0, t.numel()}, t.view(-1)});
+    targets.push_back({name, optim::ParamRange{0, t.numel()}, t.view(-1)});
     names.insert(name);
   }
-  ModelStateLoader loader(std::move(targets), std::move(names));
-  for_each_shard(folder, ck.meta["zero"],
-                 [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
-                     const std::string& file) { loader.add(tensors, ranges, file); });
+  optim::ModelStateLoader loader(std::move(targets), std::move(names));
+  optim::for_each_shard(
+      folder, ck.meta["zero"],
+      [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, optim::ParamRange>& ranges,
+          const std::string& file) { loader.add(tensors, ranges, file); });
   loader.finish();
   return out;
 }
 
-Checkpointer::Checkpointer(Run& run, const RunDir& dir)
+Checkpointer::Checkpointer(TrainingJob& run, const run::RunDir& dir)
     : run_(run), dir_(dir), path_(dir.checkpoint_path()),
       history_(dir.path(), run.cfg.train.keep_checkpoints, run.layout.is_rank0()), data_record_(data_record(run.cfg)) {}
 
 bool Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
   const ResumeSource source = history_.resume_source(run_.options.resume_from);
-  const Checkpoint ck = load_checkpoint(source.file);
+  const run::Checkpoint ck = run::load_checkpoint(source.file);
   const int64_t start_step = ck.meta.at("step").get<int64_t>();
   FP8T_INPUT_CHECK(!source.expected_step || *source.expected_step == start_step, "--resume-from ",
                    run_.options.resume_from, ": the run folder ", dir_.path().string(), " has no checkpoint of step ",
                    *source.expected_step, "; ", path_.filename().string(), " holds step ", start_step,
-                   ", and the folder keeps ", describe_kept(kept_checkpoints(dir_.path())));
+                   ", and the folder keeps ", run::describe_kept(run::kept_checkpoints(dir_.path())));
   const int saved_world = ck.meta.value("world_size", 1);
   const std::string saved = !ck.meta.contains("zero")                                 ? ""
                             : saved_zero_stage(ck.meta["zero"]) == ZeroStage::kFull ? " (ZeRO-3)"
@@ -326,7 +328,7 @@ bool Checkpointer::resume(Progress& progress) {
   if (run_.layout.is_rank0()) warn_if_metrics_missing(dir_, start_step);
   if (run_.layout.is_rank0()) {
     try {
-      truncate_metrics_after(dir_.metrics_path(), start_step);
+      run::truncate_metrics_after(dir_.metrics_path(), start_step);
     } catch (const Error& e) {  // a write that fails (disk full): exit 3, as every run-folder write
       if (e.code() != ExitCode::kFailure) throw;
       FP8T_THROW(ExitCode::kTrainingFailed, e.what());
@@ -376,9 +378,9 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
   std::string error;
   try {
     if (writes) {
-      Checkpoint shard = make_optimizer_shard(run_.session->optimizer(), me, world, step);
+      run::Checkpoint shard = optim::make_optimizer_shard(run_.session->optimizer(), me, world, step);
       for (const auto& part : owned_parameter_parts(*run_.session)) shard.tensors["model." + part.name] = part.flat;
-      const uint32_t crc = save_checkpoint(path_.parent_path() / shard_file_name(me, world, step), shard);
+      const uint32_t crc = run::save_checkpoint(path_.parent_path() / optim::shard_file_name(me, world, step), shard);
       report[all + me] = static_cast<int64_t>(crc);
     }
   } catch (const Error& e) {
@@ -395,7 +397,7 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
   }
   nlohmann::json shards = nlohmann::json::array();
   for (int r = 0; r < world; ++r) {
-    shards.push_back({{"file", shard_file_name(r, world, step)}, {"crc32c", host[all + r].item<int64_t>()}});
+    shards.push_back({{"file", optim::shard_file_name(r, world, step)}, {"crc32c", host[all + r].item<int64_t>()}});
   }
   nlohmann::json manifest = {{"world_size", world}, {"step", step}, {"shards", shards}};
   if (sharded) {
@@ -405,7 +407,7 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
   return manifest;
 }
 
-std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
+std::string Checkpointer::unsafe_state(const step::StepHealth::Counts& health) const {
   if (health.diverged_at > 0) {
     return fmt::format("the run diverged at step {} ({} non-finite steps in a row)", health.diverged_at,
                        run_.cfg.train.max_skipped_steps);
@@ -429,7 +431,7 @@ std::string Checkpointer::unsafe_state(const StepHealth::Counts& health) const {
 void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) {
   const bool sharded = run_.session->optimizer().sharded() && run_.comm;
   // ZeRO-1: every rank decides the same (the counters and the weights are the same everywhere).
-  const StepHealth::Counts health = run_.session->health().read();  // the host's read before a write
+  const step::StepHealth::Counts health = run_.session->health().read();  // the host's read before a write
   if (scheduled && step < run_.cfg.train.steps && health.consecutive > 0) {
     // Skipped steps left the weights of the step before the streak: a checkpoint now would hold
     // them again and push an older checkpoint out of train.keep_checkpoints.
@@ -446,7 +448,7 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
     }
     return;
   }
-  Checkpoint ck;
+  run::Checkpoint ck;
   if (run_.layout.is_rank0()) {
     ck = make_checkpoint(run_, step, progress);
     ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
@@ -456,7 +458,7 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
   if (sharded) ck.meta["zero"] = save_shards(step);  // every rank writes its shard first
   try {
     history_.before_save(step);  // every rank keeps the bookkeeping; rank 0 the files
-    if (run_.layout.is_rank0()) save_checkpoint(path_, ck);
+    if (run_.layout.is_rank0()) run::save_checkpoint(path_, ck);
     history_.after_save(step);
   } catch (const Error& e) {
     // Disk full or an I/O error: the training itself cannot go on safely without checkpoints.

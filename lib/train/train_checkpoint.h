@@ -22,7 +22,7 @@
 #include "lib/train/checkpoint_history.h"  // CheckpointHistory
 #include "lib/train/progress.h"    // Progress
 #include "lib/run/run_dir.h"       // RunDir
-#include "lib/train/run_setup.h"   // Run
+#include "lib/train/run_setup.h"   // TrainingJob
 #include "lib/step/step_health.h"  // StepHealth::Counts
 #include "lib/util/timer.h"        // Stopwatch
 
@@ -30,15 +30,15 @@ namespace fp8t::train {
 
 // The FP32 master weights of a checkpoint by name ("model.<name>" of checkpoint.pt, or under
 // ZeRO-3 assembled from the shard files in `folder` that its manifest lists), on the CPU.
-std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const Checkpoint& ck,
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const run::Checkpoint& ck,
                                                                         const std::filesystem::path& folder);
 
 // The FP8 recipe state a checkpoint holds (its "fp8.*" tensors, as fp8::Scaling::state_dict names them).
-std::map<std::string, at::Tensor> checkpoint_fp8_state(const Checkpoint& ck);
+std::map<std::string, at::Tensor> checkpoint_fp8_state(const run::Checkpoint& ck);
 
 class Checkpointer {
  public:
-  Checkpointer(Run& run, const RunDir& dir);
+  Checkpointer(TrainingJob& run, const run::RunDir& dir);
 
   // Continues from checkpoint.pt, or from the checkpoint --resume-from names: restores the
   // model, optimizer, FP8 and RNG state and the data position into `run`, and the totals into
@@ -72,13 +72,13 @@ class Checkpointer {
 
  private:
   // Why the state must not be written ("" when it may).
-  std::string unsafe_state(const StepHealth::Counts& health) const;
+  std::string unsafe_state(const step::StepHealth::Counts& health) const;
   // ZeRO-1: every rank writes its optimizer shard; returns the manifest for checkpoint.pt (every
   // rank learns every shard's CRC32C). A rank that fails makes all of them throw kTrainingFailed.
   nlohmann::json save_shards(int64_t step);
 
-  Run& run_;
-  const RunDir& dir_;
+  TrainingJob& run_;
+  const run::RunDir& dir_;
   std::filesystem::path path_;
   Stopwatch since_save_;  // for train.checkpoint_every_min
   CheckpointHistory history_;

@@ -15,7 +15,7 @@
 #include "lib/train/progress.h"          // Progress, fp8_summary_line
 #include "lib/run/resume_config.h"       // check_resume_config
 #include "lib/run/run_dir.h"             // RunDir
-#include "lib/train/run_setup.h"         // Run, setup_run, join_job
+#include "lib/train/run_setup.h"         // TrainingJob, setup_job, join_job
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/train/training_loop.h"     // StepLogger, TrainingLoop
 #include "lib/util/error.h"              // FP8T_INPUT_CHECK, FP8T_THROW
@@ -27,10 +27,10 @@ namespace train {
 namespace {
 
 // The run folder (rank 0 creates it and logs into train.log; the other ranks only read it).
-RunDir open_run_folder(const Run& run) {
+run::RunDir open_run_folder(const TrainingJob& run) {
   const RunSection& r = run.cfg.run;
-  if (!run.layout.is_rank0()) return RunDir::locate(r.out_dir, r.name);
-  RunDir dir = RunDir::open(r.out_dir, r.name, run.mode);
+  if (!run.layout.is_rank0()) return run::RunDir::locate(r.out_dir, r.name);
+  run::RunDir dir = run::RunDir::open(r.out_dir, r.name, run.mode);
   setup_logging(r.quiet, dir.log_path().string());
   return dir;
 }
@@ -49,20 +49,20 @@ void write_or_fail(Write&& write) {
 
 // summary.json of a run that failed ("diverged" for a non-finite loss, "failed" for anything
 // else, e.g. a rank died or the disk is full).
-void write_failure_summary(const Run& run, const RunDir& dir, Progress& progress, const Error& e) {
+void write_failure_summary(const TrainingJob& run, const run::RunDir& dir, Progress& progress, const Error& e) {
   if (e.code() != ExitCode::kTrainingFailed || !run.layout.is_rank0()) return;
   if (progress.status == "completed") progress.status = "failed";
   try {
-    write_summary(dir.summary_path(), progress.failure_summary(e.what()));
+    run::write_summary(dir.summary_path(), progress.failure_summary(e.what()));
   } catch (const Error& write_error) {  // e.g. the disk is still full: the error itself matters more
     spdlog::error("{}", write_error.what());
   }
 }
 
 // summary.json, or exit 3 with why it could not be written and how to write it later.
-void write_final_summary(const RunDir& dir, const nlohmann::json& summary) {
+void write_final_summary(const run::RunDir& dir, const nlohmann::json& summary) {
   try {
-    write_summary(dir.summary_path(), summary);
+    run::write_summary(dir.summary_path(), summary);
   } catch (const Error& e) {
     if (e.code() != ExitCode::kFailure) throw;
     FP8T_THROW(ExitCode::kTrainingFailed, e.what(), "; the run trained ", summary.value("steps", 0),
@@ -77,17 +77,17 @@ std::string val_text(const Progress& progress) {
 }
 
 // summary.json and the last log line; an interrupted run then exits with kInterrupted.
-nlohmann::json finish(const Run& run, const RunDir& dir, const Progress& progress) {
+nlohmann::json finish(const TrainingJob& run, const run::RunDir& dir, const Progress& progress) {
   nlohmann::json summary = progress.summary(run);
   summary["precision_chart"] = precision_chart(*run.session, run.layout.world_size).to_json();
   if (run.layout.is_rank0()) {
     write_final_summary(dir, summary);
     const std::string fp8 = fp8_summary_line(summary.value("fp8", nlohmann::json()));
     if (!fp8.empty()) spdlog::info("{}", fp8);
-    print_result(fmt::format("{}: {} steps, final loss {:.4f}, {}, {:.0f} tokens/s, {:.1f}s -> {}", progress.status,
-                             progress.step, progress.last_loss, val_text(progress),
-                             summary["tokens_per_s"].get<double>(), progress.wall.seconds(), dir.path().string()),
-                 run.cfg.run.quiet);
+    run::print_result(fmt::format("{}: {} steps, final loss {:.4f}, {}, {:.0f} tokens/s, {:.1f}s -> {}", progress.status,
+                                  progress.step, progress.last_loss, val_text(progress),
+                                  summary["tokens_per_s"].get<double>(), progress.wall.seconds(), dir.path().string()),
+                      run.cfg.run.quiet);
   }
   if (progress.status == "interrupted") {
     FP8T_THROW(ExitCode::kInterrupted, "interrupted; checkpoint saved in ", dir.path().string(),
@@ -98,24 +98,24 @@ nlohmann::json finish(const Run& run, const RunDir& dir, const Progress& progres
 
 // --resume of a run whose every step is done but whose summary.json was never written: the
 // summary its final checkpoint recorded.
-nlohmann::json finish_from_checkpoint(const Run& run, const RunDir& dir, nlohmann::json summary) {
+nlohmann::json finish_from_checkpoint(const TrainingJob& run, const run::RunDir& dir, nlohmann::json summary) {
   summary["precision_chart"] = precision_chart(*run.session, run.layout.world_size).to_json();
   summary["written_on_resume"] = true;
   if (run.layout.is_rank0()) {
     write_final_summary(dir, summary);
-    print_result(fmt::format("the run had trained all {} steps; wrote {} from its final checkpoint",
-                             summary.value("steps", 0), dir.summary_path().string()),
-                 run.cfg.run.quiet);
+    run::print_result(fmt::format("the run had trained all {} steps; wrote {} from its final checkpoint",
+                                  summary.value("steps", 0), dir.summary_path().string()),
+                      run.cfg.run.quiet);
   }
   return summary;
 }
 
 // Resume (every rank reads the checkpoint). False: the run has no step left (its summary was
 // written now).
-bool resume(const Run& run, const RunDir& dir, Checkpointer& checkpointer, Progress& progress) {
-  const std::vector<ConfigChange> changes = check_resume_config(dir, run.cfg);  // every rank
+bool resume(const TrainingJob& run, const run::RunDir& dir, Checkpointer& checkpointer, Progress& progress) {
+  const std::vector<run::ConfigChange> changes = run::check_resume_config(dir, run.cfg);  // every rank
   const bool steps_left = checkpointer.resume(progress);
-  if (run.layout.is_rank0()) write_or_fail([&] { record_resume_config(dir, changes, progress.start_step); });
+  if (run.layout.is_rank0()) write_or_fail([&] { run::record_resume_config(dir, changes, progress.start_step); });
   return steps_left;
 }
 
@@ -138,12 +138,12 @@ at::Device resolve_device(DeviceKind kind, int local_rank) {
 nlohmann::json run_training(const config::LoadedConfig& loaded, const TrainOptions& options) {
   // Other ranks log warnings and errors only, to the console.
   setup_logging(loaded.config.run.quiet || !options.launch.is_main(), "");
-  Run run = setup_run(loaded, options);
+  TrainingJob run = setup_job(loaded, options);
   if (options.dry_run) return dry_run_plan(run);
   join_job(run);
 
   SignalGuard signals;  // before anything is written: a signal from now on stops after a checkpoint
-  const RunDir dir = open_run_folder(run);
+  const run::RunDir dir = open_run_folder(run);
   Progress progress;
   Checkpointer checkpointer(run, dir);
   try {

@@ -61,7 +61,7 @@ nlohmann::json fp8_stats_json(fp8::Scaling& scaling) {
 
 // Mean validation loss over all ranks (each evaluates its rows of every global batch);
 // `before_batch(i)` runs before batch i is read.
-double evaluate(Run& run, const std::function<void(int64_t)>& before_batch) {
+double evaluate(TrainingJob& run, const std::function<void(int64_t)>& before_batch) {
   const TrainSection& t = run.cfg.train;
   at::Tensor total = run.session->eval_loss_sum(
       [&](int64_t i) {
@@ -77,7 +77,7 @@ double evaluate(Run& run, const std::function<void(int64_t)>& before_batch) {
 
 // ---- log phase ----------------------------------------------------------------------------
 
-StepLogger::StepLogger(Run& run, const RunDir& dir, Progress& progress)
+StepLogger::StepLogger(TrainingJob& run, const run::RunDir& dir, Progress& progress)
     : run_(run), progress_(progress), status_(run.cfg.run.quiet || !run.layout.is_rank0()) {
   if (run.layout.is_rank0()) metrics_.emplace(dir.metrics_path());
   if (run.layout.is_rank0() && run.cfg.run.tensorboard) tensorboard_.emplace(dir.path(), progress.start_step);
@@ -137,11 +137,11 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
                  t.max_skipped_steps);
   }
   add_fp8_fields(row, step);
-  if (const LossScaler* scaler = run_.session->loss_scaler()) row["loss_scale"] = scaler->read_scale();
+  if (const step::LossScaler* scaler = run_.session->loss_scaler()) row["loss_scale"] = scaler->read_scale();
   write(row);
   const double per_step = progress_.wall.seconds() / static_cast<double>(step + 1 - progress_.start_step);
   const double remaining = (t.steps - step - 1) * per_step;
-  status_.update(StatusFields{step + 1, t.steps, out.loss, result.lr, out.grad_norm, tok_s, remaining});
+  status_.update(run::StatusFields{step + 1, t.steps, out.loss, result.lr, out.grad_norm, tok_s, remaining});
   return out;
 }
 
@@ -186,8 +186,8 @@ void StepLogger::eval_batch(int64_t done) {
   eval_shown_at_ = now;
   const double remaining = now / static_cast<double>(done) * static_cast<double>(eval_batches_ - done);
   status_.update(fmt::format("step {}/{} | evaluating: {}/{} batches | {} elapsed | ETA {}", eval_step_,
-                             run_.cfg.train.steps, done, eval_batches_, format_duration(now),
-                             format_duration(remaining)));
+                             run_.cfg.train.steps, done, eval_batches_, run::format_duration(now),
+                             run::format_duration(remaining)));
 }
 
 void StepLogger::log_eval(int64_t step, double val_loss) {
@@ -200,7 +200,7 @@ void StepLogger::write(const nlohmann::json& row) {
     if (metrics_) metrics_->write(row);
     if (tensorboard_) {
       const double peak = static_cast<double>(peak_memory_bytes(run_.device));
-      tensorboard_->write_scalars(row.at("step").get<int64_t>(), tensorboard_scalars(row, peak));
+      tensorboard_->write_scalars(row.at("step").get<int64_t>(), run::tensorboard_scalars(row, peak));
     }
   } catch (const Error& e) {  // disk full or an I/O error: the run fails (exit 3) with the reason
     if (e.code() != ExitCode::kFailure) throw;
@@ -210,10 +210,10 @@ void StepLogger::write(const nlohmann::json& row) {
 
 // ---- the loop -----------------------------------------------------------------------------
 
-TrainingLoop::TrainingLoop(Run& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer)
+TrainingLoop::TrainingLoop(TrainingJob& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer)
     : run_(run), progress_(progress), logger_(logger), checkpointer_(checkpointer) {
   // The verdicts on the checkpoints of earlier invocations (a resume truncated the later rows).
-  health_.load(RunDir::locate(run.cfg.run.out_dir, run.cfg.run.name).metrics_path());
+  health_.load(run::RunDir::locate(run.cfg.run.out_dir, run.cfg.run.name).metrics_path());
 }
 
 void TrainingLoop::run() {
@@ -250,7 +250,7 @@ StepResult TrainingLoop::train_step(int64_t step) {
   result.step = step;
   result.log_step = logger_.is_log_step(step);
   if (fp8::Scaling* scaling = run_.scaling()) scaling->set_collect_stats(run_.cfg.fp8.stats && result.log_step);
-  result.lr = learning_rate(t, step);
+  result.lr = optim::learning_rate(t, step);
   result.grad_norm = run_.session->step([&] { return run_.data.next_train(t.micro_batch_size); }, result.lr,
                                         logger_.loss_sum(), {}, step + 1);
   logger_.count_step();
@@ -281,7 +281,7 @@ namespace {
 
 // "13 steps in a row (8 to 20)" when the streak that diverged is still going, else "at least 5
 // steps in a row from step 8".
-std::string streak_text(const StepHealth::Counts& h, int64_t now, int64_t max_in_a_row) {
+std::string streak_text(const step::StepHealth::Counts& h, int64_t now, int64_t max_in_a_row) {
   if (h.streak_start == h.diverged_at && h.consecutive > 0) {
     return fmt::format("{} steps in a row ({} to {})", h.consecutive, h.streak_start, now);
   }

@@ -19,7 +19,7 @@
 #include "lib/run/metrics.h"             // MetricsWriter
 #include "lib/train/progress.h"          // Progress
 #include "lib/run/run_dir.h"             // RunDir
-#include "lib/train/run_setup.h"         // Run
+#include "lib/train/run_setup.h"         // TrainingJob
 #include "lib/run/tensorboard.h"         // TensorBoardWriter
 #include "lib/step/step_health.h"        // StepHealth::Counts
 #include "lib/train/checkpoint_health.h"  // CheckpointHealth
@@ -42,7 +42,7 @@ struct LoggedStep {
   double loss = 0.0;         // mean training loss of the applied steps since the previous log step, over all ranks
   double grad_norm = 0.0;    // the logged step's global gradient norm (read once, for the row and the health record)
   bool stop_signal = false;  // some rank received a stop signal (data-parallel jobs only)
-  StepHealth::Counts health;  // the non-finite step counters
+  step::StepHealth::Counts health;  // the non-finite step counters
 };
 
 // The log phase: accumulates the loss on the device between log steps, and on log steps builds
@@ -50,7 +50,7 @@ struct LoggedStep {
 class StepLogger {
  public:
   // Opens metrics.jsonl for appending (rank 0), after a resume has truncated it.
-  StepLogger(Run& run, const RunDir& dir, Progress& progress);
+  StepLogger(TrainingJob& run, const run::RunDir& dir, Progress& progress);
 
   // The first step of this invocation, every train.log_interval steps, and the last step.
   bool is_log_step(int64_t step) const;
@@ -78,11 +78,11 @@ class StepLogger {
   double read_loss(bool signal_pending, bool& stop_signal);
   void add_fp8_fields(nlohmann::json& row, int64_t step);
 
-  Run& run_;
+  TrainingJob& run_;
   Progress& progress_;
-  std::optional<MetricsWriter> metrics_;
-  std::optional<TensorBoardWriter> tensorboard_;  // rank 0 with run.tensorboard
-  StatusLine status_;
+  std::optional<run::MetricsWriter> metrics_;
+  std::optional<run::TensorBoardWriter> tensorboard_;  // rank 0 with run.tensorboard
+  run::StatusLine status_;
   at::Tensor loss_sum_;  // summed on the device between log steps
   int64_t loss_count_ = 0;
   Stopwatch window_;     // throughput since the previous log step
@@ -100,7 +100,7 @@ double eval_progress_seconds();
 
 class TrainingLoop {
  public:
-  TrainingLoop(Run& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer);
+  TrainingLoop(TrainingJob& run, Progress& progress, StepLogger& logger, Checkpointer& checkpointer);
 
   // Trains from progress.step to train.steps, or until --stop-after or a signal (status
   // "stopped"/"interrupted", after a checkpoint). Leaves progress.step at the steps done.
@@ -123,7 +123,7 @@ class TrainingLoop {
   // Saves and returns true when the run stops after `step` before its last step.
   bool stop_early(int64_t step, bool stop_signal);
 
-  Run& run_;
+  TrainingJob& run_;
   Progress& progress_;
   StepLogger& logger_;
   Checkpointer& checkpointer_;

@@ -10,9 +10,9 @@
 
 using fp8t::ExperimentConfig;
 using fp8t::ZeroStage;
-using fp8t::train::BenchOptions;
-using fp8t::train::BenchResult;
-using fp8t::train::KernelTime;
+using fp8t::bench::BenchOptions;
+using fp8t::bench::BenchResult;
+using fp8t::bench::KernelTime;
 
 namespace {
 
@@ -85,7 +85,7 @@ bool has_line(const std::vector<std::string>& lines, const std::string& line) {
 }  // namespace
 
 TEST_CASE("bench table: header, one row per precision with the ratio to bf16", "[bench]") {
-  const auto lines = lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(),
+  const auto lines = lines_of(fp8t::bench::format_bench_table(bench_config(), bench_options(),
                                                               {bf16_result(), fp8_result()}));
   REQUIRE(lines.size() >= 6);
   CHECK(lines[0] == "model: 1.2M params (2 layers, d_model 64, 4 heads, seq 32, vocab 256)");
@@ -97,7 +97,7 @@ TEST_CASE("bench table: header, one row per precision with the ratio to bf16", "
 }
 
 TEST_CASE("bench table: phases and kernel profile sections, '-' without a bf16 row", "[bench]") {
-  const auto lines = lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {fp8_result()}));
+  const auto lines = lines_of(fp8t::bench::format_bench_table(bench_config(), bench_options(), {fp8_result()}));
   CHECK(lines[4] == "fp8              16.00         16000       1.6          1.50         -      3.2000        3");
   CHECK(has_line(lines, "fp8 phases (median ms, synchronized after each): forward 4.00 backward 8.50"));
   CHECK(has_line(lines, "fp8 GPU kernels, per step (5 profiled steps; 4.00 ms in total):"));
@@ -108,7 +108,7 @@ TEST_CASE("bench table: phases and kernel profile sections, '-' without a bf16 r
 }
 
 TEST_CASE("bench JSON: settings, one row per precision, and fp8 over bf16", "[bench]") {
-  const auto j = fp8t::train::bench_to_json(bench_config(), bench_options(), {bf16_result(), fp8_result()});
+  const auto j = fp8t::bench::bench_to_json(bench_config(), bench_options(), {bf16_result(), fp8_result()});
   CHECK(j.at("model").at("parameters") == 1234567);
   CHECK(j.at("model").at("n_layer") == 2);
   CHECK(j.at("micro_batch_size") == 4);
@@ -143,8 +143,8 @@ TEST_CASE("bench JSON: settings, one row per precision, and fp8 over bf16", "[be
 }
 
 TEST_CASE("bench JSON: no ratio without both bf16 and fp8", "[bench]") {
-  CHECK_FALSE(fp8t::train::bench_to_json(bench_config(), bench_options(), {fp8_result()}).contains("fp8_over_bf16"));
-  CHECK_FALSE(fp8t::train::bench_to_json(bench_config(), bench_options(), {bf16_result()}).contains("fp8_over_bf16"));
+  CHECK_FALSE(fp8t::bench::bench_to_json(bench_config(), bench_options(), {fp8_result()}).contains("fp8_over_bf16"));
+  CHECK_FALSE(fp8t::bench::bench_to_json(bench_config(), bench_options(), {bf16_result()}).contains("fp8_over_bf16"));
 }
 
 TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per parameter by category", "[bench]") {
@@ -160,7 +160,7 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   r.memory.gradient_bucket_bytes = 0.25 * 1073741824.0;
   r.memory.state_bytes = 11.75 * 1073741824.0;
   r.memory.activation_bytes = 0.25 * 1073741824.0;
-  const auto lines = lines_of(fp8t::train::format_bench_table(cfg, bench_options(), {r}));
+  const auto lines = lines_of(fp8t::bench::format_bench_table(cfg, bench_options(), {r}));
   CHECK(has_line(lines, "memory per rank, estimated (bytes/parameter; lib/plan/resources.h, a lower bound), against "
                         "the measured peak:"));
   CHECK(has_line(lines, "precision   weights  grads  optimizer  wt copies   total  state GiB  transient GiB  "
@@ -170,7 +170,7 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
                         "0.25         12.00      1.50            0.12"));
   CHECK(has_line(lines, "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over 2 ranks (ZeRO-1); "
                         "state GiB includes the full gradient buckets in use at once: 0.25 GiB"));
-  const auto j = fp8t::train::bench_to_json(cfg, bench_options(), {r});
+  const auto j = fp8t::bench::bench_to_json(cfg, bench_options(), {r});
   CHECK(j.at("zero") == 1);
   const auto& per_param = j.at("results")[0].at("memory_estimate").at("bytes_per_parameter");
   CHECK(per_param.at("optimizer") == 4.0);
@@ -183,7 +183,7 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
   cfg.dist.zero = ZeroStage::kFull;
   r.memory.gathered_weight_bytes = 0.5 * 1073741824.0;
   r.memory.gathered_units = 2;
-  const auto zero3 = lines_of(fp8t::train::format_bench_table(cfg, bench_options(), {r}));
+  const auto zero3 = lines_of(fp8t::bench::format_bench_table(cfg, bench_options(), {r}));
   CHECK(has_line(zero3, "dist.zero 3: weights, gradients and AdamW moments sharded over 2 ranks (ZeRO-3); state GiB "
                         "includes the full gradients of 2 units (0.25 GiB); transient the gathered weights of 2 units "
                         "(0.50 GiB)"));
@@ -194,19 +194,19 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
 TEST_CASE("bench table and JSON: whether each row replayed a CUDA graph", "[bench]") {
   BenchResult bf16 = bf16_result(), fp8 = fp8_result();
   bf16.cuda_graph = fp8.cuda_graph = true;
-  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
+  CHECK(has_line(lines_of(fp8t::bench::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
                  "CUDA graphs: replayed in every row"));
-  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {fp8})),
+  CHECK(has_line(lines_of(fp8t::bench::format_bench_table(bench_config(), bench_options(), {fp8})),
                  "CUDA graphs: replayed"));
   fp8.cuda_graph = false;
   fp8.cuda_graph_off_reason = "fp8.stats is on";
-  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
+  CHECK(has_line(lines_of(fp8t::bench::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
                  "CUDA graphs: bf16 replayed; fp8 eager: fp8.stats is on"));
   bf16.cuda_graph = false;
   bf16.cuda_graph_off_reason = "fp8.stats is on";
-  CHECK(has_line(lines_of(fp8t::train::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
+  CHECK(has_line(lines_of(fp8t::bench::format_bench_table(bench_config(), bench_options(), {bf16, fp8})),
                  "CUDA graphs: eager in every row: fp8.stats is on"));
-  const auto j = fp8t::train::bench_to_json(bench_config(), bench_options(), {bf16_result(), fp8});
+  const auto j = fp8t::bench::bench_to_json(bench_config(), bench_options(), {bf16_result(), fp8});
   CHECK(j.at("results")[0].at("cuda_graph") == false);
   CHECK_FALSE(j.at("results")[0].contains("cuda_graph_off_reason"));
   CHECK(j.at("results")[1].at("cuda_graph_off_reason") == "fp8.stats is on");

@@ -7,8 +7,8 @@
 #include "lib/bench/bench.h"
 #include "tests/catch.h"
 
-using fp8t::train::BenchOptions;
-using fp8t::train::BenchResult;
+using fp8t::bench::BenchOptions;
+using fp8t::bench::BenchResult;
 
 namespace {
 
@@ -43,7 +43,7 @@ TEST_CASE("bench --recipes: one row per recipe, against fp8:delayed and bf16", "
   const std::vector<BenchResult> results = {result("bf16", "", 1000.0), result("fp8", "delayed", 1600.0),
                                             result("fp8", "current", 1500.0)};
   REQUIRE(results[2].label() == "fp8:current");
-  const std::string table = fp8t::train::format_bench_table(cfg, options, results);
+  const std::string table = fp8t::bench::format_bench_table(cfg, options, results);
   INFO(table);
   CHECK(row_of(table, "precision").find("vs delayed") != std::string::npos);
   // current: 1500 / 1000 = 1.500x bf16, 1500 / 1600 = 0.938x delayed.
@@ -52,7 +52,7 @@ TEST_CASE("bench --recipes: one row per recipe, against fp8:delayed and bf16", "
   CHECK(current.find("0.938x") != std::string::npos);
   CHECK(row_of(table, "fp8:delayed").find("1.000x") != std::string::npos);
 
-  const auto json = fp8t::train::bench_to_json(cfg, options, results);
+  const auto json = fp8t::bench::bench_to_json(cfg, options, results);
   CHECK(json.at("results")[2].at("recipe") == "current");
   CHECK(json.at("recipe_over_delayed").at("current").get<double>() == Approx(1500.0 / 1600.0));
   CHECK(json.at("recipe_over_bf16").at("delayed").get<double>() == Approx(1.6));
@@ -62,8 +62,8 @@ TEST_CASE("bench --recipes: one row per recipe, against fp8:delayed and bf16", "
 TEST_CASE("bench without --recipes: the fp8 row keeps its name and the table its columns", "[bench]") {
   fp8t::ExperimentConfig cfg;
   const std::vector<BenchResult> results = {result("bf16", "", 1000.0), result("fp8", "", 1600.0)};
-  const std::string table = fp8t::train::format_bench_table(cfg, BenchOptions{}, results);
+  const std::string table = fp8t::bench::format_bench_table(cfg, BenchOptions{}, results);
   CHECK(row_of(table, "fp8").find("1.600x") != std::string::npos);
   CHECK(table.find("vs delayed") == std::string::npos);
-  CHECK_FALSE(fp8t::train::bench_to_json(cfg, BenchOptions{}, results).contains("recipe_over_delayed"));
+  CHECK_FALSE(fp8t::bench::bench_to_json(cfg, BenchOptions{}, results).contains("recipe_over_delayed"));
 }

@@ -18,8 +18,8 @@
 #include "lib/dist/grad_sync.h"       // GradientSync
 #include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
 #include "lib/model/gpt.h"            // model::Gpt::unique_named_parameters
-#include "lib/step/session.h"         // train::Session
-#include "lib/step/step_health.h"     // train::StepHealth
+#include "lib/step/session.h"         // step::Session
+#include "lib/step/step_health.h"     // step::StepHealth
 #include "tests/catch.h"
 
 namespace fp8t::test {
@@ -58,7 +58,7 @@ struct RunTrace {
 
 // Every parameter's values after training, in the order of Session::parameters(), on the CPU
 // (ZeRO-3: gathered from the shards, a collective).
-inline at::Tensor final_weights(train::Session& session) {
+inline at::Tensor final_weights(step::Session& session) {
   std::vector<at::Tensor> flat;
   if (dist::FullyShardedModel* sharded = session.fully_sharded()) {
     std::map<std::string, at::Tensor> by_name;
@@ -77,7 +77,7 @@ inline RunTrace train_ranks_run(int rank, dist::Communicator& comm, const Experi
   // time, so that rank 0's weights (broadcast to the others) are the same in every run.
   static std::mutex construction;
   std::unique_lock<std::mutex> lock(construction);
-  train::Session session(cfg, device);
+  step::Session session(cfg, device);
   lock.unlock();
   {
     // The same starting weights in every run, whatever the global generator did.

@@ -14,7 +14,7 @@
 
 #include "lib/dist/communicator.h"      // Communicator
 #include "lib/optim/optimizer.h"        // AdamW::state_dict
-#include "lib/step/session.h"           // train::Session
+#include "lib/step/session.h"           // step::Session
 #include "lib/util/error.h"             // Error
 #include "tests/catch.h"
 #include "tests/dist/dist_test_util.h"  // run_ranks
@@ -214,7 +214,7 @@ TEST_CASE("ZeRO-3 holds no weights and no gradient buffers between steps; units 
   test::run_ranks(2, std::chrono::seconds(120), [&](int rank, dist::Communicator& comm) {
     static std::mutex construction;  // the ranks are threads (tests/dist/session_runs.h)
     std::unique_lock<std::mutex> lock(construction);
-    train::Session session(c, at::Device(at::kCPU));
+    step::Session session(c, at::Device(at::kCPU));
     lock.unlock();
     session.prepare_training(std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {}));
     dist::FullyShardedModel& z = *session.fully_sharded();
@@ -268,7 +268,7 @@ TEST_CASE("ZeRO-3 holds at most 0.35x of DDP's per-rank state on 4 ranks (a 50M-
       {
         static std::mutex construction;  // one model initialised at a time (tests/dist/session_runs.h)
         std::unique_lock<std::mutex> lock(construction);
-        train::Session session(cfg, at::Device(at::kCPU));
+        step::Session session(cfg, at::Device(at::kCPU));
         lock.unlock();
         session.prepare_training(std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {}));
         at::Tensor loss_sum = at::zeros({});

@@ -147,7 +147,7 @@ TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments
       synced[rank].push_back(at::zeros_like(p.detach()));
     }
     for (const auto& s : sync.shard_segments()) synced[rank][s.param].view(-1).narrow(0, s.begin, s.length).copy_(s.grad);
-    norms[rank] = fp8t::train::sharded_grad_norm(sync.gradient_shards(), comm);
+    norms[rank] = fp8t::optim::sharded_grad_norm(sync.gradient_shards(), comm);
     // The optimizer's part: this rank writes 10 * (rank + 1) into its segments; the gather
     // brings every rank's segments to every rank.
     {
@@ -160,7 +160,7 @@ TEST_CASE("ZeRO-1 buckets: each rank gets the averaged gradients of its segments
     for (auto& p : net.params) gathered[rank].push_back(p.detach().clone());
     // A NaN in one rank's shard: the global norm is NaN on both (the skip decision agrees).
     if (rank == 1) sync.gradient_shards().front().fill_(std::nanf(""));
-    nan_norms[rank] = fp8t::train::sharded_grad_norm(sync.gradient_shards(), comm);
+    nan_norms[rank] = fp8t::optim::sharded_grad_norm(sync.gradient_shards(), comm);
     // zero_grad() releases the shards too (the next reduce-scatter allocates new ones).
     sync.zero_grad();
     for (const auto& shard : sync.gradient_shards()) released[rank] = released[rank] && !shard.defined();

@@ -126,7 +126,7 @@ TEST_CASE("ZeRO-1 keeps no gradient buffers between steps; DDP keeps all of its 
       static std::mutex construction;  // the ranks are threads (see train_run)
       std::unique_lock<std::mutex> lock(construction);
       const ZeroStage stage = zero == 0 ? ZeroStage::kNone : ZeroStage::kOptimizer;
-      train::Session session(tiny(Precision::kFp32, stage), at::Device(at::kCPU));
+      step::Session session(tiny(Precision::kFp32, stage), at::Device(at::kCPU));
       lock.unlock();
       session.prepare_training(std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {}));
       const int slot = 2 * rank + zero;

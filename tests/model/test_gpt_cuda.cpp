@@ -8,7 +8,7 @@
 
 #include "lib/fp8/layers/fp8_norm.h"  // fp8::Fp8Norm
 #include "lib/model/gpt.h"            // model::Gpt
-#include "lib/step/session.h"         // train::Session
+#include "lib/step/session.h"         // step::Session
 #include "lib/util/torch_compat.h"    // compat::AutocastGuard
 #include "tests/catch.h"
 
@@ -35,7 +35,7 @@ TEST_CASE("gpt on CUDA: fused residual adds give the unfused logits bit for bit 
   }
   c.fp8.skip_layers = {};  // lm_head in FP8 too, so ln_f is an FP8 norm like the others
   const at::Device cuda(at::kCUDA);
-  train::Session session(c, cuda);
+  step::Session session(c, cuda);
   session.prepare_training(nullptr);
   auto& gpt = dynamic_cast<model::Gpt&>(session.model());
   REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Norm>(gpt.ln_f) != nullptr);

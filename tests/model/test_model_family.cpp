@@ -16,7 +16,7 @@
 #include "lib/dist/fully_sharded.h"     // dist::FullyShardedModel
 #include "lib/fp8/layers/fp8_linear.h"  // fp8::Fp8Linear
 #include "lib/fp8/rewrite.h"            // fp8::rewrite_to_fp8
-#include "lib/step/session.h"           // train::Session
+#include "lib/step/session.h"           // step::Session
 #include "tests/catch.h"
 #include "tests/dist/dist_test_util.h"  // run_ranks
 
@@ -146,7 +146,7 @@ TEST_CASE("model family: a Session trains a second family on the CPU", "[model]"
   auto family = std::make_shared<MlpFamily>();
   ExperimentConfig cfg = family_config(precision);
   cfg.train.loss_chunk_mib = 3;
-  train::Session session(cfg, at::Device(at::kCPU), family);
+  step::Session session(cfg, at::Device(at::kCPU), family);
   REQUIRE(&session.model() == family.get());
   CHECK(family->loss_chunk_bytes == int64_t{3} << 20);  // the trainer's settings reach the family
   CHECK(session.parameters().size() == family->unique_named_parameters().size());

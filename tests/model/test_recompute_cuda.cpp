@@ -1,4 +1,4 @@
-// train.recompute on the GPU (bf16 autocast and fp8 through train::Session): the backward runs on
+// train.recompute on the GPU (bf16 autocast and fp8 through step::Session): the backward runs on
 // CUDA's autograd worker thread, which must get the forward's autocast state; every mode trains
 // like none and keeps less memory. The GPU's backward kernels (flash attention's, atomics in
 // reductions) are not bit-reproducible run to run, attention runs on its math backend here
@@ -16,7 +16,7 @@
 #include "lib/config/fp8_recipe.h"         // fp8::RecipeKind, fp8::to_string
 #include "lib/fp8/recipes/scaling.h"       // fp8::Scaling (session.scaling())
 #include "lib/model/gpt.h"                 // model::Gpt
-#include "lib/step/session.h"              // train::Session
+#include "lib/step/session.h"              // step::Session
 #include "lib/util/memory.h"               // reset_peak_memory, peak_memory_bytes
 #include "lib/util/torch_compat.h"         // compat::AutocastGuard
 #include "tests/catch.h"
@@ -51,7 +51,7 @@ struct Outcome {
 
 Outcome train_two_steps(Precision precision, Recompute mode) {
   const at::Device cuda(at::kCUDA);
-  train::Session session(small_gpu(precision, mode), cuda);
+  step::Session session(small_gpu(precision, mode), cuda);
   session.prepare_training(nullptr);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(9);
   auto next = [&] {
@@ -148,7 +148,7 @@ TEST_CASE("recompute casts on CUDA: attention's saved output stands in for c_pro
     ExperimentConfig cfg = small_gpu(Precision::kFp8, mode);
     cfg.fp8.kind = recipe;
     if (!rope) cfg.model.position = PositionKind::kLearned;
-    train::Session session(cfg, cuda);
+    step::Session session(cfg, cuda);
     session.prepare_training(nullptr);
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(9);
     const at::Tensor t = at::randint(512, {8, 257}, gen, at::kLong).to(cuda);

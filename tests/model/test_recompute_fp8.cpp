@@ -1,4 +1,4 @@
-// train.recompute under precision fp8 (CPU emulation, through train::Session): every mode gives the
+// train.recompute under precision fp8 (CPU emulation, through step::Session): every mode gives the
 // losses, parameters, gradients, amax histories, scales and FP8 statistics of none, bit for bit,
 // after two optimizer steps of two micro-batches, for the three recipes (delayed in both
 // fp8.amax_update modes). The first pass of a recomputed part runs in eval mode and records
@@ -15,7 +15,7 @@
 #include "lib/fp8/rewrite.h"               // fp8::rewrite_to_fp8
 #include "lib/fp8/recipes/scaling.h"       // fp8::Scaling (session.scaling())
 #include "lib/model/gpt.h"                 // model::Gpt
-#include "lib/step/session.h"              // train::Session
+#include "lib/step/session.h"              // step::Session
 #include "tests/catch.h"
 #include "tests/model/cpu_memory_probe.h"  // test::CpuMemoryProbe
 
@@ -68,7 +68,7 @@ struct Snapshot {
 // Two steps with FP8 statistics on, then one more forward and backward whose gradients and
 // recorded amaxes are kept.
 Snapshot train_two_steps(const ExperimentConfig& cfg) {
-  train::Session session(cfg, at::Device(at::kCPU));
+  step::Session session(cfg, at::Device(at::kCPU));
   REQUIRE(session.model().recompute() == cfg.train.recompute);  // wired from train.recompute
   session.prepare_training(nullptr);
   auto& scaling = *session.scaling();

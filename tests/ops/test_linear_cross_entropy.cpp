@@ -26,7 +26,7 @@
 
 #include "lib/gemm/gemm_engine.h"          // gemm::bf16_gemm, bf16_gemm_accumulate
 
-#include "lib/step/step_graph.h"           // train::CapturedGraph
+#include "lib/step/step_graph.h"           // step::CapturedGraph
 #include "lib/util/memory.h"               // reset_peak_memory, peak_memory_bytes
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda
 #endif
@@ -440,7 +440,7 @@ TEST_CASE("linear_cross_entropy on CUDA replays in a CUDA graph with the eager r
   (linear_cross_entropy(x, w, p.t, 256) * 0.25).backward();  // eager (warm-up and reference)
   const at::Tensor eager_dx = x.grad().clone(), eager_dw = w.grad().clone();
   at::Tensor graph_loss;
-  const auto graph = fp8t::train::CapturedGraph::capture(
+  const auto graph = fp8t::step::CapturedGraph::capture(
       [&] {
         graph_loss = linear_cross_entropy(x, w, p.t, 256);
         (graph_loss * 0.25).backward();

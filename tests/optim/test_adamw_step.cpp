@@ -1,5 +1,5 @@
 // train.moments_dtype bf16 on the CPU: lib/optim/adamw_step.cpp's loop over
-// lib/numerics/adamw_math.h through train::AdamW (the CUDA kernel is compared with this loop bit for
+// lib/numerics/adamw_math.h through optim::AdamW (the CUDA kernel is compared with this loop bit for
 // bit in test_adamw_step_cuda.cpp). FP32 moments, the default, go through the same loop
 // (test_optimizer.cpp).
 #include "lib/optim/adamw_step.h"
@@ -27,8 +27,8 @@
 #include "tests/temp_dir.h"                  // TempDir
 
 using namespace fp8t;
-using train::AdamW;
-using train::AdamWOptions;
+using optim::AdamW;
+using optim::AdamWOptions;
 
 namespace {
 
@@ -47,7 +47,7 @@ struct Params {
     e = at::randn({2, 3, 3}, gen).requires_grad_();
     b = at::randn({11}, gen).requires_grad_();
   }
-  train::NamedParameters named() const { return {{"w", w}, {"e", e}, {"b", b}}; }
+  optim::NamedParameters named() const { return {{"w", w}, {"e", e}, {"b", b}}; }
   std::vector<at::Tensor> list() const { return {w, e, b}; }
   const at::Tensor& operator[](const std::string& name) const { return name == "w" ? w : name == "e" ? e : b; }
 };
@@ -306,12 +306,12 @@ TEST_CASE("AdamW bf16 moments: a checkpoint round trip continues bit-exactly", "
   {
     AdamW ob(b.named(), bf16_options());
     run_steps(ob, b, 0, 3);
-    train::Checkpoint ck;
+    run::Checkpoint ck;
     for (const auto& [name, t] : b.named()) ck.tensors["model." + name] = t;
     for (const auto& [k, v] : ob.state_dict()) ck.tensors["optim." + k] = v;
-    train::save_checkpoint(dir / "ck.pt", ck);
+    run::save_checkpoint(dir / "ck.pt", ck);
   }
-  const train::Checkpoint ck = train::load_checkpoint(dir / "ck.pt");
+  const run::Checkpoint ck = run::load_checkpoint(dir / "ck.pt");
   CHECK(ck.tensors.at("optim.w.exp_avg").scalar_type() == at::kBFloat16);
   Params c;
   {
@@ -319,7 +319,7 @@ TEST_CASE("AdamW bf16 moments: a checkpoint round trip continues bit-exactly", "
     for (const auto& [name, t] : c.named()) t.copy_(ck.tensors.at("model." + name));
   }
   AdamW oc(c.named(), bf16_options());
-  train::OptimizerStateLoader loader(oc, {"w", "e", "b"});
+  optim::OptimizerStateLoader loader(oc, {"w", "e", "b"});
   loader.add(ck.tensors, {}, "ck.pt");
   loader.finish();
   run_steps(oc, c, 3, 5);
@@ -346,7 +346,7 @@ TEST_CASE("AdamW bf16 moments: resharded onto ZeRO-1 ranges, the run continues b
   AdamW first(r1.named(), bf16_options(), {{"w", {0, 17}}, {"e", {0, 18}}, {"b", {0, 5}}});
   AdamW second(r2.named(), bf16_options(), {{"w", {17, 18}}, {"e", {18, 0}}, {"b", {5, 6}}});
   for (AdamW* opt : {&first, &second}) {
-    train::OptimizerStateLoader loader(*opt, {"w", "e", "b"});
+    optim::OptimizerStateLoader loader(*opt, {"w", "e", "b"});
     loader.add(saved, {}, "whole.pt");
     loader.finish();
   }
@@ -369,7 +369,7 @@ TEST_CASE("AdamW bf16 moments: resuming across moments dtypes converts, with one
   AdamW bf16(b.named(), bf16_options());
   {
     LogCapture log;
-    train::OptimizerStateLoader loader(bf16, {"w", "e", "b"});
+    optim::OptimizerStateLoader loader(bf16, {"w", "e", "b"});
     std::map<std::string, at::Tensor> tensors;
     for (const auto& [k, v] : fp32.state_dict()) tensors["optim." + k] = v;
     loader.add(tensors, {}, "fp32.pt");
@@ -388,7 +388,7 @@ TEST_CASE("AdamW bf16 moments: resuming across moments dtypes converts, with one
   Params d;
   AdamW back(d.named(), AdamWOptions{0.9, 0.95, 1e-8, 0.1});
   LogCapture log;
-  train::OptimizerStateLoader loader(back, {"w", "e", "b"});
+  optim::OptimizerStateLoader loader(back, {"w", "e", "b"});
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [k, v] : bf16.state_dict()) tensors["optim." + k] = v;
   loader.add(tensors, {}, "bf16.pt");
@@ -441,7 +441,7 @@ TEST_CASE("AdamW bf16 moments in a training session: the loss falls like with fp
     c.model.seq_len = 16;
     c.train.micro_batch_size = 4;
     c.train.moments_dtype = moments;
-    train::Session session(c, at::Device(at::kCPU));
+    step::Session session(c, at::Device(at::kCPU));
     session.prepare_training(nullptr);
     CHECK(session.optimizer().state_dict().at("wte.weight.exp_avg").scalar_type() ==
           AdamW::moments_scalar_type(moments));

@@ -28,10 +28,10 @@
 
 using namespace fp8t;
 using namespace fp8t::test;
-using train::AdamW;
-using train::AdamWOptions;
-using train::AdamWBatch;
-using train::AdamWStepArgs;
+using optim::AdamW;
+using optim::AdamWOptions;
+using optim::AdamWBatch;
+using optim::AdamWStepArgs;
 
 namespace {
 
@@ -145,8 +145,8 @@ TEST_CASE("adamw kernel, fp32 and bf16 moments: the CPU loop's bits over 61 tens
     if (step == 3) {
       for (Flat* f : {&cpu, &gpu}) f->batch.params[9][100].fill_(-INFINITY);  // 4096 elements, tracked
     }
-    train::adamw_multi_tensor_step(cpu.batch, c);
-    train::adamw_multi_tensor_step(gpu.batch, d);
+    optim::adamw_multi_tensor_step(cpu.batch, c);
+    optim::adamw_multi_tensor_step(gpu.batch, d);
     REQUIRE(same_bits_or_nan(cpu.p, gpu.p));
     REQUIRE(same_bits(cpu.m, gpu.m));
     REQUIRE(same_bits(cpu.v, gpu.v));
@@ -171,7 +171,7 @@ TEST_CASE("adamw kernel: a batch whose moments do not match its parameters is re
   Flat gpu = make_flat({8}, at::kCUDA, 2);
   gpu.batch.exp_avgs[0] = gpu.m.narrow(0, 0, 4);  // 4 moments for 8 parameters
   try {
-    train::adamw_multi_tensor_step(gpu.batch, AdamWStepArgs{});
+    optim::adamw_multi_tensor_step(gpu.batch, AdamWStepArgs{});
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("moments of parameter 0") != std::string::npos);
@@ -314,7 +314,7 @@ TEST_CASE("adamw timing: 1.3B parameters in 150 tensors, fp8train's kernel (fp32
     a.lr = at::full({}, 1e-4f, f);
     a.grad_scale = at::ones({}, f);
     a.found_inf = at::zeros({}, f);
-    return median_ms([&] { train::adamw_multi_tensor_step(b, a); });
+    return median_ms([&] { optim::adamw_multi_tensor_step(b, a); });
   };
   const double bf16_ms = kernel_ms(at::kBFloat16), fp32_ms = kernel_ms(at::kFloat);
   const double amax_ms = kernel_ms(at::kFloat, /*amaxes=*/true);

@@ -7,9 +7,9 @@
 #include "lib/optim/optimizer.h"  // AdamW (the clip divisor is consumed by its step)
 #include "tests/catch.h"
 
-using fp8t::train::clip_divisor;
-using fp8t::train::clip_grad_norm_;
-using fp8t::train::global_grad_norm;
+using fp8t::optim::clip_divisor;
+using fp8t::optim::clip_grad_norm_;
+using fp8t::optim::global_grad_norm;
 
 namespace {
 
@@ -119,9 +119,9 @@ TEST_CASE("AdamW with the clip divisor equals clipping the grads first", "[optim
   // reciprocal. The two differ by at most an ulp of the grad, carried through the update at the
   // same relative size: rtol 1e-5 on the updated weights. eps = 1 makes the update depend on the
   // grad's magnitude (Adam's first step is otherwise about sign(g), whatever the clipping).
-  const fp8t::train::AdamWOptions options{0.9, 0.95, /*eps=*/1.0, 0.1};
+  const fp8t::optim::AdamWOptions options{0.9, 0.95, /*eps=*/1.0, 0.1};
   auto named = [](const std::vector<at::Tensor>& ps) {
-    return fp8t::train::NamedParameters{{"w", ps[0]}, {"b", ps[1]}};
+    return fp8t::optim::NamedParameters{{"w", ps[0]}, {"b", ps[1]}};
   };
   for (const double max_norm : {0.5, 1e6}) {
     torch::manual_seed(11);
@@ -136,7 +136,7 @@ TEST_CASE("AdamW with the clip divisor equals clipping the grads first", "[optim
     auto& folded = sets[0];
     auto& clipped = sets[1];
     auto& unclipped = sets[2];
-    fp8t::train::AdamW opt_folded(named(folded), options), opt_clipped(named(clipped), options),
+    fp8t::optim::AdamW opt_folded(named(folded), options), opt_clipped(named(clipped), options),
         opt_unclipped(named(unclipped), options);
     const at::Tensor norm = global_grad_norm(folded);
     REQUIRE(norm.item<double>() > 10.0);

@@ -8,7 +8,7 @@
 
 using fp8t::LrSchedule;
 using fp8t::TrainSection;
-using fp8t::train::learning_rate;
+using fp8t::optim::learning_rate;
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
 
-using fp8t::train::AdamW;
-using fp8t::train::AdamWOptions;
-using fp8t::train::NamedParameters;
+using fp8t::optim::AdamW;
+using fp8t::optim::AdamWOptions;
+using fp8t::optim::NamedParameters;
 
 namespace {
 
@@ -167,13 +167,13 @@ TEST_CASE("AdamW state round trip (through a checkpoint file) continues bit-exac
   {
     AdamW b({{"w", wb}, {"b", bb}}, test_options());
     run(b, wb, bb, 0, 3);
-    fp8t::train::Checkpoint ck;
+    fp8t::run::Checkpoint ck;
     ck.tensors["model.w"] = wb;
     ck.tensors["model.b"] = bb;
     for (const auto& [k, v] : b.state_dict()) ck.tensors["optim." + k] = v;
-    fp8t::train::save_checkpoint(dir / "ck.pt", ck);
+    fp8t::run::save_checkpoint(dir / "ck.pt", ck);
   }
-  const fp8t::train::Checkpoint ck = fp8t::train::load_checkpoint(dir / "ck.pt");
+  const fp8t::run::Checkpoint ck = fp8t::run::load_checkpoint(dir / "ck.pt");
   at::Tensor wc = leaf(ck.tensors.at("model.w")), bc = leaf(ck.tensors.at("model.b"));
   AdamW c({{"w", wc}, {"b", bc}}, test_options());
   std::map<std::string, at::Tensor> state;

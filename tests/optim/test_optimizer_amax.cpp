@@ -13,8 +13,8 @@
 #include "tests/catch.h"
 
 using namespace fp8t;
-using train::AdamW;
-using train::AdamWOptions;
+using optim::AdamW;
+using optim::AdamWOptions;
 
 namespace {
 
@@ -115,7 +115,7 @@ TEST_CASE("AdamW amax: what cannot be tracked says so, and a bad amax tensor is 
 
   // Sharded (ZeRO-1): each rank updates a range only, so no rank knows the whole amax.
   at::Tensor s = at::randn({4, 6}).requires_grad_();
-  AdamW sharded({{"s", s}}, options(MomentsDtype::kFp32), train::ShardRanges{{"s", train::ParamRange{0, 12}}});
+  AdamW sharded({{"s", s}}, options(MomentsDtype::kFp32), optim::ShardRanges{{"s", optim::ParamRange{0, 12}}});
   CHECK_FALSE(sharded.track_abs_max(s, at::zeros({})));
 }
 
@@ -123,17 +123,17 @@ TEST_CASE("adamw_multi_tensor_step: amaxes of another count or kind are refused 
           "[optim]") {
   const at::Tensor p = at::randn({16});
   const at::Tensor before = p.clone();
-  train::AdamWBatch b{{p}, {at::randn({16})}, {at::zeros({16})}, {at::zeros({16})}, {at::tensor({0.0f, 1.0f, 1.0f})},
+  optim::AdamWBatch b{{p}, {at::randn({16})}, {at::zeros({16})}, {at::zeros({16})}, {at::tensor({0.0f, 1.0f, 1.0f})},
                       {at::zeros({}), at::zeros({})}};
-  train::AdamWStepArgs a;
+  optim::AdamWStepArgs a;
   a.beta1 = 0.9f;
   a.beta2 = 0.95f;
   a.lr_value = 0.1f;
-  CHECK_THROWS_WITH(train::adamw_multi_tensor_step(b, a), FP8T_CONTAINS("2 amaxes for 1 parameters"));
+  CHECK_THROWS_WITH(optim::adamw_multi_tensor_step(b, a), FP8T_CONTAINS("2 amaxes for 1 parameters"));
   b.amaxes = {at::zeros({}, at::kInt)};
-  CHECK_THROWS_WITH(train::adamw_multi_tensor_step(b, a), FP8T_CONTAINS("amax of parameter 0"));
+  CHECK_THROWS_WITH(optim::adamw_multi_tensor_step(b, a), FP8T_CONTAINS("amax of parameter 0"));
   CHECK(at::equal(p, before));
   b.amaxes = {at::Tensor()};  // undefined: none asked for
-  train::adamw_multi_tensor_step(b, a);
+  optim::adamw_multi_tensor_step(b, a);
   CHECK_FALSE(at::equal(p, before));
 }

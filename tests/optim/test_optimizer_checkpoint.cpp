@@ -12,10 +12,10 @@
 #include "tests/temp_dir.h"  // TempDir
 
 using namespace fp8t;
-using train::AdamW;
-using train::AdamWOptions;
-using train::OptimizerStateLoader;
-using train::ParamRange;
+using optim::AdamW;
+using optim::AdamWOptions;
+using optim::OptimizerStateLoader;
+using optim::ParamRange;
 
 namespace {
 
@@ -26,7 +26,7 @@ struct Model {
     w = at::randn({3, 5}, gen).requires_grad_();
     b = at::randn({7}, gen).requires_grad_();
   }
-  train::NamedParameters named() const { return {{"w", w}, {"b", b}}; }
+  optim::NamedParameters named() const { return {{"w", w}, {"b", b}}; }
   std::set<std::string> names() const { return {"w", "b"}; }
 };
 
@@ -65,7 +65,7 @@ TEST_CASE("optimizer state: whole -> two shards -> whole is exact, and uncovered
   AdamW whole(m.named(), AdamWOptions{});
   train_some(whole, m);
   // Rank 0 owns w[0, 9), rank 1 w[9, 15) and all of b (as GradientSync's segments would be).
-  const std::vector<train::ShardRanges> layout = {{{"w", {0, 9}}}, {{"w", {9, 6}}, {"b", {0, 7}}}};
+  const std::vector<optim::ShardRanges> layout = {{{"w", {0, 9}}}, {{"w", {9, 6}}, {"b", {0, 7}}}};
   std::vector<std::unique_ptr<AdamW>> shards;
   for (const auto& ranges : layout) {
     shards.push_back(std::make_unique<AdamW>(m.named(), AdamWOptions{}, ranges));
@@ -110,31 +110,31 @@ TEST_CASE("optimizer state: ZeRO-1 shard files with a manifest load back; a swap
   Model m;
   AdamW whole(m.named(), AdamWOptions{});
   train_some(whole, m);
-  const std::vector<train::ShardRanges> layout = {{{"w", {0, 8}}}, {{"w", {8, 7}}, {"b", {0, 7}}}};
+  const std::vector<optim::ShardRanges> layout = {{{"w", {0, 8}}}, {{"w", {8, 7}}, {"b", {0, 7}}}};
   nlohmann::json manifest = {{"world_size", 2}, {"step", 3}, {"shards", nlohmann::json::array()}};
   for (int r = 0; r < 2; ++r) {
     AdamW shard(m.named(), AdamWOptions{}, layout[r]);
     OptimizerStateLoader loader(shard, m.names());
     loader.add(with_prefix(whole.state_dict()), {}, "whole");
     loader.finish();
-    const std::string file = train::shard_file_name(r, 2, 3);
+    const std::string file = optim::shard_file_name(r, 2, 3);
     CHECK(file == "checkpoint.shard-" + std::to_string(r) + "-of-2.step-3.pt");
-    const uint32_t crc = train::save_checkpoint(dir.path() / file, train::make_optimizer_shard(shard, r, 2, 3));
+    const uint32_t crc = run::save_checkpoint(dir.path() / file, optim::make_optimizer_shard(shard, r, 2, 3));
     manifest["shards"].push_back({{"file", file}, {"crc32c", crc}});
   }
   Model again;
   AdamW back(again.named(), AdamWOptions{});
   OptimizerStateLoader loader(back, again.names());
-  train::load_optimizer_shards(dir.path(), manifest, loader);
+  optim::load_optimizer_shards(dir.path(), manifest, loader);
   loader.finish();
   for (const auto& [key, t] : whole.state_dict()) CHECK(at::equal(back.state_dict().at(key), t));
 
   // A shard file that is not the one the manifest lists (e.g. from another save).
   manifest["shards"][1]["crc32c"] = manifest["shards"][1]["crc32c"].get<uint32_t>() ^ 1u;
   OptimizerStateLoader other(back, again.names());
-  CHECK_THAT(bad_input([&] { train::load_optimizer_shards(dir.path(), manifest, other); }),
+  CHECK_THAT(bad_input([&] { optim::load_optimizer_shards(dir.path(), manifest, other); }),
              FP8T_CONTAINS("it is not the shard that"));
   // Stale shards (steps other than the kept ones) are removed.
-  train::remove_stale_shards(dir.path(), {7});
-  CHECK_FALSE(std::filesystem::exists(dir.path() / train::shard_file_name(0, 2, 3)));
+  optim::remove_stale_shards(dir.path(), {7});
+  CHECK_FALSE(std::filesystem::exists(dir.path() / optim::shard_file_name(0, 2, 3)));
 }

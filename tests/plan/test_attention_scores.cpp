@@ -9,7 +9,7 @@
 #include "tests/catch.h"
 
 using namespace fp8t;
-using namespace fp8t::train;
+using namespace fp8t::plan;
 
 namespace {
 

@@ -14,13 +14,13 @@ using fp8t::ZeroStage;
 
 TEST_CASE("the memory estimate shards by the layout it is given", "[plan]") {
   ExperimentConfig c;  // dist.zero 0 in the config
-  const auto one = fp8t::train::estimate_training_memory(c);
+  const auto one = fp8t::plan::estimate_training_memory(c);
   CHECK(one.weight_bytes_per_param == 4.0);
   CHECK(one.shard_ranks == 1);
 
   ParallelLayout full = ParallelLayout::of(c.dist, 0, 4);
   full.zero = ZeroStage::kFull;
-  const auto zero3 = fp8t::train::estimate_training_memory(c, full);
+  const auto zero3 = fp8t::plan::estimate_training_memory(c, full);
   CHECK(zero3.layout.shards_weights());
   CHECK(zero3.shard_ranks == 4);
   CHECK(zero3.weight_bytes_per_param == 1.0);  // 4 bytes / 4 ranks
@@ -28,11 +28,11 @@ TEST_CASE("the memory estimate shards by the layout it is given", "[plan]") {
   CHECK(zero3.optimizer_bytes_per_param == 2.0);  // 8 bytes of FP32 moments / 4 ranks
 
   full.shard_group_size = 2;  // hybrid: shards of 2 ranks
-  CHECK(fp8t::train::estimate_training_memory(c, full).weight_bytes_per_param == 2.0);
+  CHECK(fp8t::plan::estimate_training_memory(c, full).weight_bytes_per_param == 2.0);
 
   ParallelLayout zero1 = ParallelLayout::of(c.dist, 0, 4);
   zero1.zero = ZeroStage::kOptimizer;
-  const auto z1 = fp8t::train::estimate_training_memory(c, zero1);
+  const auto z1 = fp8t::plan::estimate_training_memory(c, zero1);
   CHECK(z1.weight_bytes_per_param == 4.0);  // ZeRO-1 keeps every weight
   CHECK(z1.optimizer_bytes_per_param == 2.0);
   CHECK_THAT(z1.breakdown(c), FP8T_CONTAINS("dist.zero 1"));

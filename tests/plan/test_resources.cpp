@@ -9,8 +9,8 @@
 #include "tests/catch.h"
 
 using namespace fp8t;
-using fp8t::train::check_memory_fits;
-using fp8t::train::estimate_training_memory;
+using fp8t::plan::check_memory_fits;
+using fp8t::plan::estimate_training_memory;
 
 namespace {
 
@@ -110,7 +110,7 @@ TEST_CASE("resources: an out-of-memory error names the estimate and the levers, 
   c.precision = Precision::kFp8;
   std::string message;
   try {
-    fp8t::train::throw_out_of_memory(c, ParallelLayout::of(c.dist, 0, 2), "building the model", "CUDA out of memory. Tried to allocate 2 GiB\nframe #0");
+    fp8t::plan::throw_out_of_memory(c, ParallelLayout::of(c.dist, 0, 2), "building the model", "CUDA out of memory. Tried to allocate 2 GiB\nframe #0");
   } catch (const Error& e) {
     CHECK(e.code() == ExitCode::kBadInput);
     message = e.what();
@@ -133,7 +133,7 @@ TEST_CASE("resources: FP8TRAIN_TEST_OOM injects the out-of-memory error a Sessio
   ::setenv("FP8TRAIN_TEST_OOM", "build", 1);
   std::string message;
   try {
-    fp8t::train::Session session(c, at::Device(at::kCPU));
+    fp8t::step::Session session(c, at::Device(at::kCPU));
   } catch (const Error& e) {
     CHECK(e.code() == ExitCode::kBadInput);
     message = e.what();
@@ -142,7 +142,7 @@ TEST_CASE("resources: FP8TRAIN_TEST_OOM injects the out-of-memory error a Sessio
   CHECK_THAT(message, FP8T_CONTAINS("out of memory while building the model"));
   CHECK_THAT(message, FP8T_CONTAINS("injected by FP8TRAIN_TEST_OOM=build"));
   CHECK_THAT(message, FP8T_CONTAINS("dist.zero"));
-  REQUIRE_NOTHROW(fp8t::train::Session(c, at::Device(at::kCPU)));  // unset: nothing injected
+  REQUIRE_NOTHROW(fp8t::step::Session(c, at::Device(at::kCPU)));  // unset: nothing injected
 }
 
 namespace {

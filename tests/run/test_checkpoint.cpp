@@ -10,9 +10,9 @@
 #include "tests/temp_dir.h"
 
 using fp8t::test::TempDir;
-using fp8t::train::Checkpoint;
-using fp8t::train::load_checkpoint;
-using fp8t::train::save_checkpoint;
+using fp8t::run::Checkpoint;
+using fp8t::run::load_checkpoint;
+using fp8t::run::save_checkpoint;
 
 namespace {
 
@@ -101,7 +101,7 @@ TEST_CASE("a failed checkpoint write leaves the previous checkpoint intact", "[r
 
   // A write that dies halfway (e.g. the process is killed or the disk fills): simulated by a
   // writer that writes part of a file and throws.
-  REQUIRE_THROWS(fp8t::train::write_file_atomic(path, [](const std::filesystem::path& tmp) {
+  REQUIRE_THROWS(fp8t::run::write_file_atomic(path, [](const std::filesystem::path& tmp) {
     std::ofstream(tmp, std::ios::binary) << "partial";
     throw std::runtime_error("disk full");
   }));

@@ -10,7 +10,7 @@
 #include "tests/temp_dir.h"
 
 using fp8t::test::TempDir;
-using namespace fp8t::train;
+using namespace fp8t::run;
 
 namespace {
 void touch(const std::filesystem::path& p) { std::ofstream(p) << "x"; }

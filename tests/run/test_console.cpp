@@ -8,11 +8,11 @@
 #include "lib/util/log.h"  // setup_logging
 #include "tests/catch.h"
 
-using fp8t::train::format_count;
-using fp8t::train::format_duration;
-using fp8t::train::format_status;
-using fp8t::train::StatusFields;
-using fp8t::train::StatusLine;
+using fp8t::run::format_count;
+using fp8t::run::format_duration;
+using fp8t::run::format_status;
+using fp8t::run::StatusFields;
+using fp8t::run::StatusLine;
 
 namespace {
 

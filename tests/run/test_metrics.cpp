@@ -9,7 +9,7 @@
 #include "tests/temp_dir.h"
 
 using fp8t::test::TempDir;
-using fp8t::train::MetricsWriter;
+using fp8t::run::MetricsWriter;
 using nlohmann::json;
 
 namespace {
@@ -70,12 +70,12 @@ TEST_CASE("truncate_metrics_after drops records past the checkpoint and torn lin
                       << R"({"step":20,"loss":2})" "\n"
                       << R"({"step":30,"loss":1})" "\n"
                       << R"({"step":40,"lo)";  // torn by a crash mid-write
-  REQUIRE(fp8t::train::truncate_metrics_after(path, 20) == 2);
+  REQUIRE(fp8t::run::truncate_metrics_after(path, 20) == 2);
   REQUIRE(lines_of(path) == std::vector<std::string>{R"({"step":10,"loss":3})",
                                                      R"({"kind":"config"})",
                                                      R"({"step":20,"loss":2})"});
-  REQUIRE(fp8t::train::truncate_metrics_after(path, 20) == 0);
-  REQUIRE(fp8t::train::truncate_metrics_after(tmp / "absent.jsonl", 5) == 0);
+  REQUIRE(fp8t::run::truncate_metrics_after(path, 20) == 0);
+  REQUIRE(fp8t::run::truncate_metrics_after(tmp / "absent.jsonl", 5) == 0);
   REQUIRE_FALSE(std::filesystem::exists(tmp / "absent.jsonl"));
   REQUIRE(TempDir::list(tmp.path()) == std::vector<std::string>{"metrics.jsonl"});
 }
@@ -84,12 +84,12 @@ TEST_CASE("write_summary writes pretty JSON atomically", "[run]") {
   TempDir tmp("summary");
   const auto path = tmp / "summary.json";
   const json summary = {{"final_loss", 1.25}, {"steps", 300}, {"tokens_per_sec", 45210.5}};
-  fp8t::train::write_summary(path, summary);
+  fp8t::run::write_summary(path, summary);
   std::ifstream in(path);
   const std::string text(std::istreambuf_iterator<char>(in), {});
   REQUIRE(json::parse(text) == summary);
   REQUIRE(text.back() == '\n');
   REQUIRE_THAT(text, FP8T_CONTAINS("\n  \"steps\": 300"));
-  fp8t::train::write_summary(path, {{"steps", 1}});
+  fp8t::run::write_summary(path, {{"steps", 1}});
   REQUIRE(TempDir::list(tmp.path()) == std::vector<std::string>{"summary.json"});
 }

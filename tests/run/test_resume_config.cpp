@@ -12,14 +12,14 @@
 
 using fp8t::ExperimentConfig;
 using fp8t::test::TempDir;
-using fp8t::train::RunDir;
+using fp8t::run::RunDir;
 
 TEST_CASE("config_changes lists changed keys in schema order, run.* left out", "[run]") {
   ExperimentConfig before, after;
   after.train.lr = 1e-3;
   after.model.n_layer = 3;
   after.run.quiet = true;  // how the run is invoked: not a change of what it trains
-  const auto changes = fp8t::train::config_changes(before, after);
+  const auto changes = fp8t::run::config_changes(before, after);
   REQUIRE(changes.size() == 2);
   CHECK(changes[0].key == "model.n_layer");  // the model section comes before train
   CHECK_FALSE(changes[0].allowed);
@@ -27,7 +27,7 @@ TEST_CASE("config_changes lists changed keys in schema order, run.* left out", "
   CHECK(changes[0].after == "3");
   CHECK(changes[1].key == "train.lr");
   CHECK(changes[1].allowed);
-  CHECK(fp8t::train::config_changes(before, before).empty());
+  CHECK(fp8t::run::config_changes(before, before).empty());
 }
 
 TEST_CASE("a resume refuses model/data/precision changes and records the allowed ones", "[run]") {
@@ -45,7 +45,7 @@ TEST_CASE("a resume refuses model/data/precision changes and records the allowed
   bad.precision = fp8t::Precision::kFp8;
   bad.data.val_fraction = 0.2;
   try {
-    fp8t::train::check_resume_config(dir, bad);
+    fp8t::run::check_resume_config(dir, bad);
     FAIL("a changed precision was accepted");
   } catch (const fp8t::Error& e) {
     CHECK(e.code() == fp8t::ExitCode::kBadInput);
@@ -55,10 +55,10 @@ TEST_CASE("a resume refuses model/data/precision changes and records the allowed
 
   ExperimentConfig ok = first;
   ok.train.steps = 400;
-  const auto changes = fp8t::train::check_resume_config(dir, ok);
+  const auto changes = fp8t::run::check_resume_config(dir, ok);
   REQUIRE(changes.size() == 1);
   CHECK(changes[0].key == "train.steps");
-  fp8t::train::record_resume_config(dir, changes, 120);
+  fp8t::run::record_resume_config(dir, changes, 120);
   const auto kept = dir.path() / "config.resume-120.yaml";
   REQUIRE(std::filesystem::exists(kept));
   std::ifstream in(kept);
@@ -80,11 +80,11 @@ TEST_CASE("a resume compares resolved configs: keys the run folder's config.yaml
   ExperimentConfig same;  // the same resolved config, as a minimal file given now resolves
   same.model.n_layer = 3;
   same.train.steps = 40;
-  CHECK(fp8t::train::check_resume_config(dir, same).empty());
+  CHECK(fp8t::run::check_resume_config(dir, same).empty());
 
   ExperimentConfig lr = same;  // a key the file left out, changed now: before is its default
   lr.train.lr = ExperimentConfig{}.train.lr * 2;
-  const auto changes = fp8t::train::check_resume_config(dir, lr);
+  const auto changes = fp8t::run::check_resume_config(dir, lr);
   REQUIRE(changes.size() == 1);
   CHECK(changes[0].key == "train.lr");
   CHECK(changes[0].allowed);
@@ -92,7 +92,7 @@ TEST_CASE("a resume compares resolved configs: keys the run folder's config.yaml
   ExperimentConfig width = same;  // a model key the file left out, changed now: refused, named
   width.model.d_model = ExperimentConfig{}.model.d_model * 2;
   try {
-    fp8t::train::check_resume_config(dir, width);
+    fp8t::run::check_resume_config(dir, width);
     FAIL("a changed model.d_model was accepted");
   } catch (const fp8t::Error& e) {
     CHECK(e.code() == fp8t::ExitCode::kBadInput);

@@ -10,7 +10,7 @@
 #include "tests/temp_dir.h"
 
 using fp8t::test::TempDir;
-using fp8t::train::RunDir;
+using fp8t::run::RunDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -194,15 +194,15 @@ TEST_CASE("write_file_atomic: temporary names fit in 255 bytes, and stale ones a
   const std::string name = std::string(246, 'w') + ".bin1";  // 251 bytes
   const fs::path target = tmp / (name + "x");
   REQUIRE(target.filename().string().size() == 252);
-  const std::string prefix = fp8t::train::temporary_prefix(target);
+  const std::string prefix = fp8t::run::temporary_prefix(target);
   REQUIRE(prefix.size() + 31 <= 255);  // with the pid (10 digits), "." and the counter (20) at their longest
   REQUIRE(prefix.rfind(".www", 0) == 0);
-  REQUIRE(prefix != fp8t::train::temporary_prefix(tmp / (name + "y")));  // the hash tells them apart
-  fp8t::train::write_text_atomic(target, "data");
+  REQUIRE(prefix != fp8t::run::temporary_prefix(tmp / (name + "y")));  // the hash tells them apart
+  fp8t::run::write_text_atomic(target, "data");
   REQUIRE(read_all(target) == "data");
   REQUIRE(TempDir::list(tmp.path()) == std::vector<std::string>{target.filename().string()});
   // A short name keeps its readable form.
-  REQUIRE(fp8t::train::temporary_prefix(tmp / "model.safetensors") == ".model.safetensors.tmp.");
+  REQUIRE(fp8t::run::temporary_prefix(tmp / "model.safetensors") == ".model.safetensors.tmp.");
 
   // Leftovers of a dead writer go; those of a live one (this process) and other files stay.
   const fs::path out = tmp / "model.safetensors";
@@ -211,7 +211,7 @@ TEST_CASE("write_file_atomic: temporary names fit in 255 bytes, and stale ones a
   touch(tmp / dead);
   touch(tmp / live);
   touch(tmp / ".other.tmp.2147483646.0");
-  REQUIRE(fp8t::train::remove_stale_temporaries(out) == std::vector<std::string>{dead});
+  REQUIRE(fp8t::run::remove_stale_temporaries(out) == std::vector<std::string>{dead});
   REQUIRE(fs::exists(tmp / live));
   REQUIRE(fs::exists(tmp / ".other.tmp.2147483646.0"));
 }
@@ -221,11 +221,11 @@ TEST_CASE("FP8TRAIN_TEST_ENOSPC fails exactly the writes of the named file, as a
   ::setenv("FP8TRAIN_TEST_ENOSPC", "summary.json", 1);
   std::string what;
   try {
-    fp8t::train::write_text_atomic(tmp / "summary.json", "{}");
+    fp8t::run::write_text_atomic(tmp / "summary.json", "{}");
   } catch (const fp8t::Error& e) {
     what = e.what();
   }
-  fp8t::train::write_text_atomic(tmp / "config.yaml", "a: 1");  // another file is written
+  fp8t::run::write_text_atomic(tmp / "config.yaml", "a: 1");  // another file is written
   ::unsetenv("FP8TRAIN_TEST_ENOSPC");
   REQUIRE_THAT(what, FP8T_CONTAINS("No space left on device"));
   REQUIRE(TempDir::list(tmp.path()) == std::vector<std::string>{"config.yaml"});  // no temporary file left

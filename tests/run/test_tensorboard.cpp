@@ -7,7 +7,7 @@
 #include "tests/catch.h"
 #include "tests/temp_dir.h"  // TempDir
 
-using namespace fp8t::train;
+using namespace fp8t::run;
 
 namespace {
 

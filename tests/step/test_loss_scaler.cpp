@@ -17,8 +17,8 @@
 #include "tests/catch.h"
 #include "tests/temp_dir.h"       // TempDir
 
-using fp8t::train::LossScaler;
-using fp8t::train::LossScalerOptions;
+using fp8t::step::LossScaler;
+using fp8t::step::LossScalerOptions;
 
 namespace {
 
@@ -82,7 +82,7 @@ TEST_CASE("loss scaler: the device check finds inf and NaN and unscales exactly"
     s.update();
     at::Tensor p = at::zeros({5}).set_requires_grad(true);
     p.mutable_grad() = g[1].clone();
-    const at::Tensor unscaled = s.unscale_norm(fp8t::train::global_grad_norm({p}));
+    const at::Tensor unscaled = s.unscale_norm(fp8t::optim::global_grad_norm({p}));
     REQUIRE(s.found_inf().item<float>() == 1.0f);
     REQUIRE_FALSE(std::isfinite(unscaled.item<float>()));
     s.update();
@@ -103,14 +103,14 @@ TEST_CASE("loss scaler: the unscale folded into AdamW gives the bits of unscalin
   auto run = [&](bool folded) {
     at::Tensor w = w0.clone().set_requires_grad(true);
     w.mutable_grad() = g.clone();
-    fp8t::train::AdamW opt({{"w", w}}, {});
+    fp8t::optim::AdamW opt({{"w", w}}, {});
     LossScaler s(LossScalerOptions{4096.0, 2.0, 0.5, 2000}, kCpu);
     if (folded) {
-      const at::Tensor norm = s.unscale_norm(fp8t::train::global_grad_norm({w}));
-      opt.step(1e-2, s.grad_divisor(fp8t::train::clip_divisor(norm, 0.5)));
+      const at::Tensor norm = s.unscale_norm(fp8t::optim::global_grad_norm({w}));
+      opt.step(1e-2, s.grad_divisor(fp8t::optim::clip_divisor(norm, 0.5)));
     } else {
       s.unscale_({w.grad()});
-      opt.step(1e-2, fp8t::train::clip_divisor(fp8t::train::global_grad_norm({w}), 0.5));
+      opt.step(1e-2, fp8t::optim::clip_divisor(fp8t::optim::global_grad_norm({w}), 0.5));
     }
     REQUIRE(s.found_inf().item<float>() == 0.0f);
     return w.detach().clone();

@@ -37,7 +37,7 @@ data::Batch fixed_batch() {
 TEST_CASE("session: steps lower the loss; phases are reported in order", "[step]") {
   const Precision precision = GENERATE(Precision::kFp32, Precision::kFp8);
   INFO("fp8 " << (precision == Precision::kFp8));
-  train::Session session(tiny(precision), at::Device(at::kCPU));
+  step::Session session(tiny(precision), at::Device(at::kCPU));
   REQUIRE((session.scaling() != nullptr) == (precision == Precision::kFp8));
   REQUIRE((session.rewrite_report().empty()) == (precision != Precision::kFp8));
   REQUIRE_THROWS_AS(session.optimizer(), Error);  // not prepared yet
@@ -75,7 +75,7 @@ TEST_CASE("session: steps lower the loss; phases are reported in order", "[step]
 }
 
 TEST_CASE("session: evaluation neither trains nor touches the FP8 state", "[step]") {
-  train::Session session(tiny(Precision::kFp8), at::Device(at::kCPU));
+  step::Session session(tiny(Precision::kFp8), at::Device(at::kCPU));
   session.prepare_training(nullptr);
   const data::Batch batch = fixed_batch();
   at::Tensor loss_sum = at::zeros({});

@@ -41,7 +41,7 @@ TEST_CASE("session: fp8.amax_update step vs microbatch (updates, weight casts)",
   const fp8::AmaxUpdate mode = GENERATE(fp8::AmaxUpdate::kStep, fp8::AmaxUpdate::kMicrobatch);
   const bool per_micro = mode == fp8::AmaxUpdate::kMicrobatch;
   INFO("amax_update " << fp8::to_string(mode));
-  train::Session session(tiny_fp8(mode), at::Device(at::kCPU));
+  step::Session session(tiny_fp8(mode), at::Device(at::kCPU));
   session.prepare_training(nullptr);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
   auto next = [&] {

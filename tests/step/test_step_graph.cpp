@@ -11,7 +11,7 @@
 #include "tests/catch.h"
 
 using namespace fp8t;
-using train::cuda_graph_fallback_reason;
+using step::cuda_graph_fallback_reason;
 
 namespace {
 
@@ -70,7 +70,7 @@ TEST_CASE("cuda graphs: a CPU session trains eagerly and says why", "[step]") {
   cfg.model.n_head = 2;
   cfg.model.seq_len = 8;
   cfg.train.micro_batch_size = 2;
-  train::Session session(cfg, at::Device(at::kCPU));
+  step::Session session(cfg, at::Device(at::kCPU));
   session.prepare_training(nullptr);
   REQUIRE_FALSE(session.cuda_graph_active());
   REQUIRE(mentions(session.cuda_graph_off_reason(), "the device is the CPU"));
@@ -79,7 +79,7 @@ TEST_CASE("cuda graphs: a CPU session trains eagerly and says why", "[step]") {
   at::Tensor loss_sum = torch::zeros({});
   std::vector<std::string> phases;
   // Past the warm-up a CUDA session would replay ("graph"); this one keeps every eager phase.
-  for (int64_t i = 0; i < train::StepGraph::kWarmupSteps + 1; ++i) {
+  for (int64_t i = 0; i < step::StepGraph::kWarmupSteps + 1; ++i) {
     phases.clear();
     session.step([&] { return batch; }, 1e-3, loss_sum, [&](const char* name) { phases.emplace_back(name); }, i + 1);
   }

@@ -62,7 +62,7 @@ struct Trace {
   int64_t skipped = 0;
 };
 
-void keep_state(train::Session& s, Trace& t) {
+void keep_state(step::Session& s, Trace& t) {
   for (const auto& [name, p] : s.model().unique_named_parameters()) t.state["model." + name] = p.detach().cpu();
   for (const auto& [k, v] : s.optimizer().state_dict()) t.state["optim." + k] = v.cpu();
   if (s.scaling()) {
@@ -79,7 +79,7 @@ void keep_state(train::Session& s, Trace& t) {
 Trace train_run(ExperimentConfig cfg, bool graphs, const std::function<int64_t(int)>& rows = {}) {
   cfg.train.cuda_graphs = graphs;
   const at::Device gpu(at::kCUDA, 0);
-  train::Session s(cfg, gpu);
+  step::Session s(cfg, gpu);
   s.prepare_training(nullptr);
   Trace t;
   int64_t drawn = 0;
@@ -235,10 +235,10 @@ TEST_CASE("cuda graphs: a capture that fails ends cleanly; the device and later 
   const at::Device gpu(at::kCUDA, 0);
   const at::Tensor x = at::ones({4}, at::TensorOptions().device(gpu));
   // A host read synchronizes the stream, which a capture forbids.
-  REQUIRE_THROWS_AS(train::CapturedGraph::capture([&] { (void)(x * 2).sum().item<float>(); }, gpu), Error);
+  REQUIRE_THROWS_AS(step::CapturedGraph::capture([&] { (void)(x * 2).sum().item<float>(); }, gpu), Error);
   REQUIRE((x * 3).sum().item<float>() == 12.0f);
   at::Tensor y;
-  const auto graph = train::CapturedGraph::capture([&] { y = x * 5; }, gpu);
+  const auto graph = step::CapturedGraph::capture([&] { y = x * 5; }, gpu);
   REQUIRE(y.defined());
   graph->replay();
   REQUIRE(y.sum().item<float>() == 20.0f);
@@ -264,7 +264,7 @@ config::LoadedConfig gpu_run(const std::string& out_dir, const std::string& name
 
 // The tensors of the run folder's checkpoint.pt.
 std::map<std::string, at::Tensor> checkpoint_of(const std::filesystem::path& dir) {
-  return train::load_checkpoint(dir / "checkpoint.pt").tensors;
+  return run::load_checkpoint(dir / "checkpoint.pt").tensors;
 }
 
 }  // namespace

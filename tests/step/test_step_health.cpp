@@ -12,7 +12,7 @@
 #include "tests/catch.h"
 
 using namespace fp8t;
-using fp8t::train::StepHealth;
+using fp8t::step::StepHealth;
 
 namespace {
 
@@ -56,7 +56,7 @@ TEST_CASE("step health: producers OR into the flag; counters track streaks", "[s
 
 TEST_CASE("step health: AdamW with found_inf = 1 changes nothing, 0 steps normally", "[step]") {
   at::Tensor w = at::randn({3, 4}).set_requires_grad(true);
-  train::AdamW opt({{"w", w}}, train::AdamWOptions{});
+  optim::AdamW opt({{"w", w}}, optim::AdamWOptions{});
   w.mutable_grad() = at::full({3, 4}, std::nanf(""));
   const at::Tensor before = w.detach().clone();
   opt.step(1e-2, at::Tensor(), scalar(1.0f));
@@ -126,7 +126,7 @@ void check_session_skips(Precision precision, const at::Device& device) {
   c.train.micro_batch_size = 2;
   c.train.grad_accum_steps = 1;
   c.train.max_skipped_steps = 2;
-  train::Session session(c, device);
+  step::Session session(c, device);
   session.prepare_training(nullptr);
   const at::Tensor t = at::randint(64, {2, 9}, at::kLong);
   const data::Batch batch{t.narrow(1, 0, 8).contiguous(), t.narrow(1, 1, 8).contiguous()};
@@ -159,7 +159,7 @@ void check_session_skips(Precision precision, const at::Device& device) {
   for (const auto& [k, v] : session.optimizer().state_dict()) REQUIRE(at::equal(v, optim_before.at(k)));
   if (session.scaling()) REQUIRE(at::equal(history_before, session.scaling()->amax_history()));
   REQUIRE(at::equal(loss_sum, sum_before));  // skipped losses stay out of the sum
-  const train::StepHealth::Counts counts = session.health().read();
+  const step::StepHealth::Counts counts = session.health().read();
   CHECK(counts.skipped == 2);
   CHECK(counts.diverged_at == 2);
 }

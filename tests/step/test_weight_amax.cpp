@@ -30,7 +30,7 @@ ExperimentConfig tiny_current() {
   return c;
 }
 
-std::vector<fp8::Fp8Linear*> fp8_linears(train::Session& s) {
+std::vector<fp8::Fp8Linear*> fp8_linears(step::Session& s) {
   std::vector<fp8::Fp8Linear*> out;
   for (const auto& m : s.model().modules(/*include_self=*/false)) {
     if (auto* l = dynamic_cast<fp8::Fp8Linear*>(m.get())) out.push_back(l);
@@ -39,7 +39,7 @@ std::vector<fp8::Fp8Linear*> fp8_linears(train::Session& s) {
 }
 
 // `steps` steps on fixed batches; returns the losses.
-std::vector<float> train_steps(train::Session& s, int steps, uint64_t seed = 5) {
+std::vector<float> train_steps(step::Session& s, int steps, uint64_t seed = 5) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto next = [&] {
     const at::Tensor t = at::randint(64, {4, 17}, gen, at::kLong);
@@ -55,7 +55,7 @@ std::vector<float> train_steps(train::Session& s, int steps, uint64_t seed = 5) 
 }
 
 // The weight slot's recorded amax of a layer (current scaling: its last recorded cast).
-float recorded_weight_amax(const train::Session& s, const fp8::Fp8Linear& l) {
+float recorded_weight_amax(const step::Session& s, const fp8::Fp8Linear& l) {
   return s.scaling()->amax_history()[0][l.slot_weight()].item<float>();
 }
 
@@ -63,9 +63,9 @@ float recorded_weight_amax(const train::Session& s, const fp8::Fp8Linear& l) {
 
 TEST_CASE("weight amax: current scaling's weight casts use AdamW's amax, with the bits of casts that make their own "
           "amax passes", "[step]") {
-  train::Session linked(tiny_current(), at::Device(at::kCPU));
+  step::Session linked(tiny_current(), at::Device(at::kCPU));
   linked.prepare_training(nullptr);
-  train::Session passes(tiny_current(), at::Device(at::kCPU));
+  step::Session passes(tiny_current(), at::Device(at::kCPU));
   passes.prepare_training(nullptr);
   const std::vector<fp8::Fp8Linear*> layers = fp8_linears(linked);
   REQUIRE(layers.size() == 8);  // 4 per block
@@ -93,7 +93,7 @@ TEST_CASE("weight amax: current scaling's weight casts use AdamW's amax, with th
 
 TEST_CASE("weight amax: the cast reads the amax AdamW left while the weight is as it wrote it, and a weight written "
           "since makes its own amax pass", "[step]") {
-  train::Session s(tiny_current(), at::Device(at::kCPU));
+  step::Session s(tiny_current(), at::Device(at::kCPU));
   s.prepare_training(nullptr);
   train_steps(s, 1);
   fp8::Fp8Linear& layer = *fp8_linears(s).front();
@@ -121,7 +121,7 @@ TEST_CASE("weight amax: delayed and block scaling link nothing", "[step]") {
   const fp8::RecipeKind kind = GENERATE(fp8::RecipeKind::kDelayed, fp8::RecipeKind::kBlock);
   ExperimentConfig c = tiny_current();
   c.fp8.kind = kind;
-  train::Session s(c, at::Device(at::kCPU));
+  step::Session s(c, at::Device(at::kCPU));
   s.prepare_training(nullptr);
   for (const fp8::Fp8Linear* l : fp8_linears(s)) CHECK_FALSE(l->known_weight_amax());
 }

@@ -15,6 +15,7 @@
 #include "tests/temp_dir.h"
 
 using fp8t::test::TempDir;
+using namespace fp8t::run;
 using namespace fp8t::train;
 
 namespace {

@@ -69,7 +69,7 @@ TEST_CASE("precision chart: fp32, bf16 and fp16 run every GEMM in the autocast d
   const Precision precision = std::array{Precision::kFp32, Precision::kBf16, Precision::kFp16}[which];
   const char* dtype = std::array{"FP32", "BF16", "FP16"}[which];
   INFO("precision " << dtype);
-  train::Session session(tiny(precision), at::Device(at::kCPU));
+  step::Session session(tiny(precision), at::Device(at::kCPU));
   const train::PrecisionChart chart = train::precision_chart(session);
   const ChartRow& compute = chart.row("compute_gemm");
   REQUIRE(compute.summary() == dtype);
@@ -95,7 +95,7 @@ TEST_CASE("precision chart: fp8 names the FP8 layers, the skipped layers and the
   ExperimentConfig cfg = tiny(Precision::kFp8);
   cfg.fp8.skip_layers = {"lm_head", "h1.mlp.c_fc"};
   cfg.fp8.override_linear_precision.wgrad = true;
-  train::Session session(cfg, at::Device(at::kCPU));
+  step::Session session(cfg, at::Device(at::kCPU));
   const train::PrecisionChart chart = train::precision_chart(session);
   const ChartRow& compute = chart.row("compute_gemm");
   REQUIRE(compute.summary() == "FP8 / FP32");  // the CPU emulation keeps the rest in FP32
@@ -122,7 +122,7 @@ TEST_CASE("precision chart: train.moments_dtype bf16 shows BF16 moments, before 
           "[train]") {
   ExperimentConfig cfg = tiny(Precision::kBf16);
   cfg.train.moments_dtype = MomentsDtype::kBf16;
-  train::Session session(cfg, at::Device(at::kCPU));
+  step::Session session(cfg, at::Device(at::kCPU));
   const train::PrecisionChart chart = train::precision_chart(session);
   REQUIRE(chart.row("optimizer_states").summary() == "BF16 + BF16");
   REQUIRE(chart.row("optimizer_states").groups.front().detail.find("train.moments_dtype bf16") != std::string::npos);
@@ -135,14 +135,14 @@ TEST_CASE("precision chart: train.moments_dtype bf16 shows BF16 moments, before 
 TEST_CASE("precision chart: HYBRID vs E4M3 formats come from the scaling slots", "[train]") {
   ExperimentConfig cfg = tiny(Precision::kFp8);
   cfg.fp8.fp8_format = fp8::RecipeFormat::kE4M3;
-  train::Session session(cfg, at::Device(at::kCPU));
+  step::Session session(cfg, at::Device(at::kCPU));
   const train::PrecisionChart chart = train::precision_chart(session);
   const ChartRow& compute = chart.row("compute_gemm");
   REQUIRE(group(compute, "FP8", "fprop E4M3 x E4M3, dgrad E4M3 x E4M3, wgrad E4M3 x E4M3").names.size() == 8);
 }
 
 TEST_CASE("precision chart: text, JSON and a planned data-parallel job", "[train]") {
-  train::Session session(tiny(Precision::kBf16), at::Device(at::kCPU));
+  step::Session session(tiny(Precision::kBf16), at::Device(at::kCPU));
   const train::PrecisionChart chart = train::precision_chart(session, /*planned_world_size=*/4);
   REQUIRE(chart.row("communication").summary() == "FP32");
   REQUIRE(chart.row("communication").groups.front().detail.find("over 4 ranks") != std::string::npos);

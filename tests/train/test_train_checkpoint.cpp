@@ -62,7 +62,7 @@ TEST_CASE("train checkpoint: current scaling resumes bit for bit and records its
   train::TrainOptions first;
   first.stop_after = 5;
   REQUIRE(train::run_training(split, first)["status"] == "stopped");
-  const auto ck = train::load_checkpoint(tmp.path() / "split" / "checkpoint.pt");
+  const auto ck = run::load_checkpoint(tmp.path() / "split" / "checkpoint.pt");
   REQUIRE(ck.meta.at("fp8_recipe") == "current");
 
   train::TrainOptions resume;

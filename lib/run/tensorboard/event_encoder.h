@@ -9,7 +9,7 @@
 #include <utility>  // std::pair
 #include <vector>   // std::vector
 
-namespace fp8t::train::tensorboard {
+namespace fp8t::run::tensorboard {
 
 // Whether this build can encode events (it was built with protobuf).
 bool encoder_available();
@@ -24,4 +24,4 @@ std::string encode_scalars(double wall_time, int64_t step, const std::vector<std
 // for later steps (a resumed run continues from its checkpoint's step).
 std::string encode_session_start(double wall_time, int64_t step);
 
-}  // namespace fp8t::train::tensorboard
+}  // namespace fp8t::run::tensorboard

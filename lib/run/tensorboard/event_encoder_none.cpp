@@ -4,7 +4,7 @@
 
 #include <stdexcept>  // std::logic_error
 
-namespace fp8t::train::tensorboard {
+namespace fp8t::run::tensorboard {
 
 bool encoder_available() { return false; }
 
@@ -16,4 +16,4 @@ std::string encode_scalars(double, int64_t, const std::vector<std::pair<std::str
 
 std::string encode_session_start(double, int64_t) { throw std::logic_error("built without protobuf"); }
 
-}  // namespace fp8t::train::tensorboard
+}  // namespace fp8t::run::tensorboard

@@ -163,7 +163,7 @@ TEST_CASE("block scaling: a tiny GPT trains on the CPU emulation and resumes bit
   train::TrainOptions first;
   first.stop_after = 5;
   REQUIRE(train::run_training(split, first)["status"] == "stopped");
-  REQUIRE(train::load_checkpoint(tmp.path() / "split" / "checkpoint.pt").meta.at("fp8_recipe") == "block");
+  REQUIRE(run::load_checkpoint(tmp.path() / "split" / "checkpoint.pt").meta.at("fp8_recipe") == "block");
   train::TrainOptions resume;
   resume.resume = true;
   REQUIRE(train::run_training(split, resume)["status"] == "completed");
