@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>  // at::zeros
 
+#include <cstdlib>  // std::getenv
+#include <cstring>  // std::strcmp
+
 #include "lib/fp8/layers/fp8_linear.h"   // fp8::Fp8Linear, fp8::KnownWeightAmax
 #include "lib/fp8/recipes/scaling.h"     // fp8::Scaling::scales_from_known_amax
 #include "lib/model/model.h"            // model::Model
@@ -12,6 +15,10 @@ namespace step {
 
 OptimizerWeightAmaxes::OptimizerWeightAmaxes(model::Model& model, const fp8::Scaling* scaling, optim::AdamW& optimizer) {
   if (scaling == nullptr || !scaling->scales_from_known_amax()) return;
+  // Measurement switch (issue 53: the link stays only if it gains >= 1% of a `current` step):
+  // FP8TRAIN_MEASURE_NO_WEIGHT_AMAX_LINK=1 leaves every layer to its own amax pass.
+  const char* off = std::getenv("FP8TRAIN_MEASURE_NO_WEIGHT_AMAX_LINK");
+  if (off != nullptr && std::strcmp(off, "1") == 0) return;
   for (const auto& m : model.modules(/*include_self=*/false)) {
     auto* layer = dynamic_cast<fp8::Fp8Linear*>(m.get());
     if (layer == nullptr) continue;
