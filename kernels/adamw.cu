@@ -9,17 +9,8 @@
 // state). The update moves 28 bytes per element with FP32 moments (p and g 4 + 4 read, p 4
 // written; m and v 4 + 4 read and written), 20 with bf16 ones: 16-byte accesses for p and g,
 // 16-byte (fp32) or 8-byte (4 bf16) ones for m and v.
-//
-// A tensor may also ask for the amax of its updated values (amaxes[i] not null): max|p| after
-// the step, NaN elements ignored and inf counted (lib/numerics/scaling_math.h amax_combine), as
-// current scaling's amax pass over the weight would compute it before the next forward's cast,
-// which then reads this value instead of reading the FP32 weight once more. The prologue zeroes
-// it; each block keeps its elements' max in a register and commits it with one atomicMax
-// (fp8_device.cuh block_amax_commit). A skipped step (found_inf) leaves the weight as it was and
-// still writes its amax (the kernel then only reads p).
 #include <stdint.h>  // uint16_t, int64_t
 
-#include "fp8_device.cuh"             // block_amax_commit
 #include "fp8t_optimizer_kernels.h"   // the C API
 #include "lib/numerics/adamw_math.h"  // fp8t::train::adamw::update_element, advance_state
 #include "packed.cuh"                 // Packed (16- and 8-byte accesses)
@@ -30,7 +21,7 @@ namespace {
 namespace adamw = fp8t::train::adamw;
 using fp8t::kern::Packed;
 
-constexpr int kMaxTensors = 48;  // keeps TensorList (3.0 KB) inside the 4 KB of kernel arguments
+constexpr int kMaxTensors = 48;  // keeps TensorList (2.6 KB) inside the 4 KB of kernel arguments
 constexpr int kThreads = 256;
 constexpr int kVec = 4;                       // elements per vector access
 constexpr int kChunk = kThreads * kVec * 4;   // elements per block: 4 vector iterations per thread
@@ -43,7 +34,6 @@ struct TensorList {
   Moment* exp_avg[kMaxTensors];
   Moment* exp_avg_sq[kMaxTensors];
   float* state[kMaxTensors];
-  float* amax[kMaxTensors];  // null: no amax asked for this tensor
   int64_t numel[kMaxTensors];
   int first_block[kMaxTensors + 1];  // blocks [first_block[i], first_block[i + 1]) update tensor i
   unsigned char vectorized[kMaxTensors];  // all four arrays aligned for the vector accesses
@@ -55,9 +45,7 @@ struct TensorList {
 template <typename Moment>
 __global__ void advance_states_kernel(TensorList<Moment> t, adamw::Constants c, const float* found_inf) {
   const int i = threadIdx.x;
-  if (i >= t.n) return;
-  if (t.amax[i] != nullptr) *t.amax[i] = 0.0f;  // before the skip: a skipped step still writes it
-  if (adamw::skip_step(found_inf)) return;
+  if (i >= t.n || adamw::skip_step(found_inf)) return;
   adamw::advance_state(t.state[i], c);
 }
 
@@ -95,82 +83,57 @@ struct MomentVector {
   }
 };
 
-// The running max of |x| (m >= 0, never NaN): fmaxf returns m for a NaN x and counts inf, so the
-// max is fp8_device.cuh's abs_bits order (amax_combine) and its bits go to block_amax_commit as
-// they are. (A float max rather than an int one keeps the kernel at 40 registers: 6 blocks per SM.)
-__device__ __forceinline__ float abs_max(float m, float x) { return fmaxf(m, fabsf(x)); }
-
 // Four consecutive elements, starting at a multiple of 4 of a vectorized tensor. The moments go
 // through float registers: update_element<float> on the widened values, then store() rounds them
-// as update_element<uint16_t> would. Returns the max of the updated values' magnitudes (NaN
-// ignored: see abs_max).
+// as update_element<uint16_t> would.
 template <typename Moment>
-__device__ __forceinline__ float update_vector(float* p, const float* g, Moment* m, Moment* v, int64_t e,
+__device__ __forceinline__ void update_vector(float* p, const float* g, Moment* m, Moment* v, int64_t e,
                                               const adamw::Constants& c, const adamw::StepScalars& s,
                                               bool has_scale, float scale) {
   Packed<16> pw = Packed<16>::load(p + e);
   const Packed<16> gw = Packed<16>::ldg(g + e);
   MomentVector mv = MomentVector::load(m + e);
   MomentVector vv = MomentVector::load(v + e);
-  float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     float pj = __uint_as_float(pw.w[j]);
     const float gj = adamw::scaled_grad(__uint_as_float(gw.w[j]), has_scale, scale);
     adamw::update_element(pj, gj, mv.f[j], vv.f[j], c, s);
     pw.w[j] = __float_as_uint(pj);
-    amax = abs_max(amax, pj);
   }
   pw.store(p + e);
   mv.store(m + e);
   vv.store(v + e);
-  return amax;
-}
-
-// A skipped step with an amax asked for: max|p| of [begin, end), p as it is.
-__device__ __forceinline__ float amax_of(const float* p, int64_t begin, int64_t end) {
-  float amax = 0.0f;
-  for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) amax = abs_max(amax, p[e]);
-  return amax;
 }
 
 template <typename Moment>
 __global__ void __launch_bounds__(kThreads) adamw_kernel(TensorList<Moment> t, adamw::Constants c, const float* lr,
                                                          float lr_value, const float* grad_scale,
                                                          const float* found_inf) {
+  if (adamw::skip_step(found_inf)) return;
   const int block = static_cast<int>(blockIdx.x);
   int i = 0;
   while (i + 1 < t.n && block >= t.first_block[i + 1]) ++i;
-  float* amax = t.amax[i];  // the same for the whole block: block_amax_commit below is reached by all
-  const bool skip = adamw::skip_step(found_inf);
-  if (skip && amax == nullptr) return;
   const int64_t begin = static_cast<int64_t>(block - t.first_block[i]) * kChunk;
   const int64_t end = begin + kChunk < t.numel[i] ? begin + kChunk : t.numel[i];
+  const adamw::StepScalars s = adamw::step_scalars(t.state[i], lr != nullptr ? *lr : lr_value, c.weight_decay);
+  const bool has_scale = grad_scale != nullptr;
+  const float scale = has_scale ? *grad_scale : 1.0f;
   float* p = t.param[i];
-  float amax_value = 0.0f;
-  if (skip) {
-    amax_value = amax_of(p, begin, end);
-  } else {
-    const adamw::StepScalars s = adamw::step_scalars(t.state[i], lr != nullptr ? *lr : lr_value, c.weight_decay);
-    const bool has_scale = grad_scale != nullptr;
-    const float scale = has_scale ? *grad_scale : 1.0f;
-    const float* g = t.grad[i];
-    Moment* m = t.exp_avg[i];
-    Moment* v = t.exp_avg_sq[i];
-    int64_t scalar_from = begin;
-    if (t.vectorized[i]) {
-      const int64_t vector_end = begin + (end - begin) / kVec * kVec;
-      for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * kVec; e < vector_end; e += kThreads * kVec) {
-        amax_value = fmaxf(amax_value, update_vector(p, g, m, v, e, c, s, has_scale, scale));
-      }
-      scalar_from = vector_end;
+  const float* g = t.grad[i];
+  Moment* m = t.exp_avg[i];
+  Moment* v = t.exp_avg_sq[i];
+  int64_t scalar_from = begin;
+  if (t.vectorized[i]) {
+    const int64_t vector_end = begin + (end - begin) / kVec * kVec;
+    for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * kVec; e < vector_end; e += kThreads * kVec) {
+      update_vector(p, g, m, v, e, c, s, has_scale, scale);
     }
-    for (int64_t e = scalar_from + threadIdx.x; e < end; e += kThreads) {
-      adamw::update_element(p[e], adamw::scaled_grad(g[e], has_scale, scale), m[e], v[e], c, s);
-      amax_value = abs_max(amax_value, p[e]);
-    }
+    scalar_from = vector_end;
   }
-  if (amax != nullptr) fp8t::kern::block_amax_commit(__float_as_int(amax_value), amax);
+  for (int64_t e = scalar_from + threadIdx.x; e < end; e += kThreads) {
+    adamw::update_element(p[e], adamw::scaled_grad(g[e], has_scale, scale), m[e], v[e], c, s);
+  }
 }
 
 }  // namespace
@@ -183,7 +146,7 @@ namespace {
 template <typename Moment>
 cudaError_t launch_adamw(const char* const fp8t_launcher_, int n_tensors, float* const* params,
                          const float* const* grads, Moment* const* exp_avgs, Moment* const* exp_avg_sqs,
-                         float* const* states, float* const* amaxes, const int64_t* numels, const float* lr,
+                         float* const* states, const int64_t* numels, const float* lr,
                          float lr_value, float beta1, float beta2, float eps, float weight_decay,
                          const float* grad_scale, const float* found_inf, cudaStream_t stream) {
   using fp8t::kern::aligned;
@@ -196,7 +159,6 @@ cudaError_t launch_adamw(const char* const fp8t_launcher_, int n_tensors, float*
   for (int i = 0; i < n_tensors; ++i) {
     FP8T_KERNEL_REQUIRE(numels[i] >= 0, "a tensor with a negative number of elements");
     FP8T_KERNEL_REQUIRE(states[i] != nullptr && aligned(states[i], 4), "a null or misaligned state");
-    FP8T_KERNEL_REQUIRE(amaxes == nullptr || aligned(amaxes[i], 4), "a misaligned amax");
     FP8T_KERNEL_REQUIRE(numels[i] == 0 || (params[i] != nullptr && grads[i] != nullptr && exp_avgs[i] != nullptr &&
                                            exp_avg_sqs[i] != nullptr),
                         "a null parameter, gradient or moment");
@@ -217,7 +179,6 @@ cudaError_t launch_adamw(const char* const fp8t_launcher_, int n_tensors, float*
       t.exp_avg[k] = exp_avgs[i];
       t.exp_avg_sq[k] = exp_avg_sqs[i];
       t.state[k] = states[i];
-      t.amax[k] = amaxes != nullptr ? amaxes[i] : nullptr;
       t.numel[k] = numels[i];
       t.vectorized[k] = aligned(params[i], 16) && aligned(grads[i], 16) && aligned(exp_avgs[i], kVec * kMomentBytes) &&
                         aligned(exp_avg_sqs[i], kVec * kMomentBytes);
@@ -240,22 +201,22 @@ cudaError_t launch_adamw(const char* const fp8t_launcher_, int n_tensors, float*
 
 extern "C" cudaError_t fp8t_adamw_fp32_moments(int n_tensors, float* const* params, const float* const* grads,
                                                float* const* exp_avgs, float* const* exp_avg_sqs,
-                                               float* const* states, float* const* amaxes, const int64_t* numels,
-                                               const float* lr, float lr_value, float beta1, float beta2, float eps,
+                                               float* const* states, const int64_t* numels, const float* lr,
+                                               float lr_value, float beta1, float beta2, float eps,
                                                float weight_decay, const float* grad_scale, const float* found_inf,
                                                cudaStream_t stream) {
   FP8T_LAUNCHER("fp8t_adamw_fp32_moments");
-  return launch_adamw(fp8t_launcher_, n_tensors, params, grads, exp_avgs, exp_avg_sqs, states, amaxes, numels, lr,
-                      lr_value, beta1, beta2, eps, weight_decay, grad_scale, found_inf, stream);
+  return launch_adamw(fp8t_launcher_, n_tensors, params, grads, exp_avgs, exp_avg_sqs, states, numels, lr, lr_value,
+                      beta1, beta2, eps, weight_decay, grad_scale, found_inf, stream);
 }
 
 extern "C" cudaError_t fp8t_adamw_bf16_moments(int n_tensors, float* const* params, const float* const* grads,
                                                uint16_t* const* exp_avgs, uint16_t* const* exp_avg_sqs,
-                                               float* const* states, float* const* amaxes, const int64_t* numels,
-                                               const float* lr, float lr_value, float beta1, float beta2, float eps,
+                                               float* const* states, const int64_t* numels, const float* lr,
+                                               float lr_value, float beta1, float beta2, float eps,
                                                float weight_decay, const float* grad_scale, const float* found_inf,
                                                cudaStream_t stream) {
   FP8T_LAUNCHER("fp8t_adamw_bf16_moments");
-  return launch_adamw(fp8t_launcher_, n_tensors, params, grads, exp_avgs, exp_avg_sqs, states, amaxes, numels, lr,
-                      lr_value, beta1, beta2, eps, weight_decay, grad_scale, found_inf, stream);
+  return launch_adamw(fp8t_launcher_, n_tensors, params, grads, exp_avgs, exp_avg_sqs, states, numels, lr, lr_value,
+                      beta1, beta2, eps, weight_decay, grad_scale, found_inf, stream);
 }

@@ -21,23 +21,20 @@ extern "C" {
 //   grads[i]       float32 [numels[i]] (read only)
 //   exp_avgs[i], exp_avg_sqs[i]  float32, or bfloat16 bits, [numels[i]], updated in place
 //   states[i]      float32 [3] = {t, beta1^t, beta2^t}, advanced by one step first
-//   amaxes[i]      float32 [1], or null (amaxes itself may be null: none): set to max|params[i]|
-//                  after the step (NaN elements ignored, inf counted, as current scaling's amax
-//                  pass), also when found_inf skips the step (then of the unchanged values)
 // Any element alignment (16-byte vector accesses per tensor when its four arrays allow them).
 // lr: float32 on the device, or null to use lr_value. grad_scale (nullable): every gradient is
-// divided by it. found_inf (nullable): when it holds 1.0 nothing but the amaxes is written.
+// divided by it. found_inf (nullable): when it holds 1.0 nothing is written (states included).
 // beta1, beta2, eps and weight_decay are the options rounded to float32. Tensors beyond one
 // launch's capacity go to further launches (two per up to 48 tensors); numels[i] == 0 only
 // advances the state.
 cudaError_t fp8t_adamw_fp32_moments(int n_tensors, float* const* params, const float* const* grads,
                                     float* const* exp_avgs, float* const* exp_avg_sqs, float* const* states,
-                                    float* const* amaxes, const int64_t* numels, const float* lr, float lr_value,
-                                    float beta1, float beta2, float eps, float weight_decay, const float* grad_scale,
-                                    const float* found_inf, cudaStream_t stream);
+                                    const int64_t* numels, const float* lr, float lr_value, float beta1, float beta2,
+                                    float eps, float weight_decay, const float* grad_scale, const float* found_inf,
+                                    cudaStream_t stream);
 cudaError_t fp8t_adamw_bf16_moments(int n_tensors, float* const* params, const float* const* grads,
                                     uint16_t* const* exp_avgs, uint16_t* const* exp_avg_sqs,
-                                    float* const* states, float* const* amaxes, const int64_t* numels, const float* lr,
+                                    float* const* states, const int64_t* numels, const float* lr,
                                     float lr_value, float beta1, float beta2, float eps, float weight_decay,
                                     const float* grad_scale, const float* found_inf, cudaStream_t stream);
 

@@ -4,12 +4,10 @@
 #include <ATen/Parallel.h>         // at::parallel_for
 #include <ATen/record_function.h>  // RECORD_FUNCTION
 
-#include <cmath>    // std::fabs
 #include <cstdint>  // int64_t, uint16_t
 
-#include "lib/numerics/scaling_math.h"  // fp8::amax_combine
-#include "lib/numerics/adamw_math.h"    // train::adamw::update_element, advance_state, step_scalars
-#include "lib/util/error.h"             // FP8T_CHECK
+#include "lib/numerics/adamw_math.h"  // train::adamw::update_element, advance_state, step_scalars
+#include "lib/util/error.h"           // FP8T_CHECK
 
 namespace fp8t::optim {
 namespace {
@@ -39,28 +37,6 @@ void check_batch(const AdamWBatch& b) {
                    b.states[i].is_contiguous(),
                "AdamW: the state of parameter ", i, " is not float32 [3]");
   }
-  FP8T_CHECK(b.amaxes.empty() || b.amaxes.size() == n, "AdamW: ", b.amaxes.size(), " amaxes for ", n,
-             " parameters");
-  for (size_t i = 0; i < b.amaxes.size(); ++i) {
-    const at::Tensor& a = b.amaxes[i];
-    FP8T_CHECK(!a.defined() || (a.scalar_type() == at::kFloat && a.numel() == 1 && a.is_contiguous() &&
-                                a.device() == b.params[i].device()),
-               "AdamW: the amax of parameter ", i, " is not one float32 on its device");
-  }
-}
-
-// The amax tensor of parameter i, or undefined.
-at::Tensor amax_of(const AdamWBatch& b, size_t i) { return b.amaxes.empty() ? at::Tensor() : b.amaxes[i]; }
-
-// max|p| over n elements, NaN ignored (amax_combine: the order does not change the result).
-float abs_max(const float* p, int64_t n) {
-  return at::parallel_reduce(
-      0, n, 1 << 14, 0.0f,
-      [&](int64_t begin, int64_t end, float m) {
-        for (int64_t e = begin; e < end; ++e) m = fp8::amax_combine(m, std::fabs(p[e]));
-        return m;
-      },
-      [](float a, float b) { return fp8::amax_combine(a, b); });
 }
 
 // The moments of parameter i as Moment* (float, or uint16_t bf16 bits).
@@ -77,14 +53,7 @@ Moment* moments_of(const at::Tensor& t) {
 // element's result independent of the split).
 template <typename Moment>
 void step_cpu(const AdamWBatch& b, const AdamWStepArgs& a) {
-  if (a.found_inf.defined() && host_value(a.found_inf) == 1.0f) {  // train::adamw::skip_step: the amaxes alone
-    for (size_t i = 0; i < b.params.size(); ++i) {
-      if (const at::Tensor amax = amax_of(b, i); amax.defined()) {
-        amax.fill_(abs_max(b.params[i].data_ptr<float>(), b.params[i].numel()));
-      }
-    }
-    return;
-  }
+  if (a.found_inf.defined() && host_value(a.found_inf) == 1.0f) return;  // train::adamw::skip_step
   const train::adamw::Constants c = train::adamw::make_constants(a.beta1, a.beta2, a.eps, a.weight_decay);
   const float lr = a.lr.defined() ? host_value(a.lr) : a.lr_value;
   const bool has_scale = a.grad_scale.defined();
@@ -102,7 +71,6 @@ void step_cpu(const AdamWBatch& b, const AdamWStepArgs& a) {
         train::adamw::update_element(p[e], train::adamw::scaled_grad(g[e], has_scale, scale), m[e], v[e], c, s);
       }
     });
-    if (const at::Tensor amax = amax_of(b, i); amax.defined()) amax.fill_(abs_max(p, b.params[i].numel()));
   }
 }
 

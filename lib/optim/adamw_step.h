@@ -19,11 +19,6 @@ struct AdamWBatch {
   std::vector<at::Tensor> exp_avgs;     // float32 or bfloat16 (all alike) contiguous, updated in place
   std::vector<at::Tensor> exp_avg_sqs;  // the exp_avgs' dtype, contiguous, updated in place
   std::vector<at::Tensor> states;       // float32 [3] = {t, beta1^t, beta2^t} (adamw_math.h)
-  // Optional: empty, or one entry per parameter, each undefined (none) or a float32 tensor of one
-  // element on the parameter's device, set to max|param| after the step (NaN ignored, inf
-  // counted: lib/numerics/scaling_math.h amax_combine), also when found_inf skips the step. What
-  // current scaling's amax pass over the weight would give, computed while AdamW writes it.
-  std::vector<at::Tensor> amaxes;
 };
 
 struct AdamWStepArgs {

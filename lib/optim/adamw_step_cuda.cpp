@@ -29,7 +29,7 @@ void adamw_multi_tensor_step_cuda(const AdamWBatch& b, const AdamWStepArgs& a) {
   const c10::cuda::CUDAGuard guard(device);
   const size_t n = b.params.size();
   const bool bf16 = b.exp_avgs.front().scalar_type() == at::kBFloat16;
-  std::vector<float*> params(n), states(n), exp_avgs(n), exp_avg_sqs(n), amaxes(n, nullptr);
+  std::vector<float*> params(n), states(n), exp_avgs(n), exp_avg_sqs(n);
   std::vector<uint16_t*> exp_avgs_bf16(n), exp_avg_sqs_bf16(n);
   std::vector<const float*> grads(n);
   std::vector<int64_t> numels(n);
@@ -47,7 +47,6 @@ void adamw_multi_tensor_step_cuda(const AdamWBatch& b, const AdamWStepArgs& a) {
       exp_avg_sqs[i] = b.exp_avg_sqs[i].data_ptr<float>();
     }
     states[i] = b.states[i].data_ptr<float>();
-    if (!b.amaxes.empty() && b.amaxes[i].defined()) amaxes[i] = b.amaxes[i].data_ptr<float>();
     numels[i] = b.params[i].numel();
   }
   at::Tensor lr_keep, scale_keep, inf_keep;
@@ -58,15 +57,13 @@ void adamw_multi_tensor_step_cuda(const AdamWBatch& b, const AdamWStepArgs& a) {
   const int count = static_cast<int>(n);
   if (bf16) {
     FP8T_KERNEL_CHECK(fp8t_adamw_bf16_moments(count, params.data(), grads.data(), exp_avgs_bf16.data(),
-                                              exp_avg_sqs_bf16.data(), states.data(), amaxes.data(), numels.data(),
-                                              lr, a.lr_value, a.beta1, a.beta2, a.eps, a.weight_decay, grad_scale,
-                                              found_inf, stream),
+                                              exp_avg_sqs_bf16.data(), states.data(), numels.data(), lr, a.lr_value,
+                                              a.beta1, a.beta2, a.eps, a.weight_decay, grad_scale, found_inf, stream),
                       "AdamW with bf16 moments over ", n, " tensors");
   } else {
     FP8T_KERNEL_CHECK(fp8t_adamw_fp32_moments(count, params.data(), grads.data(), exp_avgs.data(),
-                                              exp_avg_sqs.data(), states.data(), amaxes.data(), numels.data(),
-                                              lr, a.lr_value, a.beta1, a.beta2, a.eps, a.weight_decay, grad_scale,
-                                              found_inf, stream),
+                                              exp_avg_sqs.data(), states.data(), numels.data(), lr, a.lr_value,
+                                              a.beta1, a.beta2, a.eps, a.weight_decay, grad_scale, found_inf, stream),
                       "AdamW with fp32 moments over ", n, " tensors");
   }
 }

@@ -120,24 +120,10 @@ bool AdamW::needs_master_copy(const at::Tensor& param) {
   return param.scalar_type() != kStateDtype || !param.is_contiguous();
 }
 
-bool AdamW::track_abs_max(const at::Tensor& param, const at::Tensor& amax, std::function<void()> updated) {
-  for (Slot& s : slots_) {
-    if (!s.param.is_same(param)) continue;
-    if (sharded_ || s.separate_master) return false;
-    FP8T_CHECK(amax.defined() && amax.scalar_type() == at::kFloat && amax.numel() == 1 && amax.is_contiguous() &&
-                   amax.device() == s.master.device(),
-               "AdamW: the amax of '", s.name, "' must be one float32 on its device");
-    s.amax = amax;
-    s.amax_updated = std::move(updated);
-    return true;
-  }
-  return false;
-}
-
 struct AdamW::Group {
   at::Device device;
   bool decay;
-  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, bias_states, amaxes;
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, bias_states;
   std::vector<const Slot*> slots;
 };
 
@@ -160,7 +146,7 @@ std::vector<AdamW::Group> AdamW::groups() const {
       if (candidate.device == s.master.device() && candidate.decay == s.decay) group = &candidate;
     }
     if (group == nullptr) {
-      groups.push_back(Group{s.master.device(), s.decay, {}, {}, {}, {}, {}, {}, {}});
+      groups.push_back(Group{s.master.device(), s.decay, {}, {}, {}, {}, {}, {}});
       group = &groups.back();
     }
     group->params.push_back(s.master);
@@ -168,7 +154,6 @@ std::vector<AdamW::Group> AdamW::groups() const {
     group->exp_avgs.push_back(s.exp_avg);
     group->exp_avg_sqs.push_back(s.exp_avg_sq);
     group->bias_states.push_back(s.bias_state);
-    group->amaxes.push_back(s.amax);
     group->slots.push_back(&s);
   }
   return groups;
@@ -191,7 +176,6 @@ void AdamW::update(const double* lr, const at::Tensor& lr_tensor, const at::Tens
     update_group(group, lr, lr_tensor, grad_scale, found_inf);
     for (const Slot* s : group.slots) {
       if (s->separate_master) s->param.copy_(s->master);
-      if (s->amax_updated) s->amax_updated();
     }
   }
 }
@@ -209,7 +193,7 @@ void AdamW::update_group(const Group& group, const double* lr, const at::Tensor&
   step.grad_scale = grad_scale;
   step.found_inf = found_inf;
   adamw_multi_tensor_step(
-      AdamWBatch{group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, group.bias_states, group.amaxes}, step);
+      AdamWBatch{group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, group.bias_states}, step);
 }
 
 void AdamW::zero_grad(bool set_to_none) {

@@ -30,7 +30,6 @@
 #pragma once
 
 #include <cstdint>     // int64_t
-#include <functional>  // std::function
 #include <map>         // std::map
 #include <string>   // std::string
 #include <utility>  // std::pair
@@ -98,15 +97,6 @@ class AdamW {
   // float(lr) gives the same bits as step(lr).
   void step(const at::Tensor& lr, const at::Tensor& grad_scale = at::Tensor(), const at::Tensor& found_inf = at::Tensor());
 
-  // Asks every later step to write max|param| into `amax` (a float32 tensor of one element on
-  // the parameter's device; NaN elements ignored, inf counted: lib/numerics/scaling_math.h
-  // amax_combine), computed by the update as it writes the parameter, also when found_inf skips
-  // the step: what current scaling's amax pass over that weight would find before the next cast.
-  // `updated` (optional) runs on the host after each step() that wrote it. Only for a parameter
-  // this optimizer updates whole and in place (not sharded, no separate master copy): returns
-  // false and asks for nothing otherwise. `param` is matched by tensor (a tied parameter is one).
-  bool track_abs_max(const at::Tensor& param, const at::Tensor& amax, std::function<void()> updated = {});
-
   // set_to_none: grads become undefined (the default, as torch.optim); else zeroed in place.
   void zero_grad(bool set_to_none = true);
 
@@ -159,8 +149,6 @@ class AdamW {
     bool separate_master = false;
     ParamRange range;      // of the flattened parameter; all of it unless sharded
     at::Tensor shard_grad;  // sharded: the gradient of `range` kept outside .grad (flat), if given
-    at::Tensor amax;        // track_abs_max: max|master| after each update, if asked for
-    std::function<void()> amax_updated;
     at::Tensor grad() const;  // the gradient of `range`, as the parameter's shape unless sharded
   };
   struct Group;  // the parameters of one update (optimizer.cpp)

@@ -19,7 +19,6 @@
 #include "lib/dist/launch.h"                  // dist::launch_info_from_environment
 #include "lib/config/parallel_layout.h"       // ParallelLayout
 #include "lib/step/step_health.h"             // StepHealth
-#include "lib/step/weight_amax.h"             // OptimizerWeightAmaxes
 #include "lib/util/error.h"                   // FP8T_CHECK
 #include "lib/util/memory.h"                  // release_cached_memory
 #include "lib/util/torch_compat.h"            // compat::AutocastGuard
@@ -174,7 +173,6 @@ void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
     allocate_training_state(std::move(comm));
   } catch (const c10::OutOfMemoryError& e) {
     const ParallelLayout layout = job_layout(cfg_, comm_.get());
-    weight_amaxes_.reset();
     opt_.reset();
     grad_sync_.reset();
     if (sharded_) model_->set_unit_hooks(nullptr);
@@ -213,8 +211,6 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
   } else {
     opt_ = std::make_unique<optim::AdamW>(model_->unique_named_parameters(), optim::AdamWOptions::from(cfg_.train));
   }
-  // Current scaling: each FP8 weight's amax from the AdamW kernel that writes it.
-  weight_amaxes_ = std::make_unique<OptimizerWeightAmaxes>(*model_, scaling_.get(), *opt_);
   health_ = std::make_unique<StepHealth>(device_, std::max<int64_t>(cfg_.train.max_skipped_steps, 1));
   set_up_cuda_graph();
 }
@@ -283,7 +279,7 @@ at::Tensor Session::graph_step(const std::function<data::Batch()>& next_batch, d
   if (scaling_) scaling_->end_micro_batch(/*last_of_step=*/true, health_->found_inf());
   health_->end_step(step_number);
   loss_sum += out.applied_loss;
-  bump_parameter_versions(/*replayed=*/true);
+  bump_parameter_versions();
   if (mark) mark("graph");
   return out.grad_norm.clone();  // the graph's own tensor is overwritten by the next replay
 }
@@ -390,20 +386,13 @@ void Session::drop_graph(const std::string& why) {
   // A failed capture executed nothing but left a step's host state: gradients in the graph's
   // pool and FP8 weight copies cached for the current weight versions (never written).
   opt_->zero_grad();
-  bump_parameter_versions(/*replayed=*/false);
+  bump_parameter_versions();
   graph_.reset();  // the graph and its memory pool
   release_cached_memory(device_);
 }
 
-void Session::bump_parameter_versions(bool replayed) {
-  const auto bump = [this] {
-    for (const at::Tensor& p : params_) p.unsafeGetTensorImpl()->bump_version();
-  };
-  if (replayed && weight_amaxes_) {
-    weight_amaxes_->keep_current_across(bump);
-  } else {
-    bump();  // a failed capture: its AdamW never ran; the casts make their own amax passes once
-  }
+void Session::bump_parameter_versions() {
+  for (const at::Tensor& p : params_) p.unsafeGetTensorImpl()->bump_version();
 }
 
 at::Tensor Session::eval_loss_sum(const std::function<data::Batch(int64_t)>& batch, int64_t batches) {

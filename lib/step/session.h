@@ -36,7 +36,6 @@ class AdamW;
 namespace step {
 
 class LossScaler;
-class OptimizerWeightAmaxes;
 class StepHealth;
 
 class Session {
@@ -143,9 +142,8 @@ class Session {
   void set_up_cuda_graph();
   // Drops the graph for good (logged with `why`) and undoes what a failed capture left on the host.
   void drop_graph(const std::string& why);
-  // What an in-place optimizer step does to the version counters, for a replayed one; with
-  // `replayed`, the weight amaxes its AdamW wrote stay current (lib/step/weight_amax.h).
-  void bump_parameter_versions(bool replayed);
+  // What an in-place optimizer step does to the version counters, for a replayed one.
+  void bump_parameter_versions();
 
   ExperimentConfig cfg_;
   c10::Device device_;
@@ -157,7 +155,6 @@ class Session {
   c10::ScalarType autocast_dtype_;
   std::vector<at::Tensor> params_;
   std::unique_ptr<optim::AdamW> opt_;
-  std::unique_ptr<OptimizerWeightAmaxes> weight_amaxes_;  // after opt_ and model_: goes first
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::GradientSync> grad_sync_;
   std::shared_ptr<dist::FullyShardedModel> sharded_;  // also the model's unit hooks

@@ -334,10 +334,6 @@ const Fp8Tensor& Fp8Linear::weight_fp8(bool record, bool rowwise, bool columnwis
   opt.rowwise = rowwise;
   opt.columnwise = columnwise;
   opt.record = record;
-  const KnownWeightAmax* known = known_weight_amax_.get();
-  if (known != nullptr && known->weight_version == version) {
-    opt.known_amax = known->amax;
-  }
   c.fp8 = scaling_->quantize(slot_weight_, CastSource::tensor(weight.detach()), opt);
   c.weight_version = version;
   c.update_count = scaling_->weight_epoch();

@@ -64,17 +64,6 @@ struct Fp8LinearGradState : torch::CustomClassHolder {
   bool takes_fp8_grad_only() const;
 };
 
-// The amax of a weight as the code that last wrote it computed it (the optimizer: AdamW's
-// track_abs_max, lib/optim/optimizer.h), for recipes whose scale follows from an amax alone
-// (Scaling::scales_from_known_amax: current scaling). `amax` (0-d float32 on the weight's device)
-// holds max|weight| while the weight's version counter is `weight_version`; the writer sets that
-// after each update, and any other in-place change of the weight (a checkpoint loaded into it)
-// moves the counter on, so a stale amax is never used.
-struct KnownWeightAmax {
-  at::Tensor amax;
-  int64_t weight_version = -1;
-};
-
 class Fp8Linear : public model::UnaryModule {
  public:
   // Shares src's weight and bias (same tensors, same parameter names). Registers the slots
@@ -111,14 +100,8 @@ class Fp8Linear : public model::UnaryModule {
   const c10::intrusive_ptr<Fp8LinearGradState>& grad_state() const { return grad_; }
   bool has_bias() const { return bias.defined(); }
 
-  // The weight in FP8, cast at most once per (weight version, scaling update). With a current
-  // known amax (set_known_weight_amax) the cast takes its scale from it: no amax pass over the
-  // FP32 weight, the same codes.
+  // The weight in FP8, cast at most once per (weight version, scaling update).
   const Fp8Tensor& weight_fp8(bool record, bool rowwise, bool columnwise);
-  // Null (the default): every weight cast under current scaling makes its own amax pass. Linked
-  // only under a recipe that scales from an amax alone (the others' casts ignore a known amax).
-  void set_known_weight_amax(std::shared_ptr<KnownWeightAmax> known) { known_weight_amax_ = std::move(known); }
-  const std::shared_ptr<KnownWeightAmax>& known_weight_amax() const { return known_weight_amax_; }
   // The cached FP8 weight as it stands (tests: which layouts the cache holds).
   const Fp8Tensor& cached_weight() const { return weight_cache_.fp8; }
 
@@ -171,7 +154,6 @@ class Fp8Linear : public model::UnaryModule {
   c10::intrusive_ptr<Fp8LinearGradState> grad_;
   bool recast_input_columnwise_ = false;
   bool transpose_weight_ = false;
-  std::shared_ptr<KnownWeightAmax> known_weight_amax_;
 
   struct WeightCache {
     Fp8Tensor fp8;
