@@ -153,14 +153,15 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   if (run.recipe) r.recipe = fp8::to_string(*run.recipe);
   r.world_size = options.launch.world_size;
   r.tokens_per_step = cfg.train.micro_batch_size * cfg.model.seq_len * options.micro_batches * r.world_size;
-  r.memory = plan::estimate_training_memory(cfg, ParallelLayout::of(cfg.dist, options.launch.rank, r.world_size));
+  const ParallelLayout layout = ParallelLayout::of(cfg.dist, options.launch.rank, r.world_size);
+  r.memory = plan::estimate_training_memory(cfg, layout);
 
   release_cached_memory(device);
   reset_peak_memory(device);
   // CPU: the row's peak counts what the row added to the resident set (LibTorch's code and what
   // the process holds anyway are left out), as the GPU's allocator peak does.
   const int64_t baseline = device.is_cpu() ? resident_memory_bytes() : 0;
-  step::Session session(cfg, device);
+  step::Session session(cfg, device, layout);
   session.prepare_training(comm);
   r.fp8_rewrite = session.rewrite_report();
   const double flops_per_token = session.model().flops_per_token();

@@ -17,7 +17,6 @@
 #include "lib/optim/optimizer.h"              // AdamW
 #include "lib/plan/resources.h"               // throw_out_of_memory, maybe_inject_out_of_memory
 #include "lib/dist/launch.h"                  // dist::launch_info_from_environment
-#include "lib/config/parallel_layout.h"       // ParallelLayout
 #include "lib/step/step_health.h"             // StepHealth
 #include "lib/util/error.h"                   // FP8T_CHECK
 #include "lib/util/memory.h"                  // release_cached_memory
@@ -52,22 +51,6 @@ optim::ShardRanges shard_ranges(const model::Model& net, const dist::GradientSyn
     grads[named.at(seg.param).first] = seg.grad;
   }
   return ranges;
-}
-
-// The layout of this job as torchrun describes it (one process alone), for the memory estimate
-// of an out-of-memory message before the communicator exists.
-ParallelLayout launched_layout(const ExperimentConfig& cfg) {
-  try {
-    const dist::LaunchInfo launch = dist::launch_info_from_environment();
-    return ParallelLayout::of(cfg.dist, launch.rank, launch.world_size);
-  } catch (const Error&) {
-    return ParallelLayout::of(cfg.dist);
-  }
-}
-
-// cfg.dist on the communicator's ranks (one process without one).
-ParallelLayout job_layout(const ExperimentConfig& cfg, const dist::Communicator* comm) {
-  return comm ? ParallelLayout::of(cfg.dist, comm->rank(), comm->world_size()) : ParallelLayout::of(cfg.dist);
 }
 
 // Processes per node (LOCAL_WORLD_SIZE) of a job of `world` ranks: hybrid sharding's groups.
@@ -110,15 +93,27 @@ class AutocastCacheOff {
 
 }  // namespace
 
-Session::Session(const ExperimentConfig& cfg, const c10::Device& device) : Session(cfg, device, nullptr) {}
+Session::Session(const ExperimentConfig& cfg, const c10::Device& device)
+    : Session(cfg, device, nullptr, ParallelLayout::of(cfg.dist)) {}
+
+Session::Session(const ExperimentConfig& cfg, const c10::Device& device, const ParallelLayout& layout)
+    : Session(cfg, device, nullptr, layout) {}
 
 Session::Session(const ExperimentConfig& cfg, const c10::Device& device, std::shared_ptr<model::Model> model)
-    : cfg_(cfg), device_(device), model_(std::move(model)), autocast_dtype_(autocast_dtype_for(cfg, device)) {
+    : Session(cfg, device, std::move(model), ParallelLayout::of(cfg.dist)) {}
+
+Session::Session(const ExperimentConfig& cfg, const c10::Device& device, std::shared_ptr<model::Model> model,
+                 const ParallelLayout& layout)
+    : cfg_(cfg),
+      device_(device),
+      layout_(layout),
+      model_(std::move(model)),
+      autocast_dtype_(autocast_dtype_for(cfg, device)) {
   try {
     build();
   } catch (const c10::OutOfMemoryError& e) {  // exit 2 with the estimate and the levers, no trace
     model_.reset();
-    plan::throw_out_of_memory(cfg_, launched_layout(cfg_), "building the model", e.what_without_backtrace());
+    plan::throw_out_of_memory(cfg_, layout_, "building the model", e.what_without_backtrace());
   }
 }
 
@@ -169,16 +164,25 @@ const optim::AdamW& Session::optimizer() const {
 
 void Session::prepare_training(std::shared_ptr<dist::Communicator> comm) {
   FP8T_CHECK(!opt_, "Session::prepare_training called twice");
+  if (comm) join_layout(*comm);
   try {
     allocate_training_state(std::move(comm));
   } catch (const c10::OutOfMemoryError& e) {
-    const ParallelLayout layout = job_layout(cfg_, comm_.get());
     opt_.reset();
     grad_sync_.reset();
     if (sharded_) model_->set_unit_hooks(nullptr);
     sharded_.reset();
-    plan::throw_out_of_memory(cfg_, layout, "allocating the gradients and the optimizer state", e.what_without_backtrace());
+    plan::throw_out_of_memory(cfg_, layout_, "allocating the gradients and the optimizer state",
+                              e.what_without_backtrace());
   }
+}
+
+void Session::join_layout(const dist::Communicator& comm) {
+  FP8T_CHECK(!layout_.is_distributed() || (layout_.rank == comm.rank() && layout_.world_size == comm.world_size()),
+             "Session: built for rank ", layout_.rank, " of ", layout_.world_size, ", prepared on rank ", comm.rank(),
+             " of ", comm.world_size());
+  layout_.rank = comm.rank();
+  layout_.world_size = comm.world_size();
 }
 
 void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) {
@@ -189,12 +193,11 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
       comm_->broadcast(params_, 0);  // identical starting weights whatever each rank's RNG did
     }
     const auto bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * 1024.0 * 1024.0);
-    const ParallelLayout layout = job_layout(cfg_, comm_.get());
-    if (layout.shards_weights()) {
+    if (layout_.shards_weights()) {
       shard_model();
     } else {
       grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1),
-                                                        /*shard=*/layout.shards_optimizer_state());
+                                                        /*shard=*/layout_.shards_optimizer_state());
     }
     if (scaling_ && cfg_.fp8.reduce_amax) {  // fp8.reduce_amax false: every rank keeps its own scales
       dist::Communicator* c = comm_.get();
@@ -237,8 +240,7 @@ at::Tensor Session::step(const std::function<data::Batch()>& next_batch, double 
     plan::maybe_inject_out_of_memory("step");
     return train_step(next_batch, lr, loss_sum, mark, step_number);
   } catch (const c10::OutOfMemoryError& e) {
-    plan::throw_out_of_memory(cfg_, job_layout(cfg_, comm_.get()), "running the first training step",
-                              e.what_without_backtrace());
+    plan::throw_out_of_memory(cfg_, layout_, "running the first training step", e.what_without_backtrace());
   }
 }
 

@@ -11,9 +11,10 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
-#include "lib/config/experiment.h"  // ExperimentConfig
-#include "lib/data/dataset.h"       // data::Batch
-#include "lib/step/step_graph.h"    // StepGraph, StepOutputs
+#include "lib/config/experiment.h"       // ExperimentConfig
+#include "lib/config/parallel_layout.h"  // ParallelLayout
+#include "lib/data/dataset.h"            // data::Batch
+#include "lib/step/step_graph.h"         // StepGraph, StepOutputs
 
 namespace fp8t {
 namespace dist {
@@ -44,10 +45,16 @@ class Session {
   // it onto FP8 modules (the rewrite report is kept for printing). Running out of memory here,
   // in prepare_training or in the first step() throws fp8t::Error kBadInput with the memory
   // estimate and the levers (lib/plan/resources.h throw_out_of_memory).
+  // `layout`: this process's place in the job as the caller resolved it (TrainingJob::layout);
+  // without one, one process alone (ParallelLayout::of(cfg.dist)), whose rank and ranks a
+  // communicator given to prepare_training then sets. The memory estimates are per rank of it.
   Session(const ExperimentConfig& cfg, const c10::Device& device);
+  Session(const ExperimentConfig& cfg, const c10::Device& device, const ParallelLayout& layout);
   // The same around a model built elsewhere (on the CPU, not yet rewritten; e.g. a family the
   // config cannot name, in tests): `cfg.model` then only sizes the memory estimates.
   Session(const ExperimentConfig& cfg, const c10::Device& device, std::shared_ptr<model::Model> model);
+  Session(const ExperimentConfig& cfg, const c10::Device& device, std::shared_ptr<model::Model> model,
+          const ParallelLayout& layout);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -55,7 +62,8 @@ class Session {
   // Allocates the optimizer state. With a communicator (a data-parallel job): copies rank 0's
   // parameters to every rank, makes gradients bucket views that are averaged during the
   // backward (dist.zero 3: shards the model instead, lib/dist/fully_sharded.h), and reduces the
-  // FP8 amaxes with MAX before each scale update (unless fp8.reduce_amax is false).
+  // FP8 amaxes with MAX before each scale update (unless fp8.reduce_amax is false). A layout
+  // given for several ranks must be the communicator's (rank and ranks; fp8t::Error otherwise).
   void prepare_training(std::shared_ptr<dist::Communicator> comm);
 
   // One optimizer step: train.grad_accum_steps micro-batches drawn from `next_batch` (forward
@@ -85,6 +93,8 @@ class Session {
 
   const ExperimentConfig& config() const { return cfg_; }
   const c10::Device& device() const { return device_; }
+  // The layout given (above), with the communicator's rank and ranks once prepare_training ran.
+  const ParallelLayout& layout() const { return layout_; }
   model::Model& model() { return *model_; }
   const model::Model& model() const { return *model_; }
   fp8::Scaling* scaling() const { return scaling_.get(); }  // the recipe's state; null unless fp8
@@ -144,9 +154,12 @@ class Session {
   void drop_graph(const std::string& why);
   // What an in-place optimizer step does to the version counters, for a replayed one.
   void bump_parameter_versions();
+  // prepare_training: `comm`'s rank and ranks in layout_ (checked against a layout for several).
+  void join_layout(const dist::Communicator& comm);
 
   ExperimentConfig cfg_;
   c10::Device device_;
+  ParallelLayout layout_;
   std::shared_ptr<model::Model> model_;
   std::shared_ptr<fp8::Scaling> scaling_;
   std::string rewrite_report_;

@@ -89,7 +89,8 @@ TrainingJob setup_job(const config::LoadedConfig& loaded, const TrainOptions& op
   FP8T_INPUT_CHECK(dataset.vocab_size_needed() <= cfg.model.vocab_size, "the data uses token ids up to ",
                    dataset.vocab_size_needed() - 1, " but model.vocab_size is ", cfg.model.vocab_size);
 
-  TrainingJob run{cfg, options, device, mode, std::move(dataset), std::make_unique<step::Session>(cfg, device), nullptr, layout};
+  auto session = std::make_unique<step::Session>(cfg, device, layout);
+  TrainingJob run{cfg, options, device, mode, std::move(dataset), std::move(session), nullptr, layout};
   run.tokens_per_step =
       cfg.train.micro_batch_size * cfg.model.seq_len * cfg.train.grad_accum_steps * launch.world_size;
   log_plan(run);

@@ -4,9 +4,13 @@
 
 #include <torch/torch.h>  // torch::NoGradGuard
 
+#include <cstdlib>  // setenv, unsetenv
+#include <string>   // std::string
+
 #include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
 #include "lib/model/gpt.h"                    // model::Gpt
 #include "lib/optim/optimizer.h"              // AdamW
+#include "lib/plan/resources.h"               // plan::estimate_training_memory
 #include "lib/util/error.h"                   // fp8t::Error
 #include "tests/catch.h"
 
@@ -89,4 +93,32 @@ TEST_CASE("session: evaluation neither trains nor touches the FP8 state", "[step
   REQUIRE(at::equal(history, session.scaling()->amax_history()));
   REQUIRE(at::equal(weight, session.parameters().front()));
   REQUIRE(session.model().is_training());  // back in training mode
+}
+
+TEST_CASE("session: an out-of-memory error estimates per rank of the layout the Session was given", "[step]") {
+  // ZeRO-3 on rank 1 of 4: a quarter of the weights' state per rank, so the estimate differs
+  // from one process alone's, and the message must carry this layout's.
+  ExperimentConfig c = tiny(Precision::kFp32);
+  c.dist.zero = ZeroStage::kFull;
+  const ParallelLayout four = ParallelLayout::of(c.dist, 1, 4);
+  const std::string per_rank_of_four = plan::estimate_training_memory(c, four).breakdown(c);
+  REQUIRE(per_rank_of_four != plan::estimate_training_memory(c, ParallelLayout::of(c.dist)).breakdown(c));
+  ::setenv("FP8TRAIN_TEST_OOM", "build", 1);
+  std::string message;
+  try {
+    step::Session session(c, at::Device(at::kCPU), four);
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+    message = e.what();
+  }
+  ::unsetenv("FP8TRAIN_TEST_OOM");
+  CHECK_THAT(message, FP8T_CONTAINS("out of memory while building the model"));
+  CHECK_THAT(message, FP8T_CONTAINS(per_rank_of_four));
+
+  // Without a communicator the layout stays the one given.
+  c.dist.zero = ZeroStage::kNone;
+  step::Session session(c, at::Device(at::kCPU), ParallelLayout::of(c.dist, 1, 4));
+  session.prepare_training(nullptr);
+  CHECK(session.layout().rank == 1);
+  CHECK(session.layout().world_size == 4);
 }
