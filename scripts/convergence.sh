@@ -120,8 +120,8 @@ add_fp8() {
   IFS=, read -r -a recipes <<< "$RECIPES"
   for r in "${recipes[@]}"; do
     case "$r" in
-      delayed|current|block) LABELS+=("fp8-$r"); FLAGS[fp8-$r]="--precision fp8 --fp8-recipe $r" ;;
-      *) bad "unknown recipe '$r' in --recipes (delayed, current, block)" ;;
+      delayed|current|block|rowwise) LABELS+=("fp8-$r"); FLAGS[fp8-$r]="--precision fp8 --fp8-recipe $r" ;;
+      *) bad "unknown recipe '$r' in --recipes (delayed, current, block, rowwise)" ;;
     esac
   done
 }

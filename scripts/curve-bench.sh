@@ -100,7 +100,7 @@ for m in "${model_list[@]}"; do [ -f "configs/$m.yaml" ] || bad "--models: no co
 IFS=, read -ra peer_list <<<"$PEERS"
 for p in "${peer_list[@]}"; do case "$p" in bf16|tensorwise|rowwise) ;; *) bad "--peers: unknown peer '$p' (bf16, tensorwise, rowwise)" ;; esac; done
 IFS=, read -ra recipe_list <<<"$RECIPES"
-for r in "${recipe_list[@]}"; do case "$r" in delayed|current|block) ;; *) bad "--recipes: unknown recipe '$r'" ;; esac; done
+for r in "${recipe_list[@]}"; do case "$r" in delayed|current|block|rowwise) ;; *) bad "--recipes: unknown recipe '$r'" ;; esac; done
 [ -x "$APP" ] || echo "curve-bench.sh: no fp8train at $APP: its rows are recorded as not run" >&2
 mkdir -p "$OUTDIR"
 rm -f "$OUTDIR/gpu-busy.txt"

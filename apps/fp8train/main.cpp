@@ -14,8 +14,9 @@
 #include "lib/util/versions.h"       // fp8train_version, runtime_versions
 
 int main(int argc, char** argv) {
-  CLI::App app{"fp8train: train GPT- and LLaMA-style transformers in FP8 (recipes: delayed, current or block\n"
-               "scaling; fp32, bf16 and fp16 too), emulated on a CPU or on NVIDIA GPUs with cuBLASLt FP8 GEMMs.\n"
+  CLI::App app{"fp8train: train GPT- and LLaMA-style transformers in FP8\n"
+               "(recipes: delayed, current, block or rowwise scaling; fp32, bf16 and fp16 too),\n"
+               "emulated on a CPU or on NVIDIA GPUs with cuBLASLt FP8 GEMMs.\n"
                "Run `fp8train --config configs/default.yaml` (FP8, delayed scaling); every config key can be\n"
                "overridden with a flag or --set section.key=value. --quiet silences the progress, not the result:\n"
                "warnings, errors and the final line (status, losses, run folder) still print. Exit codes: 0 ok,\n"

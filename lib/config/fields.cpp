@@ -296,7 +296,8 @@ std::vector<Field> build_table() {
   // fp8
   t.push_back(enum_field("fp8.recipe",
                          "delayed: per-tensor scales from an amax history; current: per-tensor scales from this "
-                         "tensor's amax; block: 1x128 / 128x128 block scales",
+                         "tensor's amax; block: 1x128 / 128x128 block scales; rowwise: one scale per row of each "
+                         "GEMM operand",
                          recipe_kind_names(), [](auto& c) -> auto& { return c.fp8.kind; }));
   t.push_back(bool_field("fp8.block_power_of_2_scales", "block recipe: round every block scale down to a power of 2",
                          [](auto& c) -> auto& { return c.fp8.block_power_of_2_scales; }));

@@ -30,8 +30,9 @@ enum class AmaxUpdate { kStep, kMicrobatch };
 // Which scaling recipe produces the FP8 operands (docs/fp8.md has a section per recipe):
 // delayed: per-tensor scales from an amax history (the default); current: per-tensor scales from
 // the amax of the tensor being cast; block: 1x128 (activations, gradients) and 128x128 (weights)
-// FP32 block scales, E4M3 everywhere.
-enum class RecipeKind { kDelayed, kCurrent, kBlock };
+// FP32 block scales, E4M3 everywhere; rowwise: one FP32 scale per row of every GEMM operand
+// (per token of activations and gradients, per feature of weights), E4M3 everywhere.
+enum class RecipeKind { kDelayed, kCurrent, kBlock, kRowwise };
 
 // Which GEMMs of every FP8 Linear run in high precision instead of FP8.
 struct LinearPrecisionOverride {
@@ -80,8 +81,10 @@ inline constexpr EnumSpellings<RecipeFormat, 2> kRecipeFormatNames = {
     {{RecipeFormat::kHybrid, "HYBRID"}, {RecipeFormat::kE4M3, "E4M3"}}};
 inline constexpr EnumSpellings<AmaxComputeAlgo, 2> kAmaxComputeAlgoNames = {
     {{AmaxComputeAlgo::kMax, "max"}, {AmaxComputeAlgo::kMostRecent, "most_recent"}}};
-inline constexpr EnumSpellings<RecipeKind, 3> kRecipeKindNames = {
-    {{RecipeKind::kDelayed, "delayed"}, {RecipeKind::kCurrent, "current"}, {RecipeKind::kBlock, "block"}}};
+inline constexpr EnumSpellings<RecipeKind, 4> kRecipeKindNames = {{{RecipeKind::kDelayed, "delayed"},
+                                                                   {RecipeKind::kCurrent, "current"},
+                                                                   {RecipeKind::kBlock, "block"},
+                                                                   {RecipeKind::kRowwise, "rowwise"}}};
 inline constexpr EnumSpellings<AmaxUpdate, 2> kAmaxUpdateNames = {
     {{AmaxUpdate::kStep, "step"}, {AmaxUpdate::kMicrobatch, "microbatch"}}};
 inline constexpr EnumSpellings<SwigluWgradCopy, 2> kSwigluWgradCopyNames = {

@@ -43,6 +43,8 @@ std::string block_settings(const Recipe& r) {
   return std::string("E4M3, ") + (r.block_power_of_2_scales ? "power-of-2" : "FP32") + " block scales, ";
 }
 
+std::string rowwise_settings(const Recipe& /*r*/) { return "E4M3, power-of-2 row scales, "; }
+
 // The registry: one entry per recipe (its state class: lib/fp8/recipes/registry.cpp).
 std::vector<RecipeTraits> make_registry() {
   std::vector<RecipeTraits> r;
@@ -72,6 +74,17 @@ std::vector<RecipeTraits> make_registry() {
         "the block recipe always casts c_proj's wgrad copy in the forward (its blocks' scales come from the value)"}},
       block_settings,
       /*per_tensor_scales=*/false, "128x128 block", RanksShareScales::kNone, /*rank_amaxes=*/false,
+      /*calibrated_state=*/false});
+  r.push_back(RecipeTraits{
+      RecipeKind::kRowwise, "rowwise",
+      "E4M3 with one power-of-2 FP32 scale per row of every GEMM operand (per token, per feature)",
+      {"fp8.fast_accumulation"},
+      {{"fp8.fp8_format", "the rowwise recipe casts every tensor to E4M3"},
+       {"fp8.margin", "row scales map each row's amax onto fp8_max"},
+       {"fp8.swiglu_wgrad_copy",
+        "the rowwise recipe always casts c_proj's wgrad copy in the forward (its column scales come from the value)"}},
+      rowwise_settings,
+      /*per_tensor_scales=*/false, "per-row", RanksShareScales::kNone, /*rank_amaxes=*/false,
       /*calibrated_state=*/false});
   return r;
 }

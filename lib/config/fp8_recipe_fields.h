@@ -57,7 +57,7 @@ const RecipeTraits& recipe_traits(RecipeKind kind);
 // The recipe named `name` (an fp8.recipe value); an unknown name is exit 2 naming fp8.recipe and
 // the names this build knows.
 const RecipeTraits& recipe_named(std::string_view name);
-// "delayed, current, block": the names, for messages.
+// "delayed, current, block, rowwise": the names, for messages.
 std::string recipe_names();
 
 // Whether the config key (full name, "fp8.amax_history_len") takes effect under `kind`. Keys

@@ -49,7 +49,8 @@ class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
 };
 
 // The FP8 Linears whose weight the model reads nowhere else and only in FP8 (fprop and dgrad:
-// override_linear_precision), by the weight's TensorImpl: their weights travel as FP8.
+// override_linear_precision), under a recipe whose sharded weights travel as FP8 codes
+// (Scaling::WeightParts::fp8_gather), by the weight's TensorImpl: their weights travel as FP8.
 std::unordered_map<const void*, fp8::Fp8Linear*> fp8_weights(model::Model& model) {
   std::unordered_map<const void*, int> uses;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) ++uses[item.value().unsafeGetTensorImpl()];
@@ -59,7 +60,8 @@ std::unordered_map<const void*, fp8::Fp8Linear*> fp8_weights(model::Model& model
     if (layer == nullptr) continue;
     const auto& ovr = layer->scaling().recipe().override_linear_precision;
     const void* impl = layer->weight.unsafeGetTensorImpl();
-    if (!ovr.fprop && !ovr.dgrad && uses[impl] == 1) out[impl] = layer;
+    const bool gathered_as_fp8 = layer->scaling().weight_parts().fp8_gather;
+    if (gathered_as_fp8 && !ovr.fprop && !ovr.dgrad && uses[impl] == 1) out[impl] = layer;
   }
   return out;
 }

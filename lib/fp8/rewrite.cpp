@@ -66,11 +66,13 @@ Containers slot_containers(torch::nn::Module& root) {
 // wgrad's input copy is cast again in the backward where the model says the producer keeps the
 // input anyway (Fp8Linear::set_transposes_weight, set_recasts_input_columnwise). Returns what the
 // report adds.
-std::string defer_casts(Fp8Linear& layer, const model::SlotModule::Slot& slot) {
-  layer.set_transposes_weight(true);
+std::string defer_casts(Fp8Linear& layer, const model::SlotModule::Slot& slot, const Scaling& scaling) {
+  const bool transpose = scaling.transposes_weight_codes();  // else the cache keeps both layouts
+  layer.set_transposes_weight(transpose);
   layer.set_recasts_input_columnwise(slot.input_kept_by_producer);
-  return slot.input_kept_by_producer ? "W^T transposed in dgrad, x^T cast again in the backward"
-                                     : "W^T transposed in dgrad";
+  const std::string w = transpose ? "W^T transposed in dgrad" : "";
+  if (!slot.input_kept_by_producer) return w;
+  return w + (w.empty() ? "" : ", ") + "x^T cast again in the backward";
 }
 
 // Pass 1: Linear layers. Returns the converted ones by full name. casts: train.recompute casts.
@@ -89,7 +91,7 @@ Fp8Linears convert_linears(const Containers& containers, const std::shared_ptr<S
       total_macs += d.gemm_macs_per_token;
       if (d.reason.empty()) {
         auto fp8 = std::make_shared<Fp8Linear>(*linear, name, scaling);
-        if (casts) d.reason = defer_casts(*fp8, slot);
+        if (casts) d.reason = defer_casts(*fp8, slot, *scaling);
         container->replace_slot(slot.name, fp8);
         fp8_linears[name] = fp8;
         d.converted = true;
@@ -187,7 +189,8 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
   const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, casts, result.report);
   convert_norms(containers, fp8_linears, result.report);
   fuse_activations(containers, fp8_linears, casts || recompute == Recompute::kActivation,
-                   recipe.kind != RecipeKind::kBlock && recipe.swiglu_wgrad_copy == SwigluWgradCopy::kBackward,
+                   result.scaling->traits().per_tensor_scales &&
+                       recipe.swiglu_wgrad_copy == SwigluWgradCopy::kBackward,
                    result.report);
   result.scaling->finalize(device);
   return result;

@@ -81,6 +81,7 @@ cublasLtMatmulMatrixScale_t cublas_scale_mode(ScaleMode m) {
     case ScaleMode::kScalar: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     case ScaleMode::kVec128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     case ScaleMode::kBlk128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case ScaleMode::kRowVector: return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
   }
   return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 }

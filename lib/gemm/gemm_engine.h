@@ -102,6 +102,16 @@ struct BlockScaledOperand {
 at::Tensor block_fp8_gemm(const BlockScaledOperand& a, const BlockScaledOperand& b, const at::Tensor& bias,
                           at::ScalarType out_dtype, const std::string& label);
 
+// Row-scaled FP8 GEMM (cuBLASLt's OUTER_VEC_32F, the row-wise recipe): out[m,n] =
+// a_scale_inv[m] · b_scale_inv[n] · Σ_k A[m,k]·B[n,k] (+ bias[N]) for code tensors a [M,K] and
+// b [N,K] with float32 scale vectors [M] and [N] (contiguous, 16-byte aligned). The Linear's GEMMs
+// under row-wise scaling: fprop A = x (per token), B = W (per output feature); dgrad A = dy (per
+// token), B = Wᵀ (per input feature); wgrad A = dyᵀ, B = xᵀ (per feature, over the tokens).
+at::Tensor rowwise_fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::Tensor& a_scale_inv,
+                            const at::Tensor& b_codes, fp8::Format b_format, const at::Tensor& b_scale_inv,
+                            const at::Tensor& bias, at::ScalarType out_dtype, bool fast_accum,
+                            const std::string& label);
+
 // BF16 GEMM out = a · bᵀ for logical a [M,K] and b [N,K] in any float dtype (converted to BF16).
 // Each operand may be row-major or a transposed view of a row-major tensor (then cuBLASLt reads
 // it transposed, no copy). bias: [N] or undefined. out_dtype: kBFloat16 or kFloat.

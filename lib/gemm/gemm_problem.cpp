@@ -22,6 +22,7 @@ const char* to_string(ScaleMode m) {
     case ScaleMode::kScalar: return "per-tensor";
     case ScaleMode::kVec128: return "1x128";
     case ScaleMode::kBlk128x128: return "128x128";
+    case ScaleMode::kRowVector: return "row-wise";
   }
   return "?";
 }
@@ -67,8 +68,15 @@ std::string alignment_hint(const GemmProblem& p, char dim) {
 // The rules of cuBLASLt's block scale modes (VEC128_32F, BLK128x128_32F) on Hopper, in our naming
 // (the engine passes our B as cuBLAS A): both operands block-scaled, not both 128x128, no fast
 // accumulation, cuBLAS n = our M a multiple of 8 when our A (cuBLAS B) is 1x128-scaled (cuBLAS
-// m = our N: a multiple of 16 already).
+// m = our N: a multiple of 16 already). Row vectors (OUTER_VEC_32F): both operands, fast
+// accumulation allowed.
 void validate_block_scaled(const GemmProblem& p) {
+  if (p.row_scaled()) {  // OUTER_VEC_32F: set for both operands, nothing else mixed in
+    FP8T_INPUT_CHECK(p.a_scale == ScaleMode::kRowVector && p.b_scale == ScaleMode::kRowVector, describe(p),
+                     ": a row-scaled operand needs a row-scaled partner (cuBLASLt's OUTER_VEC_32F mode is set for "
+                     "both operands)");
+    return;
+  }
   FP8T_INPUT_CHECK(p.a_scale != ScaleMode::kScalar && p.b_scale != ScaleMode::kScalar, describe(p),
                    ": a block-scaled operand needs a block-scaled partner (per-tensor x block scales is not a "
                    "cuBLASLt mode)");

@@ -7,7 +7,8 @@
 //
 // Block-scaled FP8 GEMMs (the block recipe) give each operand a scale mode: one factor per 1x128
 // block along K (kVec128) or per 128x128 block (kBlk128x128) instead of one per tensor; the scale
-// layouts are lib/numerics/block_math.h's (docs/fp8.md, "Block scaling").
+// layouts are lib/numerics/block_math.h's (docs/fp8.md, "Block scaling"). Row-scaled GEMMs (the
+// row-wise recipe) give both operands one factor per row (kRowVector; docs/fp8.md, "Row-wise scaling").
 //
 // validate() runs on the host before anything touches the device, so its errors (which name the
 // GEMM, the shape and the fix) are testable without a GPU.
@@ -31,8 +32,10 @@ size_t element_size(DataType t);
 
 // How an FP8 operand's scale_inv is given (cuBLASLt's cublasLtMatmulMatrixScale_t): one float for
 // the tensor (SCALAR_32F), one per 128 consecutive values along K (VEC128_32F), one per 128x128
-// block (BLK128x128_32F; cuBLAS >= 12.9, Hopper).
-enum class ScaleMode : int { kScalar, kVec128, kBlk128x128 };
+// block (BLK128x128_32F), one per row of the operand, i.e. per row of A and per column of the
+// output for B (kRowVector: OUTER_VEC_32F, the row-wise recipe); the last three need cuBLAS >= 12.9
+// and Hopper.
+enum class ScaleMode : int { kScalar, kVec128, kBlk128x128, kRowVector };
 const char* to_string(ScaleMode m);
 
 struct GemmProblem {
@@ -50,7 +53,9 @@ struct GemmProblem {
   std::string label = "gemm";  // which GEMM ("fprop", "dgrad", "wgrad", "bench"): names errors
 
   bool fp8() const { return is_fp8(a_type) || is_fp8(b_type); }
+  // Scales other than one per tensor: block (1x128, 128x128) or row vectors.
   bool block_scaled() const { return a_scale != ScaleMode::kScalar || b_scale != ScaleMode::kScalar; }
+  bool row_scaled() const { return a_scale == ScaleMode::kRowVector || b_scale == ScaleMode::kRowVector; }
 };
 
 // "fp8 gemm fprop 8192x768x3072 (MxKxN, E4M3 x E4M3 -> BF16)"; block-scaled:
@@ -62,6 +67,7 @@ std::string describe(const GemmProblem& p);
 // FP32 output; BF16 GEMMs need both operands BF16. Negative sizes are rejected too. Block-scaled
 // GEMMs also need both operands block-scaled but not both 128x128, split accumulation (no fast
 // accumulation), and M a multiple of 8 when A is 1x128-scaled (cuBLASLt's rules for these modes).
+// Row-scaled GEMMs need both operands row-scaled (fast accumulation allowed).
 void validate(const GemmProblem& p);
 
 // FP8 GEMMs need compute capability >= 8.9 (Ada, Hopper and later). Throws kBadInput with the

@@ -133,6 +133,17 @@ const float* block_scale_ptr(const BlockScaledOperand& op, const at::Tensor& cod
   return s.data_ptr<float>();
 }
 
+// The row vector of a row-scaled operand [rows, K]: float32 [rows], contiguous, 16-byte aligned.
+const float* row_scale_ptr(const at::Tensor& s, const at::Tensor& codes, const char* name, const std::string& what) {
+  const bool ok = s.defined() && s.scalar_type() == at::kFloat && s.device() == codes.device() && s.dim() == 1 &&
+                  s.size(0) == codes.size(0) && s.is_contiguous();
+  FP8T_CHECK(ok, what, ": ", name, " row-wise scale_inv must be [", codes.size(0), "] contiguous float32 on ",
+             codes.device().str(), ", got ", s.defined() ? s.sizes() : at::IntArrayRef{});
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(s.data_ptr()) % 16 == 0, what, ": ", name,
+             " scale_inv is not 16-byte aligned (a view at an offset?)");
+  return s.data_ptr<float>();
+}
+
 }  // namespace
 
 at::Tensor fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::Tensor& a_scale_inv,
@@ -161,6 +172,21 @@ at::Tensor block_fp8_gemm(const BlockScaledOperand& a_op, const BlockScaledOpera
   return run_fp8(p, a, b, bias, out_dtype, [&](GemmOperands& ops) {
     ops.a_scale_inv = block_scale_ptr(a_op, a, "A", describe(p));
     ops.b_scale_inv = block_scale_ptr(b_op, b, "B", describe(p));
+  });
+}
+
+at::Tensor rowwise_fp8_gemm(const at::Tensor& a_codes, fp8::Format a_format, const at::Tensor& a_scale_inv,
+                            const at::Tensor& b_codes, fp8::Format b_format, const at::Tensor& b_scale_inv,
+                            const at::Tensor& bias, at::ScalarType out_dtype, bool fast_accum,
+                            const std::string& label) {
+  const std::string what0 = "fp8 gemm " + label;
+  const at::Tensor a = as_codes(a_codes, "A", what0);
+  const at::Tensor b = as_codes(b_codes, "B", what0);
+  const GemmProblem p = fp8_problem(a, a_format, ScaleMode::kRowVector, b, b_format, ScaleMode::kRowVector, bias,
+                                    out_dtype, fast_accum, label);
+  return run_fp8(p, a, b, bias, out_dtype, [&](GemmOperands& ops) {
+    ops.a_scale_inv = row_scale_ptr(a_scale_inv, a, "A", describe(p));
+    ops.b_scale_inv = row_scale_ptr(b_scale_inv, b, "B", describe(p));
   });
 }
 

@@ -49,7 +49,7 @@ struct EvalResult {
   int64_t batches = 0;
   int64_t batch_size = 0;
   std::string precision;    // fp32, bf16, fp16, fp8
-  std::string fp8_recipe;   // delayed, current, block; empty unless fp8
+  std::string fp8_recipe;   // delayed, current, block, rowwise; empty unless fp8
   std::string device;
   std::string weights;          // the file the weights came from
   std::optional<int64_t> step;  // the training step of the weights, when known

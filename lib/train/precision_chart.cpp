@@ -321,8 +321,10 @@ ChartRow communication_row(const step::Session& s, int planned_world_size) {
     row.add(dtype_name(s.parameters().empty() ? at::kFloat : s.parameters().front().scalar_type()),
             "parameter broadcast from rank 0, once at the start");
   } else if (planned_world_size > 1 && ParallelLayout::of(s.config().dist).shards_weights()) {
-    row.add(grads, "ZeRO-3 over " + std::to_string(planned_world_size) + " ranks: weights all-gathered per unit (FP8 " +
-                       "Linears' as FP8 codes, the rest in " + dtype_name(s.autocast_dtype()) + "), gradients " +
+    const bool fp8_codes = s.scaling() != nullptr && s.scaling()->weight_parts().fp8_gather;
+    row.add(grads, "ZeRO-3 over " + std::to_string(planned_world_size) + " ranks: weights all-gathered per unit (" +
+                       (fp8_codes ? "FP8 Linears' as FP8 codes, the rest in " : "in ") + dtype_name(s.autocast_dtype()) +
+                       "), gradients " +
                        "reduce-scattered in " + (s.config().dist.reduce_dtype == ReduceDtype::kBf16 ? "BF16" : "FP32") +
                        " (NCCL between GPUs, Gloo between CPUs)");
   } else if (planned_world_size > 1) {

@@ -7,7 +7,7 @@ for flag in --config --fp8-margin --fp8-interval --fp8-format --fp8-amax-history
 done
 grep -q "train.lr" <<<"$out" || fail "--help does not list config keys"
 # What the program trains, with which recipes, and what --quiet keeps.
-grep -q "GPT- and LLaMA-style" <<<"$out" && grep -q "delayed, current or block" <<<"$out" \
+grep -q "GPT- and LLaMA-style" <<<"$out" && grep -q "delayed, current, block or rowwise" <<<"$out" \
   || fail "--help does not name the model families and the FP8 recipes: $(head -3 <<<"$out")"
 grep -q -- "--quiet silences the progress, not the result" <<<"$out" || fail "--help does not say what --quiet keeps"
 ver=$("$FP8TRAIN" --version) || fail "--version exited non-zero"

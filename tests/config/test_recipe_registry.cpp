@@ -43,23 +43,23 @@ TEST_CASE("recipe registry: every fp8.recipe name maps to its recipe and back", 
     CHECK(std::string(fp8::recipe_traits(kind).name) == name);
     CHECK(&fp8::recipe_named(name) == &fp8::recipe_traits(kind));
   }
-  CHECK(fp8::recipe_names() == "delayed, current, block");
+  CHECK(fp8::recipe_names() == "delayed, current, block, rowwise");
 }
 
 TEST_CASE("recipe registry: an unknown recipe name is refused naming fp8.recipe", "[config]") {
-  const std::string msg = bad_input_message([] { fp8::recipe_named("rowwise"); });
+  const std::string msg = bad_input_message([] { fp8::recipe_named("mxfp8"); });
   CHECK_THAT(msg, FP8T_CONTAINS("fp8.recipe"));
-  CHECK_THAT(msg, FP8T_CONTAINS("'rowwise'"));
-  CHECK_THAT(msg, FP8T_CONTAINS("delayed, current, block"));
+  CHECK_THAT(msg, FP8T_CONTAINS("'mxfp8'"));
+  CHECK_THAT(msg, FP8T_CONTAINS("delayed, current, block, rowwise"));
   CHECK_THAT(bad_input_message([] { fp8::recipe_named(""); }), FP8T_CONTAINS("fp8.recipe"));
   // The experiment file: the same refusal through the loader, naming the key.
   std::string yaml = fp8t::config::to_yaml(fp8t::ExperimentConfig{});
   const size_t at = yaml.find("recipe: delayed");
   REQUIRE(at != std::string::npos);
-  yaml.replace(at, std::string("recipe: delayed").size(), "recipe: rowwise");
+  yaml.replace(at, std::string("recipe: delayed").size(), "recipe: mxfp8");
   const std::string loaded = bad_yaml_message(yaml);
   CHECK_THAT(loaded, FP8T_CONTAINS("fp8.recipe"));
-  CHECK_THAT(loaded, FP8T_CONTAINS("rowwise"));
+  CHECK_THAT(loaded, FP8T_CONTAINS("mxfp8"));
 }
 
 TEST_CASE("recipe registry: the plan line's settings are the old switch's", "[config]") {
@@ -101,6 +101,21 @@ TEST_CASE("recipe registry: the traits answer as the switches on RecipeKind did"
   CHECK(delayed.calibrated_state);
   CHECK_FALSE(current.calibrated_state);
   CHECK_FALSE(block.calibrated_state);
+}
+
+TEST_CASE("recipe registry: the rowwise recipe's entry (scales per row, nothing shared across ranks)", "[config]") {
+  const auto& rowwise = fp8::recipe_traits(RecipeKind::kRowwise);
+  CHECK(std::string(rowwise.name) == "rowwise");
+  CHECK_FALSE(rowwise.per_tensor_scales);
+  CHECK(rowwise.ranks_share == fp8::RanksShareScales::kNone);
+  CHECK_FALSE(rowwise.rank_amaxes);
+  CHECK_FALSE(rowwise.calibrated_state);
+  CHECK(fp8::recipe_fields_in_effect(RecipeKind::kRowwise) == std::vector<std::string>{"fp8.fast_accumulation"});
+  CHECK(fp8::why_no_effect(RecipeKind::kRowwise, "fp8.fp8_format") == "the rowwise recipe casts every tensor to E4M3");
+  CHECK(fp8::why_no_effect(RecipeKind::kRowwise, "fp8.interval") ==
+        "the rowwise recipe has no amax history and no scale update");
+  fp8::Recipe r;
+  CHECK(rowwise.settings_line(r) == "E4M3, power-of-2 row scales, ");
 }
 
 TEST_CASE("recipe registry: why a key has no effect, as before, for every recipe and key", "[config]") {

@@ -67,6 +67,9 @@ Fp8Operand transposed(const Fp8Operand& op) {
   FP8T_CHECK(op.defined() && op.codes.dim() == 2, "fp8 transpose: expected 2-D FP8 codes");
   FP8T_CHECK(op.scale_layout != ScaleLayout::kBlock1x128,
              "fp8 transpose: a 1x128 block-scaled operand cannot be transposed (its blocks run along K)");
+  FP8T_CHECK(op.scale_layout != ScaleLayout::kRowwise,
+             "fp8 transpose: a row-scaled operand cannot be transposed (its scales run along K): cast the "
+             "columnwise copy");
   Fp8Operand t;
   t.codes = backend_for(op.codes.device()).transpose_codes(op.codes);
   t.format = op.format;

@@ -1,6 +1,6 @@
 // FP8 compute backend: HOW tensors are cast to FP8 and multiplied.
 //
-// The recipes' state classes (scaling.h: delayed, current, block), the FP8 modules and the
+// The recipes' state classes (scaling.h: delayed, current, block, rowwise), the FP8 modules and the
 // rewrite pass are shared; a backend only casts, multiplies and normalises, and a recipe composes
 // these primitives (lib/fp8/recipes/scaling.h says which recipe uses which). CpuBackend emulates FP8
 // exactly (quantize -> dequantize, FP32 GEMMs); CudaBackend (cuda_backend_cuda.cpp) uses
@@ -41,8 +41,11 @@ struct SlotRef {
 //   kBlock128x128: the view [ceil(rows/128), ceil(K/128)] float32 with strides
 //                  (round_up4(ceil(K/128)), 1): row-major, the row stride padded to a multiple of
 //                  4 (16-byte aligned rows): one factor per 128x128 block (BLK128x128_32F).
+//   kRowwise:      [rows] float32, contiguous: one factor per row of the operand (its amax over K),
+//                  for both operands of a GEMM (OUTER_VEC_32F; the row-wise recipe,
+//                  lib/fp8/backends/rowwise_quantize.h).
 //   1x128 x 128x128 pairs are allowed, 128x128 x 128x128 is not (lib/numerics/block_math.h).
-enum class ScaleLayout { kTensor, kBlock1x128, kBlock128x128 };
+enum class ScaleLayout { kTensor, kBlock1x128, kBlock128x128, kRowwise };
 
 // One FP8 operand of a GEMM: uint8 codes of a row-major 2-D tensor whose last dim is the GEMM's K
 // (K contiguous, the "T"/"N" layout Hopper needs), plus the factors that dequantize it.
@@ -243,7 +246,7 @@ Backend& backend_for(const at::Device& device);
 // The columnwise copy of a rowwise operand, from its codes alone: the transposed codes with the
 // same per-tensor scale_inv (kTensor), or with the transposed block grid (kBlock128x128: a square
 // block transposes exactly). These are the codes and scales a cast of both layouts writes, bit for
-// bit. A 1x128 operand cannot be transposed (its blocks run along K): refused.
+// bit. A 1x128 or row-wise operand cannot be transposed (its scales run along K): refused.
 Fp8Operand transposed(const Fp8Operand& op);
 
 }  // namespace fp8

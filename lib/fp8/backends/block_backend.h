@@ -35,8 +35,10 @@ std::optional<Fp8Tensor> block_quantize_source_cuda(const CastSource& src, int b
 // A block cast's layouts as E4M3 operands with scale_layout kBlock1x128 / kBlock128x128.
 Fp8Tensor block_operands(BlockQuantized q, int block_rows);
 
-// Whether an operand carries block scales.
-inline bool is_block_scaled(const Fp8Operand& op) { return op.scale_layout != ScaleLayout::kTensor; }
+// Whether an operand carries block scales (1x128 or 128x128).
+inline bool is_block_scaled(const Fp8Operand& op) {
+  return op.scale_layout == ScaleLayout::kBlock1x128 || op.scale_layout == ScaleLayout::kBlock128x128;
+}
 
 // out[M,N] = dequant(a)[M,K] · dequant(b)[N,K]ᵀ (+ bias[N]) for block-scaled operands, on their
 // device: the CPU emulation (FP32 GEMM of the operands dequantized with their block scales) or the

@@ -7,6 +7,7 @@
 #include <cmath>      // std::fabs
 #include <cstdint>    // uintptr_t
 
+#include "lib/fp8/backends/rowwise_quantize.h"  // is_row_scaled, rowwise_gemm
 #include "lib/fp8/backends/block_backend.h"  // is_block_scaled, block_gemm
 #include "lib/numerics/format.h"             // encode, decode
 #include "lib/numerics/saturation_math.h"    // saturates, flushes_to_zero
@@ -94,7 +95,8 @@ class CpuBackend final : public Backend {
   }
 
   at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
-                  at::ScalarType out_dtype, GemmKind kind, bool /*fast_accum*/) override {
+                  at::ScalarType out_dtype, GemmKind kind, bool fast_accum) override {
+    if (is_row_scaled(a) || is_row_scaled(b)) return rowwise_gemm(a, b, bias, out_dtype, kind, fast_accum);
     if (is_block_scaled(a) || is_block_scaled(b)) return block_gemm(a, b, bias, out_dtype, kind);
     FP8T_CHECK(a.codes.size(1) == b.codes.size(1), "fp8 gemm ", to_string(kind), ": K mismatch ",
                a.codes.sizes(), " vs ", b.codes.sizes());

@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAGuard.h>     // c10::cuda::CUDAGuard
 
 #include "fp8t_kernels.h"                       // fp8t_cast, fp8t_cast_transpose_act, fp8t_norm_*, fp8t_add_norm_*, ...
+#include "lib/fp8/backends/rowwise_quantize.h"  // is_row_scaled, rowwise_gemm
 #include "lib/fp8/backends/block_backend.h"     // is_block_scaled, block_gemm
 #include "lib/fp8/backends/cuda_kernel_args.h"  // kernel_input, format_code, device_scalar, make_operand
 #include "lib/fp8/backends/cuda_norm.h"         // cuda_norm_forward, cuda_add_norm_forward, ..._backward
@@ -74,6 +75,7 @@ class CudaBackend final : public Backend {
                   GemmKind kind, bool fast_accum) override {
     FP8T_CHECK(a.defined() && b.defined(), "fp8 gemm ", to_string(kind), ": missing FP8 operand (A ",
                a.defined() ? "set" : "missing", ", B ", b.defined() ? "set" : "missing", ")");
+    if (is_row_scaled(a) || is_row_scaled(b)) return rowwise_gemm(a, b, bias, out_dtype, kind, fast_accum);
     if (is_block_scaled(a) || is_block_scaled(b)) return block_gemm(a, b, bias, out_dtype, kind);
     return gemm::fp8_gemm(a.codes, a.format, a.scale_inv, b.codes, b.format, b.scale_inv, bias, out_dtype,
                           fast_accum, to_string(kind));

@@ -1,9 +1,5 @@
 #include "lib/fp8/recipes/block_scaling.h"
 
-#include <cmath>   // std::isfinite
-#include <limits>  // std::numeric_limits
-#include <string>  // std::to_string
-
 #include "lib/fp8/backends/block_backend.h"   // block_quantize_source
 #include "lib/numerics/block_math.h"          // kBlockLen, blk128_scale_rows, blk128_scale_stride
 #include "lib/fp8/backends/block_quantize.h"  // block_cast_stats, BlockCodes, make_block_scales
@@ -13,17 +9,6 @@ namespace fp8t {
 namespace fp8 {
 
 BlockScaling::BlockScaling(const Recipe& recipe) : Scaling(recipe) {}
-
-void BlockScaling::allocate(const at::Device& device) {
-  const int64_t S = num_slots();
-  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
-  amax_ = at::zeros({S}, opts);
-  scale_ = at::ones({S}, opts);
-  scale_inv_ = at::ones({S}, opts);
-  amax_rows_ = amax_.view({1, S});
-  interval_min_ = at::full({S}, std::numeric_limits<float>::infinity(), opts);
-  interval_max_ = at::zeros({S}, opts);
-}
 
 int64_t BlockScaling::part_scale_floats(int64_t rows, int64_t cols) const {
   return blk128_scale_rows(rows) * blk128_scale_stride(cols);
@@ -71,11 +56,7 @@ void BlockScaling::record_stats(int slot, const at::Tensor& x, const Fp8Tensor& 
   const Fp8Operand& op = row ? q.rowwise : q.columnwise;
   const at::Tensor st = block_cast_stats(row ? x : x.t(), BlockCodes{op.codes, op.scale_inv}, block_rows(slot));
   add_stats(slot, st.narrow(0, 0, 2));
-  interval_min_[slot] = at::minimum(interval_min_[slot], st[2]);
-  interval_max_[slot] = at::maximum(interval_max_[slot], st[3]);
-  amax_[slot] = st[4];
-  scale_[slot] = st[3];
-  scale_inv_[slot] = at::reciprocal(st[3]);
+  ranges_.record(slot, st);
 }
 
 // The block-scaled GEMMs' rules (lib/gemm/gemm_problem.h) on a Linear's dims: K (in) and N (out)
@@ -84,30 +65,11 @@ void BlockScaling::record_stats(int slot, const at::Tensor& x, const Fp8Tensor& 
 // at the edges are fine, so no multiple of 128 is needed. The token count (M of fprop/dgrad, K of
 // wgrad) is checked when the GEMMs run.
 std::string BlockScaling::unsupported_linear(int64_t in_features, int64_t out_features) const {
-  if (in_features % 16 == 0 && out_features % 16 == 0) return "";
-  return "features " + std::to_string(in_features) + "x" + std::to_string(out_features) +
-         " not multiples of 16 (block-scaled FP8 GEMM requirement)";
+  return dims_not_multiples_of_16(in_features, out_features, "block-scaled FP8 GEMM");
 }
 
 void BlockScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
   if (last_of_step) ++steps_ended_;
-}
-
-std::vector<SlotStats> BlockScaling::read_stats() {
-  const at::Tensor amax = amax_.cpu(), scale = scale_.cpu(), sums = stats_sums().cpu();
-  const at::Tensor lo = interval_min_.cpu(), hi = interval_max_.cpu();
-  std::vector<SlotStats> out;
-  for (int i = 0; i < num_slots(); ++i) {
-    const auto [saturated, underflow] = stats_fractions(sums, i);
-    const bool measured = std::isfinite(lo[i].item<float>());
-    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
-                            saturated, underflow, measured ? std::optional<float>(lo[i].item<float>()) : std::nullopt,
-                            measured ? std::optional<float>(hi[i].item<float>()) : std::nullopt});
-  }
-  reset_stats();
-  interval_min_.fill_(std::numeric_limits<float>::infinity());
-  interval_max_.zero_();
-  return out;
 }
 
 }  // namespace fp8

@@ -49,25 +49,23 @@ class BlockScaling final : public Scaling {
   void end_micro_batch(bool last_of_step, const at::Tensor& skip = at::Tensor()) override;
   int64_t weight_epoch() const override { return steps_ended_; }
 
-  std::vector<SlotStats> read_stats() override;
+  std::vector<SlotStats> read_stats() override { return scale_range_stats(ranges_); }
 
   // [1, S] / [S] / [S]: see the file comment (zeros and ones until statistics are collected).
-  const at::Tensor& amax_history() const override { return amax_rows_; }
-  const at::Tensor& scale() const override { return scale_; }
-  const at::Tensor& scale_inv() const override { return scale_inv_; }
+  const at::Tensor& amax_history() const override { return ranges_.amax_rows(); }
+  const at::Tensor& scale() const override { return ranges_.scale(); }
+  const at::Tensor& scale_inv() const override { return ranges_.scale_inv(); }
 
   std::map<std::string, at::Tensor> state_dict() const override { return {}; }
   void load_state_dict(const std::map<std::string, at::Tensor>& /*state*/) override {}
 
  protected:
-  void allocate(const at::Device& device) override;
+  void allocate(const at::Device& device) override { ranges_.allocate(num_slots(), device); }
 
  private:
   void record_stats(int slot, const at::Tensor& x, const Fp8Tensor& q);
 
-  at::Tensor amax_, scale_, scale_inv_;         // [S]: the last measured cast of each slot
-  at::Tensor amax_rows_;                        // amax_ viewed as [1, S]
-  at::Tensor interval_min_, interval_max_;      // [S]: block scales since the last read_stats
+  ScaleRangeStats ranges_;  // the last measured cast of each slot, the interval's block scales
   int64_t steps_ended_ = 0;
 };
 

@@ -40,8 +40,8 @@ class CurrentScaling final : public Scaling {
   Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) override;
   // A copy: the slot's next recorded cast overwrites its scale.
   at::Tensor recast_scale(int slot) const override;
-  // A scale from an amax computed elsewhere: the norm's first pass (fp8_norm.cpp), the AdamW
-  // kernel that wrote a weight (lib/step/weight_amax.h), a sharded weight's reduced parts.
+  // A scale from an amax computed elsewhere: the norm's first pass (fp8_norm.cpp), a sharded
+  // weight's reduced parts.
   bool scales_from_known_amax() const override { return true; }
   SlotRef slot_for_known_amax(int slot, const at::Tensor& known_amax, bool record) override;
 

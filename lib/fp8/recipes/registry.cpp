@@ -6,6 +6,7 @@
 #include "lib/fp8/recipes/block_scaling.h"    // BlockScaling
 #include "lib/fp8/recipes/current_scaling.h"  // CurrentScaling
 #include "lib/fp8/recipes/delayed_scaling.h"  // DelayedScaling
+#include "lib/fp8/recipes/rowwise_scaling.h"  // RowwiseScaling
 #include "lib/fp8/recipes/scaling.h"          // Scaling, make_scaling
 #include "lib/util/error.h"                   // FP8T_THROW
 
@@ -24,10 +25,11 @@ std::shared_ptr<Scaling> make(const Recipe& recipe) {
   return std::make_shared<S>(recipe);
 }
 
-constexpr std::array<StateClass, 3> kStateClasses = {{
+constexpr std::array<StateClass, 4> kStateClasses = {{
     {RecipeKind::kDelayed, make<DelayedScaling>},
     {RecipeKind::kCurrent, make<CurrentScaling>},
     {RecipeKind::kBlock, make<BlockScaling>},
+    {RecipeKind::kRowwise, make<RowwiseScaling>},
 }};
 
 }  // namespace

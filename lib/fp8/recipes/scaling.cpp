@@ -1,5 +1,7 @@
 #include "lib/fp8/recipes/scaling.h"
 
+#include <string>  // std::to_string
+
 #include "lib/util/error.h"  // FP8T_CHECK
 
 namespace fp8t {
@@ -62,6 +64,12 @@ bool Scaling::fast_accumulation(GemmKind kind) const {
 
 std::string Scaling::unsupported_linear(int64_t /*in_features*/, int64_t /*out_features*/) const { return ""; }
 
+std::string Scaling::dims_not_multiples_of_16(int64_t in_features, int64_t out_features, const char* gemm) {
+  if (in_features % 16 == 0 && out_features % 16 == 0) return "";
+  return "features " + std::to_string(in_features) + "x" + std::to_string(out_features) + " not multiples of 16 (" +
+         gemm + " requirement)";
+}
+
 void Scaling::add_stats(int index, const at::Tensor& fractions) {
   at::Tensor row = stats_sum_[index];
   row.narrow(0, 0, 2).add_(fractions.to(row.device()));
@@ -81,6 +89,19 @@ std::vector<SlotStats> Scaling::per_tensor_stats(const at::Tensor& amax_dev, con
     const auto [saturated, underflow] = stats_fractions(sums, i);
     out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
                             saturated, underflow, std::nullopt, std::nullopt});
+  }
+  reset_stats();
+  return out;
+}
+
+std::vector<SlotStats> Scaling::scale_range_stats(ScaleRangeStats& ranges) {
+  const at::Tensor amax = ranges.amax().cpu(), scale = ranges.scale().cpu(), sums = stats_sums().cpu();
+  const auto interval = ranges.take_interval();
+  std::vector<SlotStats> out;
+  for (int i = 0; i < num_slots(); ++i) {
+    const auto [saturated, underflow] = stats_fractions(sums, i);
+    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
+                            saturated, underflow, interval[i].first, interval[i].second});
   }
   reset_stats();
   return out;

@@ -5,6 +5,8 @@
 //                                       in the same step (TE Float8CurrentScaling)
 //   BlockScaling   (block_scaling.h)    FP32 scales per 1x128 (activations, gradients) or 128x128
 //                                       (weights) block, E4M3 everywhere (TE Float8BlockScaling)
+//   RowwiseScaling (rowwise_scaling.h)  one FP32 scale per row of every GEMM operand, E4M3
+//                                       everywhere (torchao's rowwise recipe)
 //
 // A state class owns its slots (one per FP8 tensor of the model: "<layer>:input", ":weight",
 // ":grad_output") and PRODUCES the quantized operands of a slot (codes, scales in the layout the
@@ -39,6 +41,7 @@
 #include "lib/fp8/backends/backend.h"  // CastSource, Fp8Tensor, GemmKind, SlotRef
 #include "lib/config/fp8_recipe.h"     // Recipe, RecipeKind
 #include "lib/config/fp8_recipe_fields.h"  // RecipeTraits, recipe_traits
+#include "lib/fp8/recipes/scale_range_stats.h"  // ScaleRangeStats
 
 namespace fp8t {
 namespace fp8 {
@@ -156,6 +159,11 @@ class Scaling {
   // Why a Linear of these dims cannot run under this recipe ("" when it can): the rewrite keeps
   // it in high precision and reports the reason (block: the block-scaled GEMM's constraints).
   virtual std::string unsupported_linear(int64_t in_features, int64_t out_features) const;
+  // Whether a weight's columnwise copy is the transpose of its rowwise codes (transposed() in
+  // backend.h: one scale per tensor, 128x128 blocks): train.recompute casts then caches the rowwise
+  // copy alone and dgrad transposes it. False where the columnwise copy has scales of its own
+  // (rowwise: one per column of the weight), which the weight cache then keeps.
+  virtual bool transposes_weight_codes() const { return true; }
 
   // ---- sharded weights (ZeRO-3, lib/dist/README.md) ------------------------------------------
   // A weight whose rows are spread over the ranks is cast part by part where the parts live and
@@ -171,6 +179,10 @@ class Scaling {
     bool whole_amax = false;
     // The layout of a part's scale_inv and of the gathered weight's (block: the 128x128 grid).
     ScaleLayout scale_layout = ScaleLayout::kTensor;
+    // Whether sharded weights travel as FP8 codes at all. false: they are gathered in the compute
+    // dtype like the other weights and cast where they are used (rowwise: dgrad's Wᵀ needs scales
+    // per column of the whole weight, which no rank's band of rows has).
+    bool fp8_gather = true;
   };
   virtual WeightParts weight_parts() const { return {0, scales_from_known_amax(), ScaleLayout::kTensor}; }
   // The floats of scale_inv that the cast of a part of `rows` x `cols` of a weight carries: one
@@ -242,6 +254,13 @@ class Scaling {
   // read_stats of a per-tensor recipe (delayed, current): each slot's amax and scale (float32 [S],
   // any device) with its accumulated fractions; resets the fractions.
   std::vector<SlotStats> per_tensor_stats(const at::Tensor& amax, const at::Tensor& scale);
+  // read_stats of a recipe with many scales per tensor (block, rowwise): each slot's amax and
+  // largest scale of its last measured cast, the interval's scale range; starts a new interval.
+  std::vector<SlotStats> scale_range_stats(ScaleRangeStats& ranges);
+  // unsupported_linear of a recipe whose GEMMs need K and N multiples of 16 (cuBLASLt's FP8 rule;
+  // the token count is checked when the GEMMs run): "" when both are; else the reason, naming
+  // `gemm` ("block-scaled FP8 GEMM").
+  static std::string dims_not_multiples_of_16(int64_t in_features, int64_t out_features, const char* gemm);
   // fp8_max of every slot's format, float32 [S] on the device.
   at::Tensor fp8_max_tensor() const;
   // The backend's form of opt's value companion (CastOptions::value_columnwise; an empty one when
