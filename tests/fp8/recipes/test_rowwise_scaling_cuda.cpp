@@ -75,9 +75,10 @@ TEST_CASE("rowwise scaling on CUDA: the OUTER_VEC_32F GEMM against the FP32 GEMM
   const at::Tensor want = at::mm(rowwise_dequantize(qx.rowwise).cpu().to(at::kDouble),
                                  rowwise_dequantize(qw.rowwise).cpu().to(at::kDouble).t()) +
                           bias.to(at::kDouble);
-  const at::Tensor split = rowwise_gemm(qx.rowwise, qw.rowwise, bias, at::kFloat, GemmKind::kDgrad, false);
-  const at::Tensor fast = rowwise_gemm(qx.rowwise, qw.rowwise, bias, at::kFloat, GemmKind::kFprop, true);
-  const at::Tensor bf16 = rowwise_gemm(qx.rowwise, qw.rowwise, bias, at::kBFloat16, GemmKind::kFprop, true);
+  const at::Tensor bias_gpu = bias.to(gpu);
+  const at::Tensor split = rowwise_gemm(qx.rowwise, qw.rowwise, bias_gpu, at::kFloat, GemmKind::kDgrad, false);
+  const at::Tensor fast = rowwise_gemm(qx.rowwise, qw.rowwise, bias_gpu, at::kFloat, GemmKind::kFprop, true);
+  const at::Tensor bf16 = rowwise_gemm(qx.rowwise, qw.rowwise, bias_gpu, at::kBFloat16, GemmKind::kFprop, true);
   const double e_split = rel_err(split, want), e_fast = rel_err(fast, want), e_bf16 = rel_err(bf16, want);
   if (fp8t::test::reporting()) {
     std::printf("rowwise gemm rel err: split %.3g, fast %.3g, bf16 out %.3g\n", e_split, e_fast, e_bf16);
@@ -92,7 +93,7 @@ TEST_CASE("rowwise scaling on CUDA: the OUTER_VEC_32F GEMM against the FP32 GEMM
   // A wrong scale vector (per-tensor instead of per-row) is refused naming the operand.
   Fp8Operand bad = qw.rowwise;
   bad.scale_inv = at::ones({}, bad.scale_inv.options());
-  REQUIRE_THROWS_WITH(rowwise_gemm(qx.rowwise, bad, bias, at::kFloat, GemmKind::kFprop, false),
+  REQUIRE_THROWS_WITH(rowwise_gemm(qx.rowwise, bad, bias_gpu, at::kFloat, GemmKind::kFprop, false),
                       FP8T_CONTAINS("row-wise scale_inv must be [384]"));
 }
 
