@@ -83,13 +83,13 @@ TEST_CASE("rowwise scaling on CUDA: the OUTER_VEC_32F GEMM against the FP32 GEMM
   if (fp8t::test::reporting()) {
     std::printf("rowwise gemm rel err: split %.3g, fast %.3g, bf16 out %.3g\n", e_split, e_fast, e_bf16);
   }
-  // The same exact products summed on the tensor cores: split accumulation promotes partial sums
-  // to FP32 (1e-3, the block recipe's bound for the same accumulator); fast accumulation keeps
-  // fewer bits between promotions (5e-3); a BF16 output also rounds each element to 8 bits
-  // (2^-9 relative on average).
-  CHECK(e_split < 1e-3);
-  CHECK(e_fast < 5e-3);
-  CHECK(e_bf16 < 6e-3);
+  // The same exact products summed on the tensor cores against float64 sums. Seen on an H100
+  // (b3b3ef6): split accumulation 1.27e-4, fast accumulation 3.48e-4 (fewer bits between its
+  // promotions to FP32), BF16 output 1.68e-3 (each element also rounded to 8 bits). The bounds
+  // sit about 2x above.
+  CHECK(e_split < 3e-4);
+  CHECK(e_fast < 7e-4);
+  CHECK(e_bf16 < 3e-3);
   // A wrong scale vector (per-tensor instead of per-row) is refused naming the operand.
   Fp8Operand bad = qw.rowwise;
   bad.scale_inv = at::ones({}, bad.scale_inv.options());
