@@ -20,7 +20,7 @@ LAYERS = [
     ["apps/fp8train"],
     ["lib/report", "lib/bench"],
     ["lib/train"],
-    ["lib/step"],
+    ["lib/step", "lib/checkpoint"],  # peers: a step needs no checkpoint, a checkpoint no step
     ["lib/optim"],
     ["lib/plan", "lib/run"],
     ["lib/dist", "lib/data"],

@@ -13,7 +13,7 @@
 #include "lib/model/model.h"         // model::build
 #include "lib/model/hf_layout.h"     // to_hf_names, hf_config_json
 #include "lib/model/safetensors.h"   // write_safetensors
-#include "lib/run/checkpoint.h"      // load_checkpoint
+#include "lib/checkpoint/checkpoint.h"  // load_checkpoint
 #include "lib/run/run_dir.h"         // run::RunDir, write_file_atomic, write_text_atomic, remove_stale_temporaries
 #include "lib/train/train_checkpoint.h"  // train::checkpoint_model_tensors
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
@@ -105,7 +105,7 @@ void run_export(const ExportArgs& a) {
                                     a.overwrite);
   if (!a.dump_logits.empty()) check_output("--dump-logits", fs::absolute(a.dump_logits), dir, a.overwrite);
 
-  const run::Checkpoint ck = run::load_checkpoint(dir.checkpoint_path());
+  const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir.checkpoint_path());
   // By fp8train name; a ZeRO-3 run's from its shard files.
   const model::NamedTensors params = train::checkpoint_model_tensors(ck, dir.checkpoint_path().parent_path());
   FP8T_INPUT_CHECK(!params.empty(), "the checkpoint ", dir.checkpoint_path().string(), " holds no model parameters");

@@ -3,7 +3,7 @@
 //   checkpoint.pt              the newest checkpoint (what --resume and `export` read)
 //   checkpoint.step-<S>.pt     an older checkpoint, after S steps, kept by train.keep_checkpoints
 //   checkpoint.<part>.step-<S>.pt  a file that belongs to the checkpoint of step S, e.g. the
-//                              ZeRO optimizer shards (lib/optim/optimizer_checkpoint.h), which
+//                              ZeRO optimizer shards (lib/checkpoint/optimizer_state.h), which
 //                              checkpoint.pt lists with their CRC32C as a manifest
 //
 // Every file but checkpoint.pt names the step it belongs to, so keeping N checkpoints means

@@ -4,7 +4,7 @@
 //   train.log      the log file (debug level, timestamps)
 //   metrics.jsonl  one JSON object per logged step / eval
 //   summary.json   final results
-//   checkpoint.pt  model + optimizer + FP8 scaling state (lib/run/checkpoint.h)
+//   checkpoint.pt  model + optimizer + FP8 scaling state (lib/checkpoint/checkpoint.h)
 //   checkpoint.step-<S>.pt  older checkpoints (train.keep_checkpoints), and the files of a
 //                  checkpoint such as ZeRO shards: the names are lib/run/checkpoint_files.h's
 //   config.resume-<step>.yaml  the config a resume at <step> replaced (when it changed)

@@ -16,7 +16,7 @@
 #include "lib/fp8/recipes/scaling.h"    // fp8::Scaling
 #include "lib/model/model.h"            // model::Model::unique_named_parameters
 #include "lib/model/safetensors.h"      // model::NamedTensors
-#include "lib/run/checkpoint.h"         // Checkpoint, load_checkpoint
+#include "lib/checkpoint/checkpoint.h"  // Checkpoint, load_checkpoint
 #include "lib/step/session.h"           // Session
 #include "lib/train/eval_inputs.h"      // WeightsSource, resolve_weights, load_eval_config, open_eval_data
 #include "lib/train/train_checkpoint.h"  // checkpoint_model_tensors, checkpoint_fp8_state
@@ -52,7 +52,7 @@ void copy_weights(step::Session& session, const model::NamedTensors& saved, cons
 
 // The checkpoint's FP8 scaling state, when it trained in FP8 under the recipe evaluated now
 // (delayed scaling's scales come from its amax history; the other recipes keep none).
-void load_fp8_state(step::Session& session, const run::Checkpoint& ck, const fs::path& file) {
+void load_fp8_state(step::Session& session, const checkpoint::Checkpoint& ck, const fs::path& file) {
   fp8::Scaling* scaling = session.scaling();
   if (scaling == nullptr) return;
   const std::string trained = ck.meta.value("precision", std::string());
@@ -74,7 +74,7 @@ void load_fp8_state(step::Session& session, const run::Checkpoint& ck, const fs:
 // Loads a run folder's checkpoint into the session. Returns its step; `world_size` gets the
 // ranks it trained on.
 int64_t load_checkpoint_weights(step::Session& session, const WeightsSource& source, int64_t& world_size) {
-  const run::Checkpoint ck = run::load_checkpoint(source.file);
+  const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(source.file);
   const int64_t step = ck.meta.value("step", int64_t{-1});
   if (source.expected_step) {
     FP8T_INPUT_CHECK(step == *source.expected_step, "--step ", *source.expected_step, ": the run folder ",

@@ -14,7 +14,7 @@
 #include "lib/config/parallel_layout.h"       // ZeroStage, zero_level, zero_stage_of_level
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/model/model.h"                  // model::Model::unique_named_parameters
-#include "lib/run/checkpoint.h"               // Checkpoint, save_checkpoint, load_checkpoint
+#include "lib/checkpoint/checkpoint.h"        // Checkpoint, save_checkpoint, load_checkpoint
 #include "lib/run/checkpoint_files.h"         // describe_kept, kept_checkpoints
 #include "lib/train/job_fingerprint.h"        // data_record_changes
 #include "lib/run/metrics.h"                  // truncate_metrics_after
@@ -22,7 +22,7 @@
 #include "lib/dist/communicator.h"            // dist::Communicator
 #include "lib/dist/fully_sharded.h"           // dist::FullyShardedModel
 #include "lib/optim/optimizer.h"              // AdamW
-#include "lib/optim/optimizer_checkpoint.h"   // OptimizerStateLoader, ModelStateLoader, shard files
+#include "lib/checkpoint/optimizer_state.h"   // OptimizerStateLoader, ModelStateLoader, shard files
 #include "lib/step/step_health.h"             // StepHealth
 #include "lib/util/error.h"                   // FP8T_INPUT_CHECK
 
@@ -32,8 +32,8 @@ namespace {
 
 // The parts of the model's parameters this rank holds, as flat tensors: whole parameters, or
 // ZeRO-3's segments (their FP32 masters in the rank's master shards).
-std::vector<optim::ModelStateLoader::Target> owned_parameter_parts(const step::Session& s) {
-  std::vector<optim::ModelStateLoader::Target> out;
+std::vector<checkpoint::ModelStateLoader::Target> owned_parameter_parts(const step::Session& s) {
+  std::vector<checkpoint::ModelStateLoader::Target> out;
   if (const dist::FullyShardedModel* sharded = s.fully_sharded()) {
     for (const auto& seg : sharded->segments()) out.push_back({seg.name, optim::ParamRange{seg.begin, seg.length}, seg.master});
   } else {
@@ -57,8 +57,8 @@ nlohmann::json parameter_shapes(const step::Session& s) {
   return shapes;
 }
 
-run::Checkpoint make_checkpoint(const TrainingJob& run, int64_t step, const Progress& progress) {
-  run::Checkpoint ck;
+checkpoint::Checkpoint make_checkpoint(const TrainingJob& run, int64_t step, const Progress& progress) {
+  checkpoint::Checkpoint ck;
   const step::Session& session = *run.session;
   // ZeRO-3: no rank holds the whole model; the ranks' shard files hold its parts (save_shards).
   if (session.fully_sharded() == nullptr) {
@@ -88,7 +88,7 @@ run::Checkpoint make_checkpoint(const TrainingJob& run, int64_t step, const Prog
 
 // Whole parameters in checkpoint.pt ("model.<name>") must have the model's shapes; a ZeRO-3
 // manifest lists the shapes of the parameters whose parts its shard files hold.
-void check_parameter_shapes(const TrainingJob& run, const run::Checkpoint& ck, bool in_shards) {
+void check_parameter_shapes(const TrainingJob& run, const checkpoint::Checkpoint& ck, bool in_shards) {
   const nlohmann::json* shapes = in_shards ? &ck.meta["zero"]["model"] : nullptr;
   for (const auto& [name, p] : run.session->model().unique_named_parameters()) {
     const auto it = ck.tensors.find("model." + name);
@@ -103,16 +103,17 @@ void check_parameter_shapes(const TrainingJob& run, const run::Checkpoint& ck, b
 // The weights and the optimizer state from checkpoint.pt (model.* and optim.* tensors, whole
 // parameters) or from the shard files it lists (ZeRO-1: the optimizer state; ZeRO-3: both),
 // resharded onto this job's layout (any world size, zero level and shard group size).
-void restore_weights_and_optimizer(TrainingJob& run, const run::Checkpoint& ck, const std::filesystem::path& path) {
+void restore_weights_and_optimizer(TrainingJob& run, const checkpoint::Checkpoint& ck,
+                                   const std::filesystem::path& path) {
   const bool shards = ck.meta.contains("zero");
   const bool model_in_shards = shards && ck.meta["zero"].contains("model");
   check_parameter_shapes(run, ck, model_in_shards);
   const std::set<std::string> names = parameter_names(*run.session);
-  optim::ModelStateLoader model(owned_parameter_parts(*run.session), names);
-  optim::OptimizerStateLoader optimizer(run.session->optimizer(), names);
+  checkpoint::ModelStateLoader model(owned_parameter_parts(*run.session), names);
+  checkpoint::OptimizerStateLoader optimizer(run.session->optimizer(), names);
   if (!model_in_shards) model.add(ck.tensors, {}, path.string());
   if (shards) {
-    optim::for_each_shard(
+    checkpoint::for_each_shard(
         path.parent_path(), ck.meta["zero"],
         [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, optim::ParamRange>& ranges,
             const std::string& file) {
@@ -128,7 +129,7 @@ void restore_weights_and_optimizer(TrainingJob& run, const run::Checkpoint& ck, 
 }
 
 // The FP8 state in the checkpoint belongs to one recipe (fp8_recipe; older checkpoints: delayed).
-void check_fp8_recipe(const TrainingJob& run, const run::Checkpoint& ck, const std::filesystem::path& path) {
+void check_fp8_recipe(const TrainingJob& run, const checkpoint::Checkpoint& ck, const std::filesystem::path& path) {
   const fp8::Scaling* scaling = run.session->scaling();
   if (scaling == nullptr) return;
   const std::string saved = ck.meta.value("fp8_recipe", std::string("delayed"));  // written before the key: delayed
@@ -141,7 +142,7 @@ void check_fp8_recipe(const TrainingJob& run, const run::Checkpoint& ck, const s
 // The data files against those the checkpoint was trained on (its meta "data_files"): files
 // that differ are exit 2 naming each, unless run.accept_data_change says to go on (a warning
 // then lists them). A checkpoint written before the record existed is resumed with a note.
-void check_data_files(const TrainingJob& run, const run::Checkpoint& ck, const nlohmann::json& now, const std::filesystem::path& path,
+void check_data_files(const TrainingJob& run, const checkpoint::Checkpoint& ck, const nlohmann::json& now, const std::filesystem::path& path,
                       int64_t step) {
   if (!ck.meta.contains("data_files")) {
     if (run.layout.is_rank0() && !now.empty()) {
@@ -185,7 +186,7 @@ std::map<int64_t, std::filesystem::path> complete_checkpoints_before(const std::
   for (const auto& [kept_step, file] : run::kept_checkpoints(folder)) {
     if (kept_step >= step) continue;
     try {
-      if (missing_shard_files(run::load_checkpoint(file).meta, folder).empty()) complete[kept_step] = file;
+      if (missing_shard_files(checkpoint::load_checkpoint(file).meta, folder).empty()) complete[kept_step] = file;
     } catch (const Error&) {  // corrupt or unreadable: not a way back
     }
   }
@@ -194,7 +195,7 @@ std::map<int64_t, std::filesystem::path> complete_checkpoints_before(const std::
 
 // A ZeRO checkpoint whose shard files are not all there is exit 2 naming them, the complete
 // older checkpoints the folder keeps and the --resume-from that continues the newest of them.
-void check_shard_files(const run::Checkpoint& ck, const std::filesystem::path& path, int64_t step) {
+void check_shard_files(const checkpoint::Checkpoint& ck, const std::filesystem::path& path, int64_t step) {
   const std::filesystem::path folder = path.parent_path();
   const std::vector<std::string> missing = missing_shard_files(ck.meta, folder);
   if (missing.empty()) return;
@@ -212,7 +213,7 @@ void check_shard_files(const run::Checkpoint& ck, const std::filesystem::path& p
 }
 
 // The FP8, loss-scaler, RNG and data state (the weights and the optimizer: above).
-void restore_checkpoint(TrainingJob& run, const run::Checkpoint& ck) {
+void restore_checkpoint(TrainingJob& run, const checkpoint::Checkpoint& ck) {
   torch::NoGradGuard no_grad;
   if (auto* scaling = run.session->scaling()) scaling->load_state_dict(checkpoint_fp8_state(ck));
   if (step::LossScaler* scaler = run.session->loss_scaler()) scaler->load_state_dict(ck.tensors);
@@ -258,7 +259,7 @@ ZeroStage saved_zero_stage(const nlohmann::json& manifest) {
 
 }  // namespace
 
-std::map<std::string, at::Tensor> checkpoint_fp8_state(const run::Checkpoint& ck) {
+std::map<std::string, at::Tensor> checkpoint_fp8_state(const checkpoint::Checkpoint& ck) {
   std::map<std::string, at::Tensor> state;
   for (const auto& [k, v] : ck.tensors) {
     if (k.rfind("fp8.", 0) == 0) state[k] = v;
@@ -266,7 +267,7 @@ std::map<std::string, at::Tensor> checkpoint_fp8_state(const run::Checkpoint& ck
   return state;
 }
 
-std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const run::Checkpoint& ck,
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const checkpoint::Checkpoint& ck,
                                                                         const std::filesystem::path& folder) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   if (!ck.meta.contains("zero") || !ck.meta["zero"].contains("model")) {
@@ -276,7 +277,7 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const r
     return out;
   }
   // ZeRO-3: every parameter whole, from the parts in the shard files.
-  std::vector<optim::ModelStateLoader::Target> targets;
+  std::vector<checkpoint::ModelStateLoader::Target> targets;
   std::set<std::string> names;
   for (const auto& [name, shape] : ck.meta["zero"]["model"].items()) {
     const at::Tensor t = at::zeros(shape.get<std::vector<int64_t>>(), at::kFloat);
@@ -284,8 +285,8 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const r
     targets.push_back({name, optim::ParamRange{0, t.numel()}, t.view(-1)});
     names.insert(name);
   }
-  optim::ModelStateLoader loader(std::move(targets), std::move(names));
-  optim::for_each_shard(
+  checkpoint::ModelStateLoader loader(std::move(targets), std::move(names));
+  checkpoint::for_each_shard(
       folder, ck.meta["zero"],
       [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, optim::ParamRange>& ranges,
           const std::string& file) { loader.add(tensors, ranges, file); });
@@ -299,8 +300,8 @@ Checkpointer::Checkpointer(TrainingJob& run, const run::RunDir& dir)
 
 bool Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
-  const ResumeSource source = history_.resume_source(run_.options.resume_from);
-  const run::Checkpoint ck = run::load_checkpoint(source.file);
+  const checkpoint::ResumeSource source = history_.resume_source(run_.options.resume_from);
+  const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(source.file);
   const int64_t start_step = ck.meta.at("step").get<int64_t>();
   FP8T_INPUT_CHECK(!source.expected_step || *source.expected_step == start_step, "--resume-from ",
                    run_.options.resume_from, ": the run folder ", dir_.path().string(), " has no checkpoint of step ",
@@ -378,9 +379,10 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
   std::string error;
   try {
     if (writes) {
-      run::Checkpoint shard = optim::make_optimizer_shard(run_.session->optimizer(), me, world, step);
+      checkpoint::Checkpoint shard = checkpoint::make_optimizer_shard(run_.session->optimizer(), me, world, step);
       for (const auto& part : owned_parameter_parts(*run_.session)) shard.tensors["model." + part.name] = part.flat;
-      const uint32_t crc = run::save_checkpoint(path_.parent_path() / optim::shard_file_name(me, world, step), shard);
+      const uint32_t crc =
+          checkpoint::save_checkpoint(path_.parent_path() / checkpoint::shard_file_name(me, world, step), shard);
       report[all + me] = static_cast<int64_t>(crc);
     }
   } catch (const Error& e) {
@@ -397,7 +399,7 @@ nlohmann::json Checkpointer::save_shards(int64_t step) {
   }
   nlohmann::json shards = nlohmann::json::array();
   for (int r = 0; r < world; ++r) {
-    shards.push_back({{"file", optim::shard_file_name(r, world, step)}, {"crc32c", host[all + r].item<int64_t>()}});
+    shards.push_back({{"file", checkpoint::shard_file_name(r, world, step)}, {"crc32c", host[all + r].item<int64_t>()}});
   }
   nlohmann::json manifest = {{"world_size", world}, {"step", step}, {"shards", shards}};
   if (sharded) {
@@ -448,7 +450,7 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
     }
     return;
   }
-  run::Checkpoint ck;
+  checkpoint::Checkpoint ck;
   if (run_.layout.is_rank0()) {
     ck = make_checkpoint(run_, step, progress);
     ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
@@ -458,7 +460,7 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
   if (sharded) ck.meta["zero"] = save_shards(step);  // every rank writes its shard first
   try {
     history_.before_save(step);  // every rank keeps the bookkeeping; rank 0 the files
-    if (run_.layout.is_rank0()) run::save_checkpoint(path_, ck);
+    if (run_.layout.is_rank0()) checkpoint::save_checkpoint(path_, ck);
     history_.after_save(step);
   } catch (const Error& e) {
     // Disk full or an I/O error: the training itself cannot go on safely without checkpoints.

@@ -2,7 +2,7 @@
 // scaling state, CPU RNG, data position, progress totals), when it is written, and resuming
 // from it. Only rank 0 writes checkpoint.pt; every rank reads on resume. ZeRO-1: every rank
 // also writes its optimizer shard first, and checkpoint.pt is their manifest
-// (lib/optim/optimizer_checkpoint.h); ZeRO-3: the shards hold the rank's parts of the weights
+// (lib/checkpoint/optimizer_state.h); ZeRO-3: the shards hold the rank's parts of the weights
 // too, and checkpoint.pt holds no weights. Resuming on another number of ranks, zero level or
 // shard group size reshards the state.
 #pragma once
@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "lib/run/checkpoint.h"    // Checkpoint
-#include "lib/train/checkpoint_history.h"  // CheckpointHistory
+#include "lib/checkpoint/checkpoint.h"  // Checkpoint
+#include "lib/checkpoint/history.h"  // CheckpointHistory
 #include "lib/train/progress.h"    // Progress
 #include "lib/run/run_dir.h"       // RunDir
 #include "lib/train/run_setup.h"   // TrainingJob
@@ -30,11 +30,11 @@ namespace fp8t::train {
 
 // The FP32 master weights of a checkpoint by name ("model.<name>" of checkpoint.pt, or under
 // ZeRO-3 assembled from the shard files in `folder` that its manifest lists), on the CPU.
-std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const run::Checkpoint& ck,
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_model_tensors(const checkpoint::Checkpoint& ck,
                                                                         const std::filesystem::path& folder);
 
 // The FP8 recipe state a checkpoint holds (its "fp8.*" tensors, as fp8::Scaling::state_dict names them).
-std::map<std::string, at::Tensor> checkpoint_fp8_state(const run::Checkpoint& ck);
+std::map<std::string, at::Tensor> checkpoint_fp8_state(const checkpoint::Checkpoint& ck);
 
 class Checkpointer {
  public:
@@ -68,7 +68,7 @@ class Checkpointer {
   void save(int64_t step, const Progress& progress, bool scheduled = false);
 
   // The checkpoints this run can go back to.
-  const CheckpointHistory& history() const { return history_; }
+  const checkpoint::CheckpointHistory& history() const { return history_; }
 
  private:
   // Why the state must not be written ("" when it may).
@@ -81,7 +81,7 @@ class Checkpointer {
   const run::RunDir& dir_;
   std::filesystem::path path_;
   Stopwatch since_save_;  // for train.checkpoint_every_min
-  CheckpointHistory history_;
+  checkpoint::CheckpointHistory history_;
   // The data files the run reads (job_fingerprint.h data_record), taken once at the start: each
   // checkpoint records them, a resume compares them with its checkpoint's.
   nlohmann::json data_record_;

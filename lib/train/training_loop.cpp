@@ -272,8 +272,8 @@ void TrainingLoop::check_checkpoint(const StepResult& result, const at::Tensor& 
   const bool applied = v[2] == 0.0;
   const double loss = applied ? v[0] / static_cast<double>(run_.cfg.train.grad_accum_steps)
                               : std::numeric_limits<double>::quiet_NaN();  // a skipped step adds no loss
-  const StepSample next{result.step + 1, loss, v[1], applied};
-  const CheckpointVerdict& verdict = health_.judge_checkpoint(next);
+  const checkpoint::StepSample next{result.step + 1, loss, v[1], applied};
+  const checkpoint::CheckpointVerdict& verdict = health_.judge_checkpoint(next);
   logger_.write({{"step", next.step}, {"checkpoint_check", verdict.to_json()}});
 }
 
@@ -314,14 +314,15 @@ void TrainingLoop::check_step(const StepResult& result, const LoggedStep& logged
 }
 
 // The newest checkpoint before the first skipped step whose next step was healthy
-// (lib/train/checkpoint_health.h), why, and the command that continues from it.
+// (lib/checkpoint/health.h), why, and the command that continues from it.
 std::string TrainingLoop::way_back(int64_t first_skipped) const {
-  const CheckpointHistory& history = checkpointer_.history();
-  const WayBack back = choose_way_back(history.checkpoints(), health_.verdicts(), first_skipped);
+  const checkpoint::CheckpointHistory& history = checkpointer_.history();
+  const checkpoint::WayBack back =
+      checkpoint::choose_way_back(history.checkpoints(), health_.verdicts(), first_skipped);
   const std::string rule = fmt::format(
       "a checkpoint is healthy when the step trained from its weights had a finite loss and gradient norm, the "
       "loss at most {:g} x and the gradient norm at most {:g} x the medians of the recent healthy steps",
-      HealthRule::kLossSpike, HealthRule::kGradNormSpike);
+      checkpoint::HealthRule::kLossSpike, checkpoint::HealthRule::kGradNormSpike);
   if (!back.checkpoint) {
     return fmt::format("{} (The run folder holds {}; train.keep_checkpoints keeps more; {}.)", back.explanation,
                        history.describe(), rule);

@@ -22,7 +22,7 @@
 #include "lib/train/run_setup.h"         // TrainingJob
 #include "lib/run/tensorboard.h"         // TensorBoardWriter
 #include "lib/step/step_health.h"        // StepHealth::Counts
-#include "lib/train/checkpoint_health.h"  // CheckpointHealth
+#include "lib/checkpoint/health.h"        // CheckpointHealth
 #include "lib/train/stop_signals.h"     // SignalGuard
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/util/timer.h"              // Stopwatch
@@ -117,7 +117,7 @@ class TrainingLoop {
   // (a device copy), for check_checkpoint.
   std::optional<at::Tensor> loss_before_checked_step(int64_t step);
   // Judges the checkpoint the step started from by the step's own loss and gradient norm (one
-  // host read) and writes the verdict row (lib/train/checkpoint_health.h).
+  // host read) and writes the verdict row (lib/checkpoint/health.h).
   void check_checkpoint(const StepResult& result, const at::Tensor& loss_before);
   void evaluate_if_due(int64_t step);
   // Saves and returns true when the run stops after `step` before its last step.
@@ -127,7 +127,7 @@ class TrainingLoop {
   Progress& progress_;
   StepLogger& logger_;
   Checkpointer& checkpointer_;
-  CheckpointHealth health_;  // the verdict on each checkpoint, for the way back after a divergence
+  checkpoint::CheckpointHealth health_;  // the verdict on each checkpoint, for the way back after a divergence
 };
 
 }  // namespace fp8t::train

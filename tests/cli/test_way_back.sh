@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The way back from a divergence (lib/train/checkpoint_health.h), the scenario of issue 54: six
+# The way back from a divergence (lib/checkpoint/health.h), the scenario of issue 54: six
 # steps with a checkpoint after each, then --resume with train.lr 1e6. Step 7 (lr 1e6) is finite
 # and ruins the weights; step 8, the first computed from them, is skipped. The message must
 # recommend checkpoint 6 (its next step, 7, was healthy), not 7, and resuming from 6 with a sane

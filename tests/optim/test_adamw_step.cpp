@@ -18,9 +18,9 @@
 #include <vector>   // std::vector
 
 #include "lib/numerics/adamw_math.h"         // adamw::bf16_bits
-#include "lib/run/checkpoint.h"              // save_checkpoint, load_checkpoint
+#include "lib/checkpoint/checkpoint.h"       // save_checkpoint, load_checkpoint
 #include "lib/optim/optimizer.h"             // AdamW
-#include "lib/optim/optimizer_checkpoint.h"  // OptimizerStateLoader
+#include "lib/checkpoint/optimizer_state.h"  // OptimizerStateLoader
 #include "lib/step/session.h"                // Session (the config key reaches AdamW)
 #include "lib/util/error.h"                  // fp8t::Error
 #include "tests/catch.h"
@@ -306,12 +306,12 @@ TEST_CASE("AdamW bf16 moments: a checkpoint round trip continues bit-exactly", "
   {
     AdamW ob(b.named(), bf16_options());
     run_steps(ob, b, 0, 3);
-    run::Checkpoint ck;
+    checkpoint::Checkpoint ck;
     for (const auto& [name, t] : b.named()) ck.tensors["model." + name] = t;
     for (const auto& [k, v] : ob.state_dict()) ck.tensors["optim." + k] = v;
-    run::save_checkpoint(dir / "ck.pt", ck);
+    checkpoint::save_checkpoint(dir / "ck.pt", ck);
   }
-  const run::Checkpoint ck = run::load_checkpoint(dir / "ck.pt");
+  const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir / "ck.pt");
   CHECK(ck.tensors.at("optim.w.exp_avg").scalar_type() == at::kBFloat16);
   Params c;
   {
@@ -319,7 +319,7 @@ TEST_CASE("AdamW bf16 moments: a checkpoint round trip continues bit-exactly", "
     for (const auto& [name, t] : c.named()) t.copy_(ck.tensors.at("model." + name));
   }
   AdamW oc(c.named(), bf16_options());
-  optim::OptimizerStateLoader loader(oc, {"w", "e", "b"});
+  checkpoint::OptimizerStateLoader loader(oc, {"w", "e", "b"});
   loader.add(ck.tensors, {}, "ck.pt");
   loader.finish();
   run_steps(oc, c, 3, 5);
@@ -346,7 +346,7 @@ TEST_CASE("AdamW bf16 moments: resharded onto ZeRO-1 ranges, the run continues b
   AdamW first(r1.named(), bf16_options(), {{"w", {0, 17}}, {"e", {0, 18}}, {"b", {0, 5}}});
   AdamW second(r2.named(), bf16_options(), {{"w", {17, 18}}, {"e", {18, 0}}, {"b", {5, 6}}});
   for (AdamW* opt : {&first, &second}) {
-    optim::OptimizerStateLoader loader(*opt, {"w", "e", "b"});
+    checkpoint::OptimizerStateLoader loader(*opt, {"w", "e", "b"});
     loader.add(saved, {}, "whole.pt");
     loader.finish();
   }
@@ -369,7 +369,7 @@ TEST_CASE("AdamW bf16 moments: resuming across moments dtypes converts, with one
   AdamW bf16(b.named(), bf16_options());
   {
     LogCapture log;
-    optim::OptimizerStateLoader loader(bf16, {"w", "e", "b"});
+    checkpoint::OptimizerStateLoader loader(bf16, {"w", "e", "b"});
     std::map<std::string, at::Tensor> tensors;
     for (const auto& [k, v] : fp32.state_dict()) tensors["optim." + k] = v;
     loader.add(tensors, {}, "fp32.pt");
@@ -388,7 +388,7 @@ TEST_CASE("AdamW bf16 moments: resuming across moments dtypes converts, with one
   Params d;
   AdamW back(d.named(), AdamWOptions{0.9, 0.95, 1e-8, 0.1});
   LogCapture log;
-  optim::OptimizerStateLoader loader(back, {"w", "e", "b"});
+  checkpoint::OptimizerStateLoader loader(back, {"w", "e", "b"});
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [k, v] : bf16.state_dict()) tensors["optim." + k] = v;
   loader.add(tensors, {}, "bf16.pt");

@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "lib/run/checkpoint.h"
+#include "lib/checkpoint/checkpoint.h"
 #include "lib/util/error.h"
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
@@ -167,13 +167,13 @@ TEST_CASE("AdamW state round trip (through a checkpoint file) continues bit-exac
   {
     AdamW b({{"w", wb}, {"b", bb}}, test_options());
     run(b, wb, bb, 0, 3);
-    fp8t::run::Checkpoint ck;
+    fp8t::checkpoint::Checkpoint ck;
     ck.tensors["model.w"] = wb;
     ck.tensors["model.b"] = bb;
     for (const auto& [k, v] : b.state_dict()) ck.tensors["optim." + k] = v;
-    fp8t::run::save_checkpoint(dir / "ck.pt", ck);
+    fp8t::checkpoint::save_checkpoint(dir / "ck.pt", ck);
   }
-  const fp8t::run::Checkpoint ck = fp8t::run::load_checkpoint(dir / "ck.pt");
+  const fp8t::checkpoint::Checkpoint ck = fp8t::checkpoint::load_checkpoint(dir / "ck.pt");
   at::Tensor wc = leaf(ck.tensors.at("model.w")), bc = leaf(ck.tensors.at("model.b"));
   AdamW c({{"w", wc}, {"b", bc}}, test_options());
   std::map<std::string, at::Tensor> state;

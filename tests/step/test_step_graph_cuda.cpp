@@ -17,7 +17,7 @@
 #include "lib/fp8/recipes/scaling.h"       // fp8::Scaling::state_dict
 #include "tests/kernels/cuda_test_util.h"  // test::MathAttentionOnly
 #include "lib/model/gpt.h"                 // model::Gpt::unique_named_parameters
-#include "lib/run/checkpoint.h"            // load_checkpoint
+#include "lib/checkpoint/checkpoint.h"     // load_checkpoint
 #include "lib/step/loss_scaler.h"          // LossScaler::state_dict
 #include "lib/optim/optimizer.h"           // AdamW::state_dict
 #include "lib/step/session.h"              // Session
@@ -264,7 +264,7 @@ config::LoadedConfig gpu_run(const std::string& out_dir, const std::string& name
 
 // The tensors of the run folder's checkpoint.pt.
 std::map<std::string, at::Tensor> checkpoint_of(const std::filesystem::path& dir) {
-  return run::load_checkpoint(dir / "checkpoint.pt").tensors;
+  return checkpoint::load_checkpoint(dir / "checkpoint.pt").tensors;
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "lib/run/checkpoint.h"         // load_checkpoint, save_checkpoint
+#include "lib/checkpoint/checkpoint.h"  // load_checkpoint, save_checkpoint
 #include "lib/train/job_fingerprint.h"  // file_fingerprint
 #include "lib/train/trainer.h"          // run_training
 #include "lib/util/error.h"             // fp8t::Error
@@ -96,7 +96,7 @@ TEST_CASE("resume checks: data that changed since the checkpoint is exit 2 unles
   auto run = tiny_text_run(tmp.path(), data);
   REQUIRE(train::run_training(run, stop_after(3))["status"] == "stopped");
   const fs::path folder = tmp / "r";
-  REQUIRE(run::load_checkpoint(folder / "checkpoint.pt").meta.at("data_files").at(0).at("path") == data.string());
+  REQUIRE(checkpoint::load_checkpoint(folder / "checkpoint.pt").meta.at("data_files").at(0).at("path") == data.string());
 
   fs::copy_file(tmp / "other.txt", data, fs::copy_options::overwrite_existing);
   const std::string checkpoint = read_all(folder / "checkpoint.pt"), metrics = read_all(folder / "metrics.jsonl");
@@ -110,7 +110,7 @@ TEST_CASE("resume checks: data that changed since the checkpoint is exit 2 unles
   run.config.run.accept_data_change = true;
   REQUIRE(train::run_training(run, resume())["status"] == "completed");
   CHECK_THAT(read_all(folder / "train.log"), FP8T_CONTAINS("on data files that differ from those it was trained on"));
-  const nlohmann::json now = run::load_checkpoint(folder / "checkpoint.pt").meta.at("data_files");
+  const nlohmann::json now = checkpoint::load_checkpoint(folder / "checkpoint.pt").meta.at("data_files");
   CHECK(now.at(0).at("fingerprint") == train::file_fingerprint(data));  // the next checkpoint records the new file
 }
 
@@ -121,9 +121,9 @@ TEST_CASE("resume checks: a checkpoint without a data record resumes with a note
   const auto run = tiny_text_run(tmp.path(), data);
   REQUIRE(train::run_training(run, stop_after(3))["status"] == "stopped");
   const fs::path path = tmp / "r" / "checkpoint.pt";
-  run::Checkpoint old = run::load_checkpoint(path);
+  checkpoint::Checkpoint old = checkpoint::load_checkpoint(path);
   REQUIRE(old.meta.erase("data_files") == 1);  // as fp8train wrote it before the record
-  run::save_checkpoint(path, old);
+  checkpoint::save_checkpoint(path, old);
   REQUIRE(train::run_training(run, resume())["status"] == "completed");
   CHECK_THAT(read_all(tmp / "r" / "train.log"), FP8T_CONTAINS("records no data files (written by an older fp8train)"));
 }
@@ -142,11 +142,11 @@ TEST_CASE("resume checks: missing ZeRO shard files name the complete older check
   // Make checkpoint.pt (step 3) and checkpoint.step-2.pt ZeRO manifests whose shard files are not
   // there (a single process writes none); step 1 stays complete.
   auto lose_shards = [&](const fs::path& path, int64_t step) {
-    run::Checkpoint ck = run::load_checkpoint(path);
+    checkpoint::Checkpoint ck = checkpoint::load_checkpoint(path);
     ck.meta["zero"] = {{"world_size", 2}, {"step", step}, {"level", 3},
                        {"shards", {{{"file", "checkpoint.shard-0-of-2.step-" + std::to_string(step) + ".pt"}, {"crc32c", 0}},
                                    {{"file", "checkpoint.shard-1-of-2.step-" + std::to_string(step) + ".pt"}, {"crc32c", 0}}}}};
-    run::save_checkpoint(path, ck);
+    checkpoint::save_checkpoint(path, ck);
   };
   lose_shards(folder / "checkpoint.pt", 3);
   lose_shards(folder / "checkpoint.step-2.pt", 2);

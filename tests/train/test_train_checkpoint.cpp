@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include "lib/run/checkpoint.h"  // load_checkpoint
+#include "lib/checkpoint/checkpoint.h"  // load_checkpoint
 #include "lib/train/trainer.h"   // run_training
 #include "lib/util/error.h"      // fp8t::Error
 #include "tests/catch.h"
@@ -62,7 +62,7 @@ TEST_CASE("train checkpoint: current scaling resumes bit for bit and records its
   train::TrainOptions first;
   first.stop_after = 5;
   REQUIRE(train::run_training(split, first)["status"] == "stopped");
-  const auto ck = run::load_checkpoint(tmp.path() / "split" / "checkpoint.pt");
+  const auto ck = checkpoint::load_checkpoint(tmp.path() / "split" / "checkpoint.pt");
   REQUIRE(ck.meta.at("fp8_recipe") == "current");
 
   train::TrainOptions resume;

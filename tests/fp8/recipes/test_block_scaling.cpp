@@ -17,7 +17,7 @@
 #include "lib/fp8/layers/fp8_activation.h"    // Fp8Gelu
 #include "lib/fp8/rewrite.h"                  // rewrite_to_fp8
 #include "lib/model/gpt.h"                    // Gpt
-#include "lib/run/checkpoint.h"               // load_checkpoint
+#include "lib/checkpoint/checkpoint.h"        // load_checkpoint
 #include "lib/train/trainer.h"                // run_training
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
@@ -163,7 +163,7 @@ TEST_CASE("block scaling: a tiny GPT trains on the CPU emulation and resumes bit
   train::TrainOptions first;
   first.stop_after = 5;
   REQUIRE(train::run_training(split, first)["status"] == "stopped");
-  REQUIRE(run::load_checkpoint(tmp.path() / "split" / "checkpoint.pt").meta.at("fp8_recipe") == "block");
+  REQUIRE(checkpoint::load_checkpoint(tmp.path() / "split" / "checkpoint.pt").meta.at("fp8_recipe") == "block");
   train::TrainOptions resume;
   resume.resume = true;
   REQUIRE(train::run_training(split, resume)["status"] == "completed");

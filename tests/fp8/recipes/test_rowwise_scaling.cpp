@@ -19,7 +19,7 @@
 #include "lib/fp8/backends/cpu_backend.h"       // decode_codes
 #include "lib/fp8/backends/rowwise_quantize.h"  // rowwise_quantize_cpu, rowwise_gemm, rowwise_dequantize
 #include "lib/fp8/layers/fp8_linear.h"          // Fp8Linear
-#include "lib/run/checkpoint.h"                 // load_checkpoint
+#include "lib/checkpoint/checkpoint.h"          // load_checkpoint
 #include "lib/train/trainer.h"                  // run_training
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
@@ -244,7 +244,7 @@ TEST_CASE("rowwise scaling: a tiny GPT trains on the CPU emulation and resumes b
   train::TrainOptions first;
   first.stop_after = 4;
   REQUIRE(train::run_training(split, first)["status"] == "stopped");
-  REQUIRE(run::load_checkpoint(tmp.path() / "split" / "checkpoint.pt").meta.at("fp8_recipe") == "rowwise");
+  REQUIRE(checkpoint::load_checkpoint(tmp.path() / "split" / "checkpoint.pt").meta.at("fp8_recipe") == "rowwise");
   train::TrainOptions resume;
   resume.resume = true;
   REQUIRE(train::run_training(split, resume)["status"] == "completed");

@@ -1,4 +1,4 @@
-#include "lib/run/checkpoint.h"
+#include "lib/checkpoint/checkpoint.h"
 
 #include <fcntl.h>     // ::open
 #include <sys/stat.h>  // ::fstat
@@ -26,7 +26,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fp8t::run {
+namespace fp8t::checkpoint {
 namespace {
 
 constexpr const char* kFormat = "fp8train-checkpoint";
@@ -92,11 +92,11 @@ class PayloadAdapter : public caffe2::serialize::ReadAdapterInterface {
 
 std::string corrupt(const fs::path& path, const std::string& why) {
   std::string msg = "corrupt checkpoint " + path.string() + ": " + why;
-  std::map<int64_t, fs::path> kept = kept_checkpoints(path.parent_path());
+  std::map<int64_t, fs::path> kept = run::kept_checkpoints(path.parent_path());
   for (auto it = kept.begin(); it != kept.end();) it = it->second.filename() == path.filename() ? kept.erase(it) : ++it;
   if (!kept.empty()) {
     msg += "; the run folder keeps the earlier checkpoints of ";
-    msg += describe_kept(kept);
+    msg += run::describe_kept(kept);
     msg += ": continue from the newest with --resume-from ";
     msg += std::to_string(kept.rbegin()->first);
   }
@@ -173,7 +173,7 @@ uint32_t save_checkpoint(const fs::path& path, const Checkpoint& ckpt) {
   pickler.stop();
 
   uint32_t written_crc = 0;
-  write_file_atomic(path, [&](const fs::path& tmp) {
+  run::write_file_atomic(path, [&](const fs::path& tmp) {
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
     if (f == nullptr) {
       const int err = errno;
@@ -282,4 +282,4 @@ Checkpoint load_checkpoint(const fs::path& path) {
   return out;
 }
 
-}  // namespace fp8t::run
+}  // namespace fp8t::checkpoint

@@ -1,6 +1,6 @@
-// lib/optim/optimizer_checkpoint.*: the optimizer state as element ranges, moved between layouts
+// lib/checkpoint/optimizer_state.*: the optimizer state as element ranges, moved between layouts
 // (whole parameters <-> ZeRO-1 shards of any world size) and through shard files on disk.
-#include "lib/optim/optimizer_checkpoint.h"
+#include "lib/checkpoint/optimizer_state.h"
 
 #include <torch/torch.h>  // torch::NoGradGuard
 
@@ -14,7 +14,7 @@
 using namespace fp8t;
 using optim::AdamW;
 using optim::AdamWOptions;
-using optim::OptimizerStateLoader;
+using checkpoint::OptimizerStateLoader;
 using optim::ParamRange;
 
 namespace {
@@ -60,7 +60,7 @@ std::string bad_input(F&& f) {
 
 }  // namespace
 
-TEST_CASE("optimizer state: whole -> two shards -> whole is exact, and uncovered state is refused", "[optim]") {
+TEST_CASE("optimizer state: whole -> two shards -> whole is exact, and uncovered state is refused", "[checkpoint]") {
   Model m;
   AdamW whole(m.named(), AdamWOptions{});
   train_some(whole, m);
@@ -105,7 +105,7 @@ TEST_CASE("optimizer state: whole -> two shards -> whole is exact, and uncovered
              FP8T_CONTAINS("other.pt has optimizer state 'lm_head.exp_avg' for no parameter of this model"));
 }
 
-TEST_CASE("optimizer state: ZeRO-1 shard files with a manifest load back; a swapped shard is refused", "[optim]") {
+TEST_CASE("optimizer state: ZeRO-1 shard files with a manifest load back; a swapped shard is refused", "[checkpoint]") {
   test::TempDir dir("optim_shards");
   Model m;
   AdamW whole(m.named(), AdamWOptions{});
@@ -117,24 +117,24 @@ TEST_CASE("optimizer state: ZeRO-1 shard files with a manifest load back; a swap
     OptimizerStateLoader loader(shard, m.names());
     loader.add(with_prefix(whole.state_dict()), {}, "whole");
     loader.finish();
-    const std::string file = optim::shard_file_name(r, 2, 3);
+    const std::string file = checkpoint::shard_file_name(r, 2, 3);
     CHECK(file == "checkpoint.shard-" + std::to_string(r) + "-of-2.step-3.pt");
-    const uint32_t crc = run::save_checkpoint(dir.path() / file, optim::make_optimizer_shard(shard, r, 2, 3));
+    const uint32_t crc = checkpoint::save_checkpoint(dir.path() / file, checkpoint::make_optimizer_shard(shard, r, 2, 3));
     manifest["shards"].push_back({{"file", file}, {"crc32c", crc}});
   }
   Model again;
   AdamW back(again.named(), AdamWOptions{});
   OptimizerStateLoader loader(back, again.names());
-  optim::load_optimizer_shards(dir.path(), manifest, loader);
+  checkpoint::load_optimizer_shards(dir.path(), manifest, loader);
   loader.finish();
   for (const auto& [key, t] : whole.state_dict()) CHECK(at::equal(back.state_dict().at(key), t));
 
   // A shard file that is not the one the manifest lists (e.g. from another save).
   manifest["shards"][1]["crc32c"] = manifest["shards"][1]["crc32c"].get<uint32_t>() ^ 1u;
   OptimizerStateLoader other(back, again.names());
-  CHECK_THAT(bad_input([&] { optim::load_optimizer_shards(dir.path(), manifest, other); }),
+  CHECK_THAT(bad_input([&] { checkpoint::load_optimizer_shards(dir.path(), manifest, other); }),
              FP8T_CONTAINS("it is not the shard that"));
   // Stale shards (steps other than the kept ones) are removed.
-  optim::remove_stale_shards(dir.path(), {7});
-  CHECK_FALSE(std::filesystem::exists(dir.path() / optim::shard_file_name(0, 2, 3)));
+  checkpoint::remove_stale_shards(dir.path(), {7});
+  CHECK_FALSE(std::filesystem::exists(dir.path() / checkpoint::shard_file_name(0, 2, 3)));
 }

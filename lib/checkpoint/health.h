@@ -31,7 +31,7 @@
 #include <string>      // std::string
 #include <utility>     // std::pair
 
-namespace fp8t::train {
+namespace fp8t::checkpoint {
 
 // A step's loss and gradient norm as the host read them (1-based step).
 struct StepSample {
@@ -100,4 +100,4 @@ struct WayBack {
 WayBack choose_way_back(const std::map<int64_t, std::filesystem::path>& checkpoints,
                         const std::map<int64_t, CheckpointVerdict>& verdicts, int64_t first_skipped);
 
-}  // namespace fp8t::train
+}  // namespace fp8t::checkpoint

@@ -21,7 +21,7 @@
 #include <ATen/core/Tensor.h>   // at::Tensor
 #include <nlohmann/json.hpp>    // nlohmann::json
 
-namespace fp8t::run {
+namespace fp8t::checkpoint {
 
 struct Checkpoint {
   std::map<std::string, at::Tensor> tensors;
@@ -42,4 +42,4 @@ uint32_t save_checkpoint(const std::filesystem::path& path, const Checkpoint& ck
 // the newest checkpoint the folder keeps. Version 1 files (no checksum) load with a warning.
 Checkpoint load_checkpoint(const std::filesystem::path& path);
 
-}  // namespace fp8t::run
+}  // namespace fp8t::checkpoint

@@ -1,4 +1,4 @@
-#include "lib/train/checkpoint_history.h"
+#include "lib/checkpoint/history.h"
 
 #include <spdlog/spdlog.h>  // spdlog::info, spdlog::debug
 #include <unistd.h>         // ::getpid
@@ -14,7 +14,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fp8t::train {
+namespace fp8t::checkpoint {
 namespace {
 
 bool all_digits(const std::string& s) {
@@ -138,4 +138,4 @@ std::optional<std::pair<int64_t, fs::path>> CheckpointHistory::newest_before(int
 
 std::string CheckpointHistory::describe() const { return run::describe_kept(all()); }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::checkpoint

@@ -12,7 +12,7 @@
 // metrics rows after that step are on resume.
 //
 // After a divergence the run recommends the newest kept checkpoint whose next step was healthy
-// (lib/train/checkpoint_health.h), not simply the newest one before the first skipped step.
+// (lib/checkpoint/health.h), not simply the newest one before the first skipped step.
 #pragma once
 
 #include <cstdint>     // int64_t
@@ -22,7 +22,7 @@
 #include <string>      // std::string
 #include <utility>     // std::pair
 
-namespace fp8t::train {
+namespace fp8t::checkpoint {
 
 // What a resume reads: the file, and the step it must hold when the user named one.
 struct ResumeSource {
@@ -56,7 +56,7 @@ class CheckpointHistory {
   // "steps 3, 5 (...)", every checkpoint the run folder holds now.
   std::string describe() const;
   // Every checkpoint the run can go back to now, by step (checkpoint.pt's state included): for
-  // the divergence message (lib/train/checkpoint_health.h chooses among them).
+  // the divergence message (lib/checkpoint/health.h chooses among them).
   std::map<int64_t, std::filesystem::path> checkpoints() const { return all(); }
   // The step of the state the run continues: the checkpoint written last or resumed (-1: none).
   int64_t current_step() const { return current_step_; }
@@ -75,4 +75,4 @@ class CheckpointHistory {
   std::map<int64_t, std::filesystem::path> kept_;  // checkpoint.step-<S>.pt files, by step
 };
 
-}  // namespace fp8t::train
+}  // namespace fp8t::checkpoint

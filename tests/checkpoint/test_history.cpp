@@ -1,7 +1,7 @@
-// lib/train/checkpoint_history.*: train.keep_checkpoints keeps the newest N checkpoints (each
+// lib/checkpoint/history.*: train.keep_checkpoints keeps the newest N checkpoints (each
 // file's content the state of its step), --resume-from continues an older one and retires the
 // later ones at the next save; no LibTorch involved (the files stand for checkpoints).
-#include "lib/train/checkpoint_history.h"
+#include "lib/checkpoint/history.h"
 
 #include <fstream>     // std::ofstream, std::ifstream
 #include <functional>  // std::function
@@ -16,7 +16,7 @@
 
 using fp8t::test::TempDir;
 using namespace fp8t::run;
-using namespace fp8t::train;
+using namespace fp8t::checkpoint;
 
 namespace {
 
@@ -46,7 +46,7 @@ std::string error_of(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("checkpoint history: keep_checkpoints 3 keeps the newest three states with their parts", "[train]") {
+TEST_CASE("checkpoint history: keep_checkpoints 3 keeps the newest three states with their parts", "[checkpoint]") {
   TempDir dir("history_keep");
   CheckpointHistory h(dir.path(), 3, /*writer=*/true);
   for (int64_t step = 1; step <= 4; ++step) save(h, dir, step);
@@ -66,7 +66,7 @@ TEST_CASE("checkpoint history: keep_checkpoints 3 keeps the newest three states 
   REQUIRE(h.describe() == "steps 2, 3, 4 (checkpoint.step-2.pt, checkpoint.step-3.pt, checkpoint.pt)");
 }
 
-TEST_CASE("checkpoint history: keep_checkpoints 1 keeps checkpoint.pt alone; a reader touches nothing", "[train]") {
+TEST_CASE("checkpoint history: keep_checkpoints 1 keeps checkpoint.pt alone; a reader touches nothing", "[checkpoint]") {
   TempDir dir("history_one");
   CheckpointHistory h(dir.path(), 1, true);
   for (int64_t step = 1; step <= 3; ++step) save(h, dir, step);
@@ -80,7 +80,7 @@ TEST_CASE("checkpoint history: keep_checkpoints 1 keeps checkpoint.pt alone; a r
   REQUIRE(TempDir::list(other.path()) == std::vector<std::string>{"checkpoint.step-1.pt"});
 }
 
-TEST_CASE("checkpoint history: --resume-from an older step continues it and retires the later ones", "[train]") {
+TEST_CASE("checkpoint history: --resume-from an older step continues it and retires the later ones", "[checkpoint]") {
   TempDir dir("history_rewind");
   {
     CheckpointHistory first(dir.path(), 3, true);
@@ -105,7 +105,7 @@ TEST_CASE("checkpoint history: --resume-from an older step continues it and reti
   REQUIRE(read(dir / "checkpoint.step-2.pt") == "state 2");
 }
 
-TEST_CASE("checkpoint history: what --resume-from cannot find is named, with what the folder keeps", "[train]") {
+TEST_CASE("checkpoint history: what --resume-from cannot find is named, with what the folder keeps", "[checkpoint]") {
   TempDir dir("history_errors");
   CheckpointHistory none(dir.path(), 2, true);
   REQUIRE_THAT(error_of([&] { none.resume_source(""); }), FP8T_CONTAINS("does not exist"));

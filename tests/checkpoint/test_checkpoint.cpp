@@ -1,4 +1,4 @@
-#include "lib/run/checkpoint.h"
+#include "lib/checkpoint/checkpoint.h"
 
 #include <fstream>  // std::ofstream, std::ifstream
 
@@ -10,9 +10,9 @@
 #include "tests/temp_dir.h"
 
 using fp8t::test::TempDir;
-using fp8t::run::Checkpoint;
-using fp8t::run::load_checkpoint;
-using fp8t::run::save_checkpoint;
+using fp8t::checkpoint::Checkpoint;
+using fp8t::checkpoint::load_checkpoint;
+using fp8t::checkpoint::save_checkpoint;
 
 namespace {
 
@@ -68,7 +68,7 @@ void require_error(const std::function<void()>& f, fp8t::ExitCode code, const st
 
 }  // namespace
 
-TEST_CASE("checkpoint round trip is bit-exact for tensors and metadata", "[run]") {
+TEST_CASE("checkpoint round trip is bit-exact for tensors and metadata", "[checkpoint]") {
   TempDir dir("ckpt");
   const Checkpoint ck = sample();
   save_checkpoint(dir / "checkpoint.pt", ck);
@@ -77,7 +77,7 @@ TEST_CASE("checkpoint round trip is bit-exact for tensors and metadata", "[run]"
   REQUIRE(TempDir::list(dir.path()) == std::vector<std::string>{"checkpoint.pt"});
 }
 
-TEST_CASE("checkpoint stores views compactly and detached", "[run]") {
+TEST_CASE("checkpoint stores views compactly and detached", "[checkpoint]") {
   TempDir dir("ckpt_views");
   const at::Tensor big = torch::randn({1000, 64});
   Checkpoint ck;
@@ -92,7 +92,7 @@ TEST_CASE("checkpoint stores views compactly and detached", "[run]") {
   REQUIRE_FALSE(back.tensors.at("grad").requires_grad());
 }
 
-TEST_CASE("a failed checkpoint write leaves the previous checkpoint intact", "[run]") {
+TEST_CASE("a failed checkpoint write leaves the previous checkpoint intact", "[checkpoint]") {
   TempDir dir("ckpt_atomic");
   const auto path = dir / "checkpoint.pt";
   const Checkpoint first = sample();
@@ -125,7 +125,7 @@ TEST_CASE("a failed checkpoint write leaves the previous checkpoint intact", "[r
   REQUIRE(TempDir::list(dir.path()) == std::vector<std::string>{"blocked.pt", "checkpoint.pt"});
 }
 
-TEST_CASE("a checkpoint with any byte changed is a corrupt-checkpoint error", "[run]") {
+TEST_CASE("a checkpoint with any byte changed is a corrupt-checkpoint error", "[checkpoint]") {
   TempDir dir("ckpt_crc");
   const auto path = dir / "checkpoint.pt";
   save_checkpoint(path, sample());
@@ -165,7 +165,7 @@ TEST_CASE("a checkpoint with any byte changed is a corrupt-checkpoint error", "[
   require_error([&] { load_checkpoint(dir / "checkpoint.step-7.pt"); }, fp8t::ExitCode::kBadInput, "--resume-from 3");
 }
 
-TEST_CASE("loading a missing, corrupt or foreign checkpoint is a bad-input error", "[run]") {
+TEST_CASE("loading a missing, corrupt or foreign checkpoint is a bad-input error", "[checkpoint]") {
   TempDir dir("ckpt_bad");
   require_error([&] { load_checkpoint(dir / "nope.pt"); }, fp8t::ExitCode::kBadInput, "nope.pt");
 

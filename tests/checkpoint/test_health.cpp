@@ -1,8 +1,8 @@
-// lib/train/checkpoint_health.*: a checkpoint is judged by the step trained from its weights
+// lib/checkpoint/health.*: a checkpoint is judged by the step trained from its weights
 // (finite, loss <= 3 x and gradient norm <= 10 x the medians of the recent healthy steps), and
 // the way back after a divergence is the newest checkpoint not known to be unhealthy. No
 // LibTorch: samples are plain numbers, the comparisons exact.
-#include "lib/train/checkpoint_health.h"
+#include "lib/checkpoint/health.h"
 
 #include <cmath>    // NAN
 #include <fstream>  // std::ofstream
@@ -12,7 +12,7 @@
 #include "tests/temp_dir.h"
 
 using fp8t::test::TempDir;
-using namespace fp8t::train;
+using namespace fp8t::checkpoint;
 
 namespace {
 
@@ -31,7 +31,7 @@ HealthRule warmed_up() {
 
 }  // namespace
 
-TEST_CASE("checkpoint health: a skipped or non-finite step is unhealthy", "[train]") {
+TEST_CASE("checkpoint health: a skipped or non-finite step is unhealthy", "[checkpoint]") {
   HealthRule rule;
   std::string why;
   CHECK_FALSE(rule.judge(sample(4, 2.0, 0.5, /*applied=*/false), why));
@@ -43,7 +43,7 @@ TEST_CASE("checkpoint health: a skipped or non-finite step is unhealthy", "[trai
 }
 
 TEST_CASE("checkpoint health: a loss above 3 x or a gradient norm above 10 x the running median is a spike",
-          "[train]") {
+          "[checkpoint]") {
   const HealthRule rule = warmed_up();
   std::string why;
   CHECK(rule.judge(sample(4, 6.0, 5.0), why));  // exactly at both limits: healthy
@@ -54,7 +54,7 @@ TEST_CASE("checkpoint health: a loss above 3 x or a gradient norm above 10 x the
   CHECK_THAT(why, FP8T_CONTAINS("a gradient-norm spike"));
 }
 
-TEST_CASE("checkpoint health: a spike never becomes a reference; the window keeps the last 16", "[train]") {
+TEST_CASE("checkpoint health: a spike never becomes a reference; the window keeps the last 16", "[checkpoint]") {
   HealthRule rule = warmed_up();
   rule.observe(sample(4, 1e6, 1e6));  // a spike: not added
   CHECK(rule.references() == 3);
@@ -65,7 +65,7 @@ TEST_CASE("checkpoint health: a spike never becomes a reference; the window keep
   CHECK_FALSE(rule.judge(sample(60, 3.5, 1.0), why));  // the median is now 1.0: 3.5 > 3 x 1.0
 }
 
-TEST_CASE("checkpoint health: the way back passes over checkpoints whose next step was unhealthy", "[train]") {
+TEST_CASE("checkpoint health: the way back passes over checkpoints whose next step was unhealthy", "[checkpoint]") {
   const std::map<int64_t, std::filesystem::path> kept = {
       {5, "r/checkpoint.step-5.pt"}, {6, "r/checkpoint.step-6.pt"}, {7, "r/checkpoint.pt"}};
   CheckpointHealth health;
@@ -92,7 +92,7 @@ TEST_CASE("checkpoint health: the way back passes over checkpoints whose next st
   CHECK_THAT(none.explanation, FP8T_CONTAINS("had a healthy next step"));
 }
 
-TEST_CASE("checkpoint health: verdicts and references survive in metrics.jsonl rows", "[train]") {
+TEST_CASE("checkpoint health: verdicts and references survive in metrics.jsonl rows", "[checkpoint]") {
   TempDir dir("checkpoint_health");
   CheckpointHealth first;
   for (int s = 1; s <= 3; ++s) first.observe(sample(s, 2.0, 0.5));

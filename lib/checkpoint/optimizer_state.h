@@ -30,31 +30,31 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <nlohmann/json.hpp>   // nlohmann::json
 
-#include "lib/run/checkpoint.h"   // Checkpoint
+#include "lib/checkpoint/checkpoint.h"  // Checkpoint
 #include "lib/optim/optimizer.h"  // AdamW, ParamRange
 
-namespace fp8t::optim {
+namespace fp8t::checkpoint {
 
 // "checkpoint.shard-<rank>-of-<world>.step-<step>.pt".
 std::string shard_file_name(int rank, int world, int64_t step);
 
 // The ranges of `opt` as JSON {name: [begin, length]}, and back (kBadInput naming `what`).
-nlohmann::json ranges_to_json(const std::map<std::string, ParamRange>& ranges);
-std::map<std::string, ParamRange> ranges_from_json(const nlohmann::json& j, const std::string& what);
+nlohmann::json ranges_to_json(const std::map<std::string, optim::ParamRange>& ranges);
+std::map<std::string, optim::ParamRange> ranges_from_json(const nlohmann::json& j, const std::string& what);
 
 // This rank's shard file contents: "optim.<key>" tensors and meta {format, rank, world_size,
 // step, ranges}.
-run::Checkpoint make_optimizer_shard(const AdamW& opt, int rank, int world, int64_t step);
+Checkpoint make_optimizer_shard(const optim::AdamW& opt, int rank, int world, int64_t step);
 
 // Fills `opt` from sources covering its ranges. add() each source, then finish().
 class OptimizerStateLoader {
  public:
   // `param_names`: every parameter of the model (state of parameters that this rank does not
   // own is skipped; a name outside the model is an error).
-  OptimizerStateLoader(AdamW& opt, std::set<std::string> param_names);
+  OptimizerStateLoader(optim::AdamW& opt, std::set<std::string> param_names);
   // `tensors`: "optim.<key>" entries (others ignored); `ranges`: what each parameter's tensors
   // cover (a parameter missing from it is taken as whole). `what` names the file in errors.
-  void add(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
+  void add(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, optim::ParamRange>& ranges,
            const std::string& what);
   // Throws kBadInput when an element of this rank's state was not covered; else loads it.
   // Moments saved in the other train.moments_dtype are converted (bf16 -> fp32 exactly, fp32 ->
@@ -62,9 +62,9 @@ class OptimizerStateLoader {
   void finish();
 
  private:
-  AdamW& opt_;
+  optim::AdamW& opt_;
   std::set<std::string> param_names_;
-  std::map<std::string, ParamRange> mine_;
+  std::map<std::string, optim::ParamRange> mine_;
   std::map<std::string, at::Tensor> assembled_;  // CPU float32 copies of the live state
   std::map<std::string, int64_t> covered_;       // elements filled per key
   std::string converted_moments_;                // the saved moments' dtype when it is not the live one
@@ -76,15 +76,15 @@ class ModelStateLoader {
  public:
   struct Target {
     std::string name;
-    ParamRange range;  // of the flattened parameter
-    at::Tensor flat;   // range.length elements, written in place
+    optim::ParamRange range;  // of the flattened parameter
+    at::Tensor flat;          // range.length elements, written in place
   };
   // `param_names`: every parameter of the model (a source's part of a parameter this rank needs
   // none of is skipped; a name outside the model is an error).
   ModelStateLoader(std::vector<Target> targets, std::set<std::string> param_names);
   // `ranges`: what each parameter's tensor covers (a parameter missing from it is taken as whole).
   // A parameter this model does not have, or a tensor of the wrong size, is kBadInput naming `what`.
-  void add(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
+  void add(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, optim::ParamRange>& ranges,
            const std::string& what);
   // Throws kBadInput when an element of a target was not covered.
   void finish() const;
@@ -98,7 +98,8 @@ class ModelStateLoader {
 // The shard files listed by checkpoint.pt's meta["zero"] in `folder`, read one at a time
 // (CRC32C and the manifest's checksum verified): fn(tensors, ranges, file) for each.
 using ShardVisitor = std::function<void(const std::map<std::string, at::Tensor>& tensors,
-                                        const std::map<std::string, ParamRange>& ranges, const std::string& file)>;
+                                        const std::map<std::string, optim::ParamRange>& ranges,
+                                        const std::string& file)>;
 void for_each_shard(const std::filesystem::path& folder, const nlohmann::json& manifest, const ShardVisitor& fn);
 
 // ZeRO-1 and ZeRO-3 checkpoints: every shard file's optimizer state into `loader`.
@@ -109,4 +110,4 @@ void load_optimizer_shards(const std::filesystem::path& folder, const nlohmann::
 // checkpoint.prev.pt).
 void remove_stale_shards(const std::filesystem::path& folder, const std::set<int64_t>& keep);
 
-}  // namespace fp8t::optim
+}  // namespace fp8t::checkpoint

@@ -1,4 +1,4 @@
-#include "lib/optim/optimizer_checkpoint.h"
+#include "lib/checkpoint/optimizer_state.h"
 
 #include <fmt/format.h>     // fmt::format
 #include <spdlog/spdlog.h>  // spdlog::info
@@ -14,7 +14,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fp8t::optim {
+namespace fp8t::checkpoint {
 namespace {
 
 constexpr const char* kShardFormat = "fp8train-optimizer-shard";
@@ -40,10 +40,11 @@ std::string moments_name(at::ScalarType t) {
 // Copies the elements of `src` (a parameter's range: ranges[name], or all of it when absent)
 // that fall in `mine` into `dst` (mine's elements, flat); returns how many. `what` names the
 // tensor in errors.
-int64_t copy_overlap(const at::Tensor& dst, ParamRange mine, const at::Tensor& src,
-                     const std::map<std::string, ParamRange>& ranges, const std::string& name, const std::string& what) {
+int64_t copy_overlap(const at::Tensor& dst, optim::ParamRange mine, const at::Tensor& src,
+                     const std::map<std::string, optim::ParamRange>& ranges, const std::string& name,
+                     const std::string& what) {
   const auto it = ranges.find(name);
-  const ParamRange theirs = it != ranges.end() ? it->second : ParamRange{0, src.numel()};
+  const optim::ParamRange theirs = it != ranges.end() ? it->second : optim::ParamRange{0, src.numel()};
   FP8T_INPUT_CHECK(src.numel() == theirs.length, what, " has ", src.numel(), " elements but its range says ",
                    theirs.length);
   const int64_t lo = std::max(mine.begin, theirs.begin);
@@ -59,32 +60,32 @@ std::string shard_file_name(int rank, int world, int64_t step) {
   return fmt::format("checkpoint.shard-{}-of-{}.step-{}.pt", rank, world, step);
 }
 
-nlohmann::json ranges_to_json(const std::map<std::string, ParamRange>& ranges) {
+nlohmann::json ranges_to_json(const std::map<std::string, optim::ParamRange>& ranges) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, r] : ranges) j[name] = {r.begin, r.length};
   return j;
 }
 
-std::map<std::string, ParamRange> ranges_from_json(const nlohmann::json& j, const std::string& what) {
+std::map<std::string, optim::ParamRange> ranges_from_json(const nlohmann::json& j, const std::string& what) {
   FP8T_INPUT_CHECK(j.is_object(), what, ": the optimizer ranges are not a JSON object");
-  std::map<std::string, ParamRange> out;
+  std::map<std::string, optim::ParamRange> out;
   for (const auto& [name, v] : j.items()) {
     FP8T_INPUT_CHECK(v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer(), what,
                      ": the range of '", name, "' is not [begin, length]");
-    out[name] = ParamRange{v[0].get<int64_t>(), v[1].get<int64_t>()};
+    out[name] = optim::ParamRange{v[0].get<int64_t>(), v[1].get<int64_t>()};
   }
   return out;
 }
 
-run::Checkpoint make_optimizer_shard(const AdamW& opt, int rank, int world, int64_t step) {
-  run::Checkpoint ck;
+Checkpoint make_optimizer_shard(const optim::AdamW& opt, int rank, int world, int64_t step) {
+  Checkpoint ck;
   for (const auto& [k, v] : opt.state_dict()) ck.tensors["optim." + k] = v;
   ck.meta = {{"format", kShardFormat}, {"rank", rank}, {"world_size", world}, {"step", step},
              {"ranges", ranges_to_json(opt.ranges())}};
   return ck;
 }
 
-OptimizerStateLoader::OptimizerStateLoader(AdamW& opt, std::set<std::string> param_names)
+OptimizerStateLoader::OptimizerStateLoader(optim::AdamW& opt, std::set<std::string> param_names)
     : opt_(opt), param_names_(std::move(param_names)), mine_(opt.ranges()) {
   for (const auto& [key, live] : opt.state_dict()) {
     assembled_[key] = at::zeros(live.sizes(), at::TensorOptions().dtype(live.scalar_type()));
@@ -93,7 +94,7 @@ OptimizerStateLoader::OptimizerStateLoader(AdamW& opt, std::set<std::string> par
 }
 
 void OptimizerStateLoader::add(const std::map<std::string, at::Tensor>& tensors,
-                               const std::map<std::string, ParamRange>& ranges, const std::string& what) {
+                               const std::map<std::string, optim::ParamRange>& ranges, const std::string& what) {
   at::NoGradGuard no_grad;
   for (const auto& [full_key, src] : tensors) {
     if (full_key.rfind("optim.", 0) != 0) continue;
@@ -139,7 +140,7 @@ ModelStateLoader::ModelStateLoader(std::vector<Target> targets, std::set<std::st
 }
 
 void ModelStateLoader::add(const std::map<std::string, at::Tensor>& tensors,
-                           const std::map<std::string, ParamRange>& ranges, const std::string& what) {
+                           const std::map<std::string, optim::ParamRange>& ranges, const std::string& what) {
   at::NoGradGuard no_grad;
   for (const auto& [key, src] : tensors) {
     if (key.rfind("model.", 0) != 0) continue;
@@ -162,8 +163,8 @@ void ModelStateLoader::finish() const {
 
 void load_optimizer_shards(const fs::path& folder, const nlohmann::json& manifest, OptimizerStateLoader& loader) {
   for_each_shard(folder, manifest,
-                 [&](const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, ParamRange>& ranges,
-                     const std::string& file) { loader.add(tensors, ranges, file); });
+                 [&](const std::map<std::string, at::Tensor>& tensors,
+                     const std::map<std::string, optim::ParamRange>& ranges, const std::string& file) { loader.add(tensors, ranges, file); });
 }
 
 void for_each_shard(const fs::path& folder, const nlohmann::json& manifest, const ShardVisitor& fn) {
@@ -176,7 +177,7 @@ void for_each_shard(const fs::path& folder, const nlohmann::json& manifest, cons
   for (int r = 0; r < world; ++r) {
     const nlohmann::json& entry = manifest["shards"][r];
     const fs::path path = folder / entry.at("file").get<std::string>();
-    const run::Checkpoint shard = run::load_checkpoint(path);  // checks its own CRC32C
+    const Checkpoint shard = load_checkpoint(path);  // checks its own CRC32C
     const auto expected_crc = entry.at("crc32c").get<uint32_t>();
     FP8T_INPUT_CHECK(shard.crc32c == expected_crc, "corrupt checkpoint ", path.string(), ": it is not the shard ",
                      "that ", (folder / "checkpoint.pt").string(), " lists (CRC32C ", shard.crc32c, ", expected ",
@@ -199,4 +200,4 @@ void remove_stale_shards(const fs::path& folder, const std::set<int64_t>& keep) 
   }
 }
 
-}  // namespace fp8t::optim
+}  // namespace fp8t::checkpoint

@@ -1,4 +1,4 @@
-#include "lib/train/checkpoint_health.h"
+#include "lib/checkpoint/health.h"
 
 #include <fmt/format.h>  // fmt::format
 
@@ -8,7 +8,7 @@
 #include <limits>     // std::numeric_limits
 #include <vector>     // std::vector
 
-namespace fp8t::train {
+namespace fp8t::checkpoint {
 namespace {
 
 double median(const std::deque<double>& values) {
@@ -145,4 +145,4 @@ WayBack choose_way_back(const std::map<int64_t, std::filesystem::path>& checkpoi
   return out;
 }
 
-}  // namespace fp8t::train
+}  // namespace fp8t::checkpoint
