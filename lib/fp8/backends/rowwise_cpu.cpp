@@ -5,7 +5,6 @@
 
 #include <algorithm>  // std::max
 #include <cmath>      // std::fabs
-#include <utility>    // std::move
 
 #include "lib/fp8/backends/cpu_backend.h"       // decode_codes
 #include "lib/fp8/backends/rowwise_quantize.h"  // the declarations
@@ -33,15 +32,6 @@ Source source_of(const at::Tensor& x) {
   return Source{x.to(at::kFloat).cpu().contiguous(), x.scalar_type() == at::kBFloat16};
 }
 
-Fp8Operand operand(at::Tensor codes, at::Tensor scale_inv) {
-  Fp8Operand op;
-  op.codes = std::move(codes);
-  op.scale_inv = std::move(scale_inv);
-  op.format = Format::kE4M3;
-  op.scale_layout = ScaleLayout::kRowwise;
-  return op;
-}
-
 // Codes [rows, cols] with one scale per row of the float32 matrix x (row-major).
 Fp8Operand cast_rows(const float* x, int64_t rows, int64_t cols, bool bf16) {
   at::Tensor codes = at::empty({rows, cols}, at::kByte);
@@ -58,7 +48,7 @@ Fp8Operand cast_rows(const float* x, int64_t rows, int64_t cols, bool bf16) {
       s[r] = block_scale_inv(scale);
     }
   });
-  return operand(codes, sinv);
+  return rowwise_operand(codes, sinv);
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 // stream of the input's device (no host synchronisation).
 #include <c10/cuda/CUDAGuard.h>  // c10::cuda::CUDAGuard
 
-#include <utility>  // std::move
-
 #include "fp8t_rowwise_kernels.h"               // fp8t_rowwise_quantize, fp8t_columnwise_quantize
 #include "lib/fp8/backends/rowwise_quantize.h"  // the declarations
 #include "lib/gemm/gemm_engine.h"               // gemm::rowwise_fp8_gemm
@@ -13,19 +11,6 @@
 
 namespace fp8t {
 namespace fp8 {
-
-namespace {
-
-Fp8Operand operand(at::Tensor codes, at::Tensor scale_inv) {
-  Fp8Operand op;
-  op.codes = std::move(codes);
-  op.scale_inv = std::move(scale_inv);
-  op.format = Format::kE4M3;
-  op.scale_layout = ScaleLayout::kRowwise;
-  return op;
-}
-
-}  // namespace
 
 Fp8Tensor rowwise_quantize_cuda(const at::Tensor& x_in, bool rowwise, bool columnwise) {
   FP8T_CHECK(x_in.dim() == 2 && x_in.is_cuda(), "row-wise quantize expects a 2-D CUDA tensor, got ", x_in.sizes());
@@ -41,7 +26,7 @@ Fp8Tensor rowwise_quantize_cuda(const at::Tensor& x_in, bool rowwise, bool colum
     FP8T_KERNEL_CHECK(fp8t_rowwise_quantize(x.data_ptr(), cuda::dtype_code(x), rows, cols,
                                             codes.data_ptr<uint8_t>(), sinv.data_ptr<float>(), cuda::stream_of(x)),
                       "row-wise quantize ", rows, "x", cols);
-    out.rowwise = operand(codes, sinv);
+    out.rowwise = rowwise_operand(codes, sinv);
   }
   if (columnwise) {
     at::Tensor codes = at::empty({cols, rows}, cuda::bytes_on(x));
@@ -51,7 +36,7 @@ Fp8Tensor rowwise_quantize_cuda(const at::Tensor& x_in, bool rowwise, bool colum
                                                codes.data_ptr<uint8_t>(), sinv.data_ptr<float>(),
                                                amax.data_ptr<int>(), cuda::stream_of(x)),
                       "column-wise quantize ", rows, "x", cols);
-    out.columnwise = operand(codes, sinv);
+    out.columnwise = rowwise_operand(codes, sinv);
   }
   return out;
 }

@@ -15,6 +15,8 @@
 
 #include <ATen/ATen.h>  // at::Tensor
 
+#include <utility>  // std::move
+
 #include "lib/fp8/backends/backend.h"  // Fp8Tensor, Fp8Operand, ScaleLayout, GemmKind, CastSource
 
 namespace fp8t {
@@ -35,6 +37,16 @@ Fp8Tensor rowwise_quantize_source(const CastSource& src, bool rowwise, bool colu
 
 // Whether an operand carries row scales.
 inline bool is_row_scaled(const Fp8Operand& op) { return op.scale_layout == ScaleLayout::kRowwise; }
+
+// An E4M3 operand of codes [rows, K] with its row scales' inverses [rows].
+inline Fp8Operand rowwise_operand(at::Tensor codes, at::Tensor scale_inv) {
+  Fp8Operand op;
+  op.codes = std::move(codes);
+  op.scale_inv = std::move(scale_inv);
+  op.format = Format::kE4M3;
+  op.scale_layout = ScaleLayout::kRowwise;
+  return op;
+}
 
 // decode(codes) * scale_inv of the row, float32 [rows, K] on the codes' device (the CPU
 // emulation's GEMM operands; the tests' references).

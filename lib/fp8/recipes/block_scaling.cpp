@@ -8,8 +8,6 @@
 namespace fp8t {
 namespace fp8 {
 
-BlockScaling::BlockScaling(const Recipe& recipe) : Scaling(recipe) {}
-
 int64_t BlockScaling::part_scale_floats(int64_t rows, int64_t cols) const {
   return blk128_scale_rows(rows) * blk128_scale_stride(cols);
 }
@@ -55,8 +53,7 @@ void BlockScaling::record_stats(int slot, const at::Tensor& x, const Fp8Tensor& 
   const bool row = q.rowwise.defined();
   const Fp8Operand& op = row ? q.rowwise : q.columnwise;
   const at::Tensor st = block_cast_stats(row ? x : x.t(), BlockCodes{op.codes, op.scale_inv}, block_rows(slot));
-  add_stats(slot, st.narrow(0, 0, 2));
-  ranges_.record(slot, st);
+  record_range(slot, st);
 }
 
 // The block-scaled GEMMs' rules (lib/gemm/gemm_problem.h) on a Linear's dims: K (in) and N (out)
@@ -68,9 +65,6 @@ std::string BlockScaling::unsupported_linear(int64_t in_features, int64_t out_fe
   return dims_not_multiples_of_16(in_features, out_features, "block-scaled FP8 GEMM");
 }
 
-void BlockScaling::end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/) {
-  if (last_of_step) ++steps_ended_;
-}
 
 }  // namespace fp8
 }  // namespace fp8t

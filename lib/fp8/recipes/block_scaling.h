@@ -17,18 +17,17 @@
 // bit-exactly: a resumed run computes the same scales from the same tensors.
 #pragma once
 
-#include <map>     // std::map
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/fp8/recipes/scaling.h"  // Scaling
+#include "lib/fp8/recipes/per_cast_scaling.h"  // PerCastScaling
 
 namespace fp8t {
 namespace fp8 {
 
-class BlockScaling final : public Scaling {
+class BlockScaling final : public PerCastScaling {
  public:
-  explicit BlockScaling(const Recipe& recipe);
+  explicit BlockScaling(const Recipe& recipe) : PerCastScaling(recipe) {}
   RecipeKind kind() const override { return RecipeKind::kBlock; }
 
   Format format_for(TensorRole /*role*/) const override { return Format::kE4M3; }
@@ -46,27 +45,8 @@ class BlockScaling final : public Scaling {
   bool fast_accumulation(GemmKind /*kind*/) const override { return false; }
   std::string unsupported_linear(int64_t in_features, int64_t out_features) const override;
 
-  void end_micro_batch(bool last_of_step, const at::Tensor& skip = at::Tensor()) override;
-  int64_t weight_epoch() const override { return steps_ended_; }
-
-  std::vector<SlotStats> read_stats() override { return scale_range_stats(ranges_); }
-
-  // [1, S] / [S] / [S]: see the file comment (zeros and ones until statistics are collected).
-  const at::Tensor& amax_history() const override { return ranges_.amax_rows(); }
-  const at::Tensor& scale() const override { return ranges_.scale(); }
-  const at::Tensor& scale_inv() const override { return ranges_.scale_inv(); }
-
-  std::map<std::string, at::Tensor> state_dict() const override { return {}; }
-  void load_state_dict(const std::map<std::string, at::Tensor>& /*state*/) override {}
-
- protected:
-  void allocate(const at::Device& device) override { ranges_.allocate(num_slots(), device); }
-
  private:
   void record_stats(int slot, const at::Tensor& x, const Fp8Tensor& q);
-
-  ScaleRangeStats ranges_;  // the last measured cast of each slot, the interval's block scales
-  int64_t steps_ended_ = 0;
 };
 
 }  // namespace fp8

@@ -21,8 +21,7 @@ Fp8Tensor RowwiseScaling::quantize(int slot, const CastSource& src, const CastOp
     const at::Tensor x = materialize(src);
     const bool row = out.rowwise.defined();
     const at::Tensor st = rowwise_cast_stats(row ? x : x.t(), row ? out.rowwise : out.columnwise);
-    add_stats(slot, st.narrow(0, 0, 2));
-    ranges_.record(slot, st);
+    record_range(slot, st);
   }
   return out;
 }

@@ -15,23 +15,22 @@
 // Sharded weights (ZeRO-3) travel in the compute dtype and are cast where they are used
 // (WeightParts::fp8_gather false): dgrad's Wᵀ needs one scale per column of the whole weight.
 //
-// State (statistics and the precision chart): ScaleRangeStats (the amax and largest row scale of
-// each slot's last measured cast, the interval's row-scale range). Nothing is needed to resume
-// bit-exactly: a resumed run computes the same scales from the same tensors.
+// State (statistics and the precision chart) and step boundaries: PerCastScaling's (the amax and
+// largest row scale of each slot's last measured cast, the interval's row-scale range). Nothing is
+// needed to resume bit-exactly: a resumed run computes the same scales from the same tensors.
 #pragma once
 
-#include <map>     // std::map
 #include <string>  // std::string
 #include <vector>  // std::vector
 
-#include "lib/fp8/recipes/scaling.h"  // Scaling, ScaleRangeStats
+#include "lib/fp8/recipes/per_cast_scaling.h"  // PerCastScaling
 
 namespace fp8t {
 namespace fp8 {
 
-class RowwiseScaling final : public Scaling {
+class RowwiseScaling final : public PerCastScaling {
  public:
-  explicit RowwiseScaling(const Recipe& recipe) : Scaling(recipe) {}
+  explicit RowwiseScaling(const Recipe& recipe) : PerCastScaling(recipe) {}
   RecipeKind kind() const override { return RecipeKind::kRowwise; }
 
   Format format_for(TensorRole /*role*/) const override { return Format::kE4M3; }
@@ -41,28 +40,6 @@ class RowwiseScaling final : public Scaling {
   WeightParts weight_parts() const override { return WeightParts{0, false, ScaleLayout::kRowwise, false}; }
   bool transposes_weight_codes() const override { return false; }
   std::string unsupported_linear(int64_t in_features, int64_t out_features) const override;
-
-  void end_micro_batch(bool last_of_step, const at::Tensor& /*skip*/ = at::Tensor()) override {
-    if (last_of_step) ++steps_ended_;
-  }
-  int64_t weight_epoch() const override { return steps_ended_; }
-
-  std::vector<SlotStats> read_stats() override { return scale_range_stats(ranges_); }
-
-  // [1, S] / [S] / [S]: the last measured cast's amax, largest row scale and its inverse.
-  const at::Tensor& amax_history() const override { return ranges_.amax_rows(); }
-  const at::Tensor& scale() const override { return ranges_.scale(); }
-  const at::Tensor& scale_inv() const override { return ranges_.scale_inv(); }
-
-  std::map<std::string, at::Tensor> state_dict() const override { return {}; }
-  void load_state_dict(const std::map<std::string, at::Tensor>& /*state*/) override {}
-
- protected:
-  void allocate(const at::Device& device) override { ranges_.allocate(num_slots(), device); }
-
- private:
-  ScaleRangeStats ranges_;
-  int64_t steps_ended_ = 0;
 };
 
 }  // namespace fp8

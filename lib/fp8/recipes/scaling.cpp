@@ -94,19 +94,6 @@ std::vector<SlotStats> Scaling::per_tensor_stats(const at::Tensor& amax_dev, con
   return out;
 }
 
-std::vector<SlotStats> Scaling::scale_range_stats(ScaleRangeStats& ranges) {
-  const at::Tensor amax = ranges.amax().cpu(), scale = ranges.scale().cpu(), sums = stats_sums().cpu();
-  const auto interval = ranges.take_interval();
-  std::vector<SlotStats> out;
-  for (int i = 0; i < num_slots(); ++i) {
-    const auto [saturated, underflow] = stats_fractions(sums, i);
-    out.push_back(SlotStats{slot_name(i), format_name(slot_format(i)), amax[i].item<float>(), scale[i].item<float>(),
-                            saturated, underflow, interval[i].first, interval[i].second});
-  }
-  reset_stats();
-  return out;
-}
-
 at::Tensor Scaling::fp8_max_tensor() const {
   std::vector<float> maxes;
   for (Format f : formats_) maxes.push_back(format_max(f));

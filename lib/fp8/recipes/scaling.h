@@ -41,7 +41,6 @@
 #include "lib/fp8/backends/backend.h"  // CastSource, Fp8Tensor, GemmKind, SlotRef
 #include "lib/config/fp8_recipe.h"     // Recipe, RecipeKind
 #include "lib/config/fp8_recipe_fields.h"  // RecipeTraits, recipe_traits
-#include "lib/fp8/recipes/scale_range_stats.h"  // ScaleRangeStats
 
 namespace fp8t {
 namespace fp8 {
@@ -254,9 +253,6 @@ class Scaling {
   // read_stats of a per-tensor recipe (delayed, current): each slot's amax and scale (float32 [S],
   // any device) with its accumulated fractions; resets the fractions.
   std::vector<SlotStats> per_tensor_stats(const at::Tensor& amax, const at::Tensor& scale);
-  // read_stats of a recipe with many scales per tensor (block, rowwise): each slot's amax and
-  // largest scale of its last measured cast, the interval's scale range; starts a new interval.
-  std::vector<SlotStats> scale_range_stats(ScaleRangeStats& ranges);
   // unsupported_linear of a recipe whose GEMMs need K and N multiples of 16 (cuBLASLt's FP8 rule;
   // the token count is checked when the GEMMs run): "" when both are; else the reason, naming
   // `gemm` ("block-scaled FP8 GEMM").
