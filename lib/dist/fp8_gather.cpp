@@ -102,17 +102,11 @@ void Fp8Gather::issue(const at::Tensor& master, bool record) {
   scales_pending_ = ctx_.comm->all_gather_async(scales_, owned_scales_);
 }
 
-// The weight's scale_inv from its owners' gathered scales, in row order (the recipe assembles it).
-// A per-tensor scale is the same float in every owner's part and Scaling::gathered_scale_inv reads
-// the first one's: that owner's alone is handed over (one view per gather, not one per rank).
+// The weight's scale_inv from every owner's gathered scales, in row order (the recipe assembles it).
 at::Tensor Fp8Gather::scale_inv_of(const Weight& w) const {
-  const bool first_owner_only = parts_.scale_layout == fp8::ScaleLayout::kTensor;
   std::vector<at::Tensor> owners;
-  owners.reserve(first_owner_only ? 1 : static_cast<size_t>(layout_.world));
   for (int r = 0; r < layout_.world; ++r) {
-    if (w.scale_count[r] == 0) continue;
-    owners.push_back(scales_.narrow(0, r * scale_shard_ + w.scale_begin[r], w.scale_count[r]));
-    if (first_owner_only) break;
+    if (w.scale_count[r] > 0) owners.push_back(scales_.narrow(0, r * scale_shard_ + w.scale_begin[r], w.scale_count[r]));
   }
   return ctx_.scaling->gathered_scale_inv(w.rows, w.cols, owners);
 }
