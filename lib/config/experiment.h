@@ -40,6 +40,31 @@ enum class ReduceDtype { kFp32, kBf16 };
 // lib/model/attention_backend.h). kAuto: fp8train's measured choice for the GPU; the others put
 // that backend first, and ATen falls back to the next one where it refuses a shape.
 enum class AttentionBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
+// A mixture of experts' router (lib/model/moe_router.h): the score of each expert for a token, and
+// how the experts' load is kept even (an auxiliary loss, DeepSeek's bias on the selection, or none).
+enum class RouterScore { kSoftmax, kSigmoid };
+enum class LoadBalance { kAuxLoss, kBias, kNone };
+
+// The `moe` section: a mixture-of-experts MLP in the blocks (lib/model/moe_model.h). experts > 0
+// makes the model the MoE family; 0 (the default) is a dense model and the other keys are unused.
+struct MoeSection {
+  int64_t experts = 0;            // routed experts per MoE block; 0: dense MLPs everywhere
+  int64_t top_k = 2;              // experts each token goes to (dropless: every token gets all k)
+  int64_t d_ff = 0;               // each expert's SwiGLU width; 0 means model.d_ff (or 4 * d_model)
+  int64_t shared_experts = 0;     // experts every token goes through: one SwiGLU of shared_experts * d_ff
+  RouterScore score = RouterScore::kSoftmax;  // softmax over the experts, or a sigmoid per expert
+  bool norm_topk = false;         // the k chosen scores renormalised to sum 1 (sigmoid: always)
+  LoadBalance balance = LoadBalance::kAuxLoss;
+  double aux_loss_coef = 0.01;    // balance aux_loss: the loss coef * E * sum_e f_e * P_e is added
+  double bias_update_rate = 1e-3;  // balance bias: each step, bias_e += rate * sign(mean load - load_e)
+  int64_t first_k_dense = 0;      // the first blocks keep a dense MLP of model.d_ff
+  // Benchmarks: token t's j-th expert is (t * top_k + j) mod experts, whatever the router scores
+  // (which still weigh the outputs and learn): every expert gets the same tokens, as a peer's
+  // forced-balanced routing does. Not for training a model.
+  bool force_balance = false;
+
+  bool enabled() const { return experts > 0; }
+};
 
 struct RunSection {
   std::string name = "default";   // run folder name under out_dir
@@ -71,9 +96,12 @@ struct ModelSection {
   double rope_theta = 10000.0;    // RoPE base (Llama 3: 500000)
   int64_t n_kv_head = 0;          // K/V heads (grouped-query attention); 0 means n_head
   bool fused_qkv = true;          // q, k, v from one GEMM (c_attn); false: q_proj, k_proj, v_proj
+  bool qk_norm = false;           // RMSNorm of the q and k projections (full width) before RoPE (OLMoE)
   std::string init_from;          // safetensors file with the starting weights; empty: random init
+  MoeSection moe;                 // the `moe` section (its own section in files and flags)
 
   int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
+  int64_t expert_ff_dim() const { return moe.d_ff > 0 ? moe.d_ff : ff_dim(); }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
 };
 
@@ -139,6 +167,10 @@ struct DistSection {
   ReduceDtype reduce_dtype = ReduceDtype::kFp32;  // zero 3: gradients reduce-scattered in this dtype
   int64_t prefetch = 1;           // zero 3: units whose all-gather may be in flight ahead of the one computing
   int64_t shard_group_size = 0;   // zero 3: shard within groups of this many consecutive ranks (0: all ranks)
+  // A mixture of experts' experts sharded across groups of this many consecutive ranks, tokens
+  // sent to their experts' rank by all-to-all (lib/dist/expert_parallel.h); 1: every rank holds
+  // every expert.
+  int64_t expert_parallel = 1;
 };
 
 struct ExperimentConfig {

@@ -11,6 +11,7 @@
 #include "lib/config/field_builders.h"  // bool_field, int_field, ..., enum_field, EnumNames
 #include "lib/config/text.h"            // join, shortest, edit_distance
 #include "lib/config/fp8_recipe.h"      // fp8::kRecipeFormatNames, ...
+#include "lib/config/moe_fields.h"      // add_moe_fields (the moe section)
 #include "lib/numerics/scaling_math.h"  // fp8::kMaxMargin
 
 namespace fp8t {
@@ -170,8 +171,11 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.model.n_kv_head; }, at_least(0)));
   t.push_back(bool_field("model.fused_qkv", "q, k, v from one GEMM (attn.c_attn); false: attn.q_proj, k_proj, v_proj",
                          [](auto& c) -> auto& { return c.model.fused_qkv; }));
+  t.push_back(bool_field("model.qk_norm", "RMSNorm of the q and k projections over their full width, before RoPE (OLMoE)",
+                         [](auto& c) -> auto& { return c.model.qk_norm; }));
   t.push_back(string_field("model.init_from", "safetensors file with the starting weights (fp8train or Hugging Face names)",
                            [](auto& c) -> auto& { return c.model.init_from; }));
+  add_moe_fields(t);  // moe.* (lib/config/moe_fields.cpp)
   // data
   t.push_back(enum_field("data.source", "synthetic data, a text file (bytes) or a token file", source_names(),
                          [](auto& c) -> auto& { return c.data.source; }));
@@ -291,6 +295,11 @@ std::vector<Field> build_table() {
                         "it across the groups (hybrid sharding); 0 = all ranks, -1 = one group per node "
                         "(torchrun's LOCAL_WORLD_SIZE); it must divide the number of ranks",
                         [](auto& c) -> auto& { return c.dist.shard_group_size; }, at_least(-1)));
+  t.push_back(int_field("dist.expert_parallel",
+                        "moe.experts > 0: shard the experts across groups of this many consecutive ranks and send each "
+                        "token to its experts' rank by all-to-all (it must divide the ranks and moe.experts); 1: every "
+                        "rank holds every expert",
+                        [](auto& c) -> auto& { return c.dist.expert_parallel; }, at_least(1)));
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
   // fp8

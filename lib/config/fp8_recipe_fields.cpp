@@ -55,14 +55,14 @@ std::vector<RecipeTraits> make_registry() {
       {},
       delayed_settings,
       /*per_tensor_scales=*/true, "per-tensor", RanksShareScales::kAll, /*rank_amaxes=*/true,
-      /*calibrated_state=*/true});
+      /*calibrated_state=*/true, /*grouped_gemm=*/true});
   r.push_back(RecipeTraits{
       RecipeKind::kCurrent, "current", "per-tensor scales from the amax of each tensor at its cast",
       {"fp8.margin", "fp8.fp8_format", "fp8.fast_accumulation", "fp8.swiglu_wgrad_copy"},
       {},
       current_settings,
       /*per_tensor_scales=*/true, "per-tensor", RanksShareScales::kWeights, /*rank_amaxes=*/false,
-      /*calibrated_state=*/false});
+      /*calibrated_state=*/false, /*grouped_gemm=*/true});
   r.push_back(RecipeTraits{
       RecipeKind::kBlock, "block",
       "E4M3 with FP32 scales per 1x128 block (activations, gradients) and 128x128 block (weights)",
@@ -74,7 +74,7 @@ std::vector<RecipeTraits> make_registry() {
         "the block recipe always casts c_proj's wgrad copy in the forward (its blocks' scales come from the value)"}},
       block_settings,
       /*per_tensor_scales=*/false, "128x128 block", RanksShareScales::kNone, /*rank_amaxes=*/false,
-      /*calibrated_state=*/false});
+      /*calibrated_state=*/false, /*grouped_gemm=*/false});
   r.push_back(RecipeTraits{
       RecipeKind::kRowwise, "rowwise",
       "E4M3 with one power-of-2 FP32 scale per row of every GEMM operand (per token, per feature)",
@@ -85,7 +85,7 @@ std::vector<RecipeTraits> make_registry() {
         "the rowwise recipe always casts c_proj's wgrad copy in the forward (its column scales come from the value)"}},
       rowwise_settings,
       /*per_tensor_scales=*/false, "per-row", RanksShareScales::kNone, /*rank_amaxes=*/false,
-      /*calibrated_state=*/false});
+      /*calibrated_state=*/false, /*grouped_gemm=*/true});
   return r;
 }
 
@@ -140,6 +140,14 @@ const RecipeTraits& recipe_named(std::string_view name) {
 std::string recipe_names() {
   std::string s;
   for (const RecipeTraits& t : recipe_registry()) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  return s;
+}
+
+std::string recipes_with_grouped_gemm() {
+  std::string s;
+  for (const RecipeTraits& t : recipe_registry()) {
+    if (t.grouped_gemm) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  }
   return s;
 }
 

@@ -48,6 +48,9 @@ struct RecipeTraits {
   // Its scales are state calibrated over the steps and kept in checkpoints (an evaluation of
   // weights without that state warns).
   bool calibrated_state;
+  // Its scales fit the grouped FP8 GEMM of a mixture of experts' experts (one scale per tensor or
+  // per row: lib/fp8/layers/fp8_grouped_linear.h); without, the experts stay in high precision.
+  bool grouped_gemm;
 };
 
 // Every recipe of this build, in fp8.recipe's documented order.
@@ -57,6 +60,8 @@ const RecipeTraits& recipe_traits(RecipeKind kind);
 // The recipe named `name` (an fp8.recipe value); an unknown name is exit 2 naming fp8.recipe and
 // the names this build knows.
 const RecipeTraits& recipe_named(std::string_view name);
+// "delayed, current, rowwise": the recipes whose experts run in FP8 (RecipeTraits::grouped_gemm).
+std::string recipes_with_grouped_gemm();
 // "delayed, current, block, rowwise": the names, for messages.
 std::string recipe_names();
 

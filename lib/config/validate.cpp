@@ -14,6 +14,7 @@
 #include "lib/config/parse.h"               // fail
 #include "lib/config/text.h"                // format_float
 #include "lib/config/fp8_recipe_fields.h"   // recipe_fields_without_effect, why_no_effect, recipe_traits
+#include "lib/config/moe_fields.h"          // check_moe_rules
 
 namespace fp8t {
 namespace config {
@@ -211,6 +212,7 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
   warn_unused_fp8_flags(c, s);
   check_recipe_fields(c, s);
   check_model_rules(c.model, s);
+  check_moe_rules(c, s);
   check_train_rules(c, s);
   check_dist_rules(c, s);
   check_data_rules(c, s);

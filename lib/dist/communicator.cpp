@@ -265,4 +265,20 @@ void Communicator::broadcast(std::vector<at::Tensor> tensors, int root) {
   }
 }
 
+void Communicator::all_to_all(const at::Tensor& output, const at::Tensor& input,
+                              const std::vector<int64_t>& output_splits, const std::vector<int64_t>& input_splits) {
+  FP8T_CHECK(output.is_contiguous() && input.is_contiguous(), "all-to-all: tensors must be contiguous");
+  FP8T_CHECK(static_cast<int>(output_splits.size()) == world_size_ && static_cast<int>(input_splits.size()) == world_size_,
+             "all-to-all: one split per rank expected (", world_size_, " ranks)");
+  c10d::AllToAllOptions opts;
+  opts.timeout = std::chrono::milliseconds(timeout_);
+  try {
+    at::Tensor out = output, in = input;
+    std::vector<int64_t> out_splits = output_splits, in_splits = input_splits;
+    impl_->backend->alltoall_base(out, in, out_splits, in_splits, opts)->wait();
+  } catch (const std::exception& e) {
+    collective_failed("all-to-all", e);
+  }
+}
+
 }  // namespace fp8t::dist

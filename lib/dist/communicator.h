@@ -70,6 +70,11 @@ class Communicator {
   void all_gather(const at::Tensor& output, const at::Tensor& input);
   // Copies rank `root`'s tensors to every rank, in place.
   void broadcast(std::vector<at::Tensor> tensors, int root = 0);
+  // All-to-all along dim 0 (expert parallelism, lib/dist/expert_parallel.h): `input` holds
+  // input_splits[i] rows for rank i, consecutive in rank order; `output` receives
+  // output_splits[i] rows from rank i likewise. Both contiguous; the splits' sums are their rows.
+  void all_to_all(const at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& output_splits,
+                  const std::vector<int64_t>& input_splits);
 
   struct Impl;  // the c10d objects
 

@@ -5,6 +5,7 @@
 #include <sstream>  // std::ostringstream
 
 #include "lib/fp8/layers/fp8_activation.h"  // Fp8Gelu, Fp8Swiglu
+#include "lib/fp8/layers/fp8_grouped_linear.h"  // Fp8GroupedLinear
 #include "lib/fp8/layers/fp8_linear.h"      // Fp8Linear
 #include "lib/fp8/layers/fp8_norm.h"        // Fp8Norm
 #include "lib/config/fp8_recipe_fields.h"   // recipe_summary
@@ -46,6 +47,25 @@ std::string skip_reason(const model::Linear& l, const std::string& name, const S
   return scaling.unsupported_linear(l.in_features, l.out_features);
 }
 
+// A grouped layer runs whole in FP8 or whole in high precision.
+std::string grouped_skip_reason(const model::GroupedLinear& l, const std::string& name, const Scaling& scaling) {
+  const Recipe& r = scaling.recipe();
+  if (name_listed(name, r.skip_layers)) return "listed in fp8.skip_layers";
+  if (l.in_features % 16 != 0 || l.out_features % 16 != 0) {
+    return "features " + std::to_string(l.in_features) + "x" + std::to_string(l.out_features) +
+           " not multiples of 16 (FP8 GEMM requirement)";
+  }
+  const auto& o = r.override_linear_precision;
+  if (o.fprop || o.dgrad || o.wgrad) {
+    return "fp8.override_linear_precision is set: a grouped layer's GEMMs run all in FP8 or all in high precision";
+  }
+  if (l.in_features * l.out_features < r.min_features_product) {
+    return "in*out " + std::to_string(l.in_features * l.out_features) + " below fp8.min_features_product " +
+           std::to_string(r.min_features_product);
+  }
+  return scaling.unsupported_grouped_linear();
+}
+
 using Containers = std::vector<std::pair<std::string, std::shared_ptr<model::SlotModule>>>;
 using Fp8Linears = std::map<std::string, std::shared_ptr<Fp8Linear>>;
 
@@ -79,7 +99,6 @@ std::string defer_casts(Fp8Linear& layer, const model::SlotModule::Slot& slot, c
 Fp8Linears convert_linears(const Containers& containers, const std::shared_ptr<Scaling>& scaling, bool casts,
                            RewriteReport& report) {
   Fp8Linears fp8_linears;
-  double total_macs = 0.0, fp8_macs = 0.0;
   for (const auto& [prefix, container] : containers) {
     for (const auto& slot : container->slots()) {
       auto linear = std::dynamic_pointer_cast<model::Linear>(*slot.member);
@@ -88,21 +107,52 @@ Fp8Linears convert_linears(const Containers& containers, const std::shared_ptr<S
       LayerDecision d{name, "Linear", std::to_string(linear->in_features) + "x" + std::to_string(linear->out_features),
                       false, skip_reason(*linear, name, *scaling),
                       static_cast<double>(linear->in_features * linear->out_features)};
-      total_macs += d.gemm_macs_per_token;
       if (d.reason.empty()) {
         auto fp8 = std::make_shared<Fp8Linear>(*linear, name, scaling);
         if (casts) d.reason = defer_casts(*fp8, slot, *scaling);
         container->replace_slot(slot.name, fp8);
         fp8_linears[name] = fp8;
         d.converted = true;
-        fp8_macs += d.gemm_macs_per_token;
         ++report.converted_linears;
       }
       report.layers.push_back(d);
     }
   }
-  report.fp8_gemm_share = total_macs > 0 ? fp8_macs / total_macs : 0.0;
   return fp8_linears;
+}
+
+// Pass 1b: grouped layers (a mixture of experts' experts): Fp8GroupedLinear, all three GEMMs in FP8.
+void convert_grouped_linears(const Containers& containers, const std::shared_ptr<Scaling>& scaling,
+                             RewriteReport& report) {
+  for (const auto& [prefix, container] : containers) {
+    for (const auto& slot : container->grouped_slots()) {
+      auto grouped = std::dynamic_pointer_cast<model::GroupedLinear>(*slot.member);
+      if (!grouped) continue;
+      const std::string name = join(prefix, slot.name);
+      LayerDecision d{name, "Grouped",
+                      std::to_string(grouped->groups) + "x" + std::to_string(grouped->in_features) + "x" +
+                          std::to_string(grouped->out_features),
+                      false, grouped_skip_reason(*grouped, name, *scaling),
+                      grouped->rows_per_token * static_cast<double>(grouped->in_features * grouped->out_features)};
+      if (d.reason.empty()) {
+        container->replace_grouped_slot(slot.name, std::make_shared<Fp8GroupedLinear>(*grouped, name, scaling));
+        d.converted = true;
+        d.reason = "grouped GEMMs, E4M3 gradients";
+        ++report.converted_grouped;
+      }
+      report.layers.push_back(d);
+    }
+  }
+}
+
+// The share of the GEMM work per token (Linear and grouped layers) that runs in FP8.
+double fp8_share(const RewriteReport& report) {
+  double total = 0.0, fp8 = 0.0;
+  for (const LayerDecision& d : report.layers) {
+    total += d.gemm_macs_per_token;
+    if (d.converted) fp8 += d.gemm_macs_per_token;
+  }
+  return total > 0.0 ? fp8 / total : 0.0;
 }
 
 // Pass 2: norms whose single consumer is now an Fp8Linear.
@@ -187,6 +237,8 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
   const Recompute recompute = as_model != nullptr ? as_model->recompute() : Recompute::kNone;
   const bool casts = recompute == Recompute::kCasts;
   const Fp8Linears fp8_linears = convert_linears(containers, result.scaling, casts, result.report);
+  convert_grouped_linears(containers, result.scaling, result.report);
+  result.report.fp8_gemm_share = fp8_share(result.report);
   convert_norms(containers, fp8_linears, result.report);
   fuse_activations(containers, fp8_linears, casts || recompute == Recompute::kActivation,
                    result.scaling->traits().per_tensor_scales &&
@@ -201,9 +253,10 @@ std::string RewriteReport::to_string() const {
   size_t width = 5;
   for (const auto& l : layers) width = std::max(width, l.name.size());
   if (!recipe_line.empty()) os << recipe_line << "\n";
-  os << "FP8 rewrite: " << converted_linears << " Linear and " << converted_norms << " norm layers converted, "
+  os << "FP8 rewrite: " << converted_linears << " Linear" << (converted_grouped > 0 ? ", " + std::to_string(converted_grouped) + " grouped" : "")
+     << " and " << converted_norms << " norm layers converted, "
      << fused_activations << " activations fused into FP8 casts; "
-     << std::fixed << std::setprecision(1) << 100.0 * fp8_gemm_share << "% of Linear GEMM FLOPs in FP8\n";
+     << std::fixed << std::setprecision(1) << 100.0 * fp8_gemm_share << "% of " << (converted_grouped > 0 ? "the GEMM FLOPs (Linear and grouped)" : "Linear GEMM FLOPs") << " in FP8\n";
   for (const auto& l : layers) {
     os << "  " << std::left << std::setw(static_cast<int>(width)) << l.name << "  " << std::setw(9) << l.kind << " "
        << std::setw(11) << l.shape << " "

@@ -3,7 +3,12 @@
 // Fp8Linear. Weights are kept (the same tensors, the same parameter names), and the typed
 // members of the model follow (model::SlotModule::replace_slot).
 //
-// Skip rules, in order: the layer's name is in recipe.skip_layers (exact, or the last name
+// A grouped layer (model::GroupedLinear in a grouped slot: a mixture of experts' experts) becomes an
+// Fp8GroupedLinear unless it is listed in recipe.skip_layers, its features are not multiples of
+// 16, fp8.override_linear_precision names any GEMM, or the recipe has no grouped GEMM
+// (Scaling::unsupported_grouped_linear: block).
+//
+// Skip rules of a Linear, in order: the layer's name is in recipe.skip_layers (exact, or the last name
 // components, e.g. "lm_head" or "attn.c_proj"); in or out features not a multiple of 16
 // (cuBLASLt FP8 requirement); in*out below recipe.min_features_product (too small to gain); the
 // recipe cannot run it (Scaling::unsupported_linear, e.g. the block GEMM's constraints).
@@ -32,16 +37,18 @@ namespace fp8 {
 
 struct LayerDecision {
   std::string name;
-  std::string kind;      // "Linear", "LayerNorm", "RMSNorm", "GELU", "SwiGLU"
-  std::string shape;     // "768x3072" (in x out) for Linear, "768" for norms, "" for activations
+  std::string kind;      // "Linear", "Grouped", "LayerNorm", "RMSNorm", "GELU", "SwiGLU"
+  std::string shape;     // "768x3072" (in x out) for Linear, "64x768x3072" (groups x in x out) for
+                         // grouped layers, "768" for norms, "" for activations
   bool converted = false;
   std::string reason;    // why it was skipped; for a fused activation, what it was fused into
-  double gemm_macs_per_token = 0.0;  // in*out for Linear, 0 for norms
+  double gemm_macs_per_token = 0.0;  // in*out for Linear, rows_per_token*in*out for grouped, 0 for norms
 };
 
 struct RewriteReport {
   std::vector<LayerDecision> layers;
   int converted_linears = 0;
+  int converted_grouped = 0;  // grouped layers (a mixture of experts' experts) now Fp8GroupedLinear
   int converted_norms = 0;
   int fused_activations = 0;  // GELUs fused into the casts of the FP8 Linears around them
   double fp8_gemm_share = 0.0;  // share of Linear GEMM work (per token) now in FP8

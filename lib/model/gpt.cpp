@@ -8,6 +8,7 @@
 #include "lib/model/recompute.h"           // recompute_in_backward
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy
 #include "lib/ops/tied_embedding.h"        // ops::tied_embedding
+#include "lib/util/error.h"                // FP8T_CHECK
 #include "lib/util/torch_compat.h"         // compat::autocast_dtype_or
 
 namespace fp8t {
@@ -48,13 +49,17 @@ CausalSelfAttention::CausalSelfAttention(const ModelSection& cfg, std::shared_pt
   // output for their backward, and write it [B, T, H, D] in memory, so the view needs no copy.
   add_slot("c_proj", std::make_shared<Linear>(d, d, cfg.bias), &c_proj, /*feeds=*/"", /*fed_by=*/"",
            /*input_kept_by_producer=*/true);
+  if (cfg.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<Norm>(Norm::Kind::kRMSNorm, d, cfg.norm_eps, false));
+    k_norm = register_module("k_norm", std::make_shared<Norm>(Norm::Kind::kRMSNorm, kv, cfg.norm_eps, false));
+  }
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(cfg.dropout));
 }
 
 at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   at::Tensor q, k, v;
-  if (c_attn && rotary_) {
+  if (c_attn && rotary_ && !q_norm) {
     // RoPE on the fused projection's output: one kernel on the GPU (Rotary::apply_qkv).
     const Rotary::Heads h = rotary_->apply_qkv(c_attn->forward(x), n_head_, n_kv_head_);
     return attend(h.q, h.k, h.v, B, T, C);
@@ -66,6 +71,10 @@ at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
     q = qkv[0], k = qkv[1], v = qkv[2];
   } else {
     q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+  }
+  if (q_norm) {  // model.qk_norm: over the projections' full width, before the heads split and RoPE
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
   }
   // [B, T, H*D] -> [B, H, T, D]
   q = q.view({B, T, n_head_, head_dim_}).transpose(1, 2);
@@ -87,28 +96,41 @@ at::Tensor CausalSelfAttention::attend(const at::Tensor& q, const at::Tensor& k,
   return resid_drop_->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 
-Mlp::Mlp(const ModelSection& cfg) {
-  const bool swiglu = cfg.activation == fp8t::Activation::kSwiGLU;
-  const int64_t ff = cfg.ff_dim();
-  add_slot("c_fc", std::make_shared<Linear>(cfg.d_model, swiglu ? 2 * ff : ff, cfg.bias), &c_fc);
+Mlp::Mlp(const ModelSection& cfg)
+    : Mlp(cfg.d_model, cfg.ff_dim(), cfg.activation == fp8t::Activation::kSwiGLU, cfg.bias, cfg.dropout) {}
+
+Mlp::Mlp(int64_t d_model, int64_t ff, bool swiglu, bool bias, double dropout) {
+  add_slot("c_fc", std::make_shared<Linear>(d_model, swiglu ? 2 * ff : ff, bias), &c_fc);
   // The activation reads only c_fc's output and only c_proj reads its result (a rewrite may
   // fuse it into either GEMM's casts).
   add_slot("act",
            std::make_shared<model::Activation>(swiglu ? model::Activation::Kind::kSwiGLU
                                                       : model::Activation::Kind::kGeluTanh),
            &act, /*feeds=*/"c_proj", /*fed_by=*/"c_fc");
-  add_slot("c_proj", std::make_shared<Linear>(ff, cfg.d_model, cfg.bias), &c_proj);
-  drop_ = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  add_slot("c_proj", std::make_shared<Linear>(ff, d_model, bias), &c_proj);
+  drop_ = register_module("drop", torch::nn::Dropout(dropout));
 }
 
 at::Tensor Mlp::forward(const at::Tensor& x) { return drop_->forward(c_proj->forward(act->forward(c_fc->forward(x)))); }
 
-Block::Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary) {
+void Mlp::init_output_weights(double std) {
+  torch::NoGradGuard no_grad;
+  std::static_pointer_cast<Linear>(c_proj)->weight.normal_(0.0, std);
+}
+
+Block::Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary, std::shared_ptr<FeedForward> ffn) {
   // With separate q/k/v projections ln_1 has three consumers (no single one to fuse a cast into).
   add_slot("ln_1", make_norm(cfg), &ln_1, /*feeds=*/cfg.fused_qkv ? "attn.c_attn" : "");
-  add_slot("ln_2", make_norm(cfg), &ln_2, /*feeds=*/"mlp.c_fc");
+  std::shared_ptr<FeedForward> ff = ffn ? std::move(ffn) : std::make_shared<Mlp>(cfg);
+  add_slot("ln_2", make_norm(cfg), &ln_2, /*feeds=*/ff->input_linear().empty() ? "" : "mlp." + ff->input_linear());
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, std::move(rotary)));
-  mlp = register_module("mlp", std::make_shared<Mlp>(cfg));
+  mlp = register_module("mlp", std::move(ff));
+}
+
+std::shared_ptr<Mlp> Block::dense_mlp() const {
+  auto dense = std::dynamic_pointer_cast<Mlp>(mlp);
+  FP8T_CHECK(dense != nullptr, "block: its feed-forward part is not a dense MLP");
+  return dense;
 }
 
 void Block::set_recompute(Recompute mode) { recompute_ = mode; }
@@ -176,7 +198,9 @@ at::Tensor Block::attention_residual(const at::Tensor& x) { return x + attn->for
 
 at::Tensor Block::mlp_residual(const at::Tensor& h) { return h + mlp->forward(ln_2->forward(h)); }
 
-Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
+Gpt::Gpt(const ModelSection& cfg) : Gpt(cfg, FeedForwardFactory()) {}
+
+Gpt::Gpt(const ModelSection& cfg, const FeedForwardFactory& ffn) : cfg_(cfg) {
   wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.d_model));
   if (cfg.position == PositionKind::kLearned) {
     wpe = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.d_model));
@@ -186,7 +210,7 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
   drop_ = register_module("drop", torch::nn::Dropout(cfg.dropout));
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     const std::string name = std::string("h").append(std::to_string(i));  // (no GCC 12 stringop false positive)
-    blocks.push_back(register_module(name, std::make_shared<Block>(cfg, rotary)));
+    blocks.push_back(register_module(name, std::make_shared<Block>(cfg, rotary, ffn ? ffn(i) : nullptr)));
   }
   add_slot("ln_f", make_norm(cfg), &ln_f, /*feeds=*/"lm_head");
 
@@ -198,7 +222,7 @@ Gpt::Gpt(const ModelSection& cfg) : cfg_(cfg) {
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
   for (auto& b : blocks) {
     std::static_pointer_cast<Linear>(b->attn->c_proj)->weight.normal_(0.0, proj_std);
-    std::static_pointer_cast<Linear>(b->mlp->c_proj)->weight.normal_(0.0, proj_std);
+    b->mlp->init_output_weights(proj_std);
   }
   // A tied head shares the embedding matrix (the same tensor, counted once).
   add_slot("lm_head",

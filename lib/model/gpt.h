@@ -22,9 +22,10 @@
 
 #include <torch/torch.h>  // torch::nn
 
-#include <memory>  // std::shared_ptr
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <functional>  // std::function
+#include <memory>      // std::shared_ptr
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 #include "lib/config/experiment.h"  // ModelSection, Recompute
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
@@ -46,6 +47,9 @@ class CausalSelfAttention : public SlotModule {
   std::shared_ptr<UnaryModule> c_attn;
   std::shared_ptr<UnaryModule> q_proj, k_proj, v_proj;
   std::shared_ptr<UnaryModule> c_proj;  // d -> d
+  // model.qk_norm: RMSNorm of the q and k projections over their full width (not slots: no Linear
+  // reads them alone); null without.
+  std::shared_ptr<Norm> q_norm, k_norm;
  private:
   // Causal attention of q [B, H, T, D], k and v [B, KV, T, D], then c_proj: [B, T, C].
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t B, int64_t T, int64_t C);
@@ -57,16 +61,34 @@ class CausalSelfAttention : public SlotModule {
   torch::nn::Dropout resid_drop_{nullptr};
 };
 
-class Mlp : public SlotModule {
+// A block's feed-forward part: the dense Mlp below, or a mixture of experts (lib/model/moe_layer.h).
+class FeedForward : public SlotModule {
  public:
-  explicit Mlp(const ModelSection& cfg);
-  at::Tensor forward(const at::Tensor& x);
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // GPT-2 initialisation of the weights that write into the residual stream: N(0, std).
+  virtual void init_output_weights(double std) = 0;
+  // The slot of the only Linear that reads the input (the block's ln_2 feeds it: an FP8 norm casts
+  // for it); "" when several layers read it.
+  virtual std::string input_linear() const { return ""; }
+};
+
+class Mlp : public FeedForward {
+ public:
+  explicit Mlp(const ModelSection& cfg);  // model.d_ff wide, model.activation
+  // ff wide; SwiGLU or GELU; with or without biases.
+  Mlp(int64_t d_model, int64_t ff, bool swiglu, bool bias, double dropout);
+  at::Tensor forward(const at::Tensor& x) override;
+  void init_output_weights(double std) override;
+  std::string input_linear() const override { return "c_fc"; }
   std::shared_ptr<UnaryModule> c_fc;    // d -> ff (GELU) or d -> 2ff (SwiGLU: gate and up, fused)
   std::shared_ptr<UnaryModule> act;     // Activation: GELU or SwiGLU
   std::shared_ptr<UnaryModule> c_proj;  // ff -> d
  private:
   torch::nn::Dropout drop_{nullptr};
 };
+
+// Builds the feed-forward part of block `layer` (0-based); null: the dense Mlp of the config.
+using FeedForwardFactory = std::function<std::shared_ptr<FeedForward>(int64_t layer)>;
 
 // The residual stream between blocks: x + pending, where pending (when defined) is a branch
 // output whose add is left to the next norm (fused into it).
@@ -78,7 +100,8 @@ struct Residual {
 
 class Block : public SlotModule {
  public:
-  Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary);
+  // ffn: the block's feed-forward part; null: the dense Mlp of the config.
+  Block(const ModelSection& cfg, std::shared_ptr<Rotary> rotary, std::shared_ptr<FeedForward> ffn = nullptr);
   at::Tensor forward(const at::Tensor& x);  // the block's output residual, all adds done
   // The block on the stream: without recompute it returns its MLP output as pending.
   Residual forward(const Residual& in);
@@ -86,7 +109,9 @@ class Block : public SlotModule {
   std::shared_ptr<UnaryModule> ln_1;
   std::shared_ptr<UnaryModule> ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<Mlp> mlp;
+  std::shared_ptr<FeedForward> mlp;  // registered as "mlp": the dense Mlp or another feed-forward part
+  // mlp as the dense Mlp (fp8t::Error when the block has another feed-forward part).
+  std::shared_ptr<Mlp> dense_mlp() const;
 
  private:
   Residual forward_fused(const Residual& in);          // no recompute: every add into its norm
@@ -137,6 +162,11 @@ class Gpt : public Model {
   std::vector<std::shared_ptr<Block>> blocks;
   std::shared_ptr<UnaryModule> ln_f;
   std::shared_ptr<UnaryModule> lm_head;
+
+ protected:
+  // A family built on this decoder with other feed-forward parts (lib/model/moe_model.h): `ffn`
+  // makes each block's (null: the dense Mlp).
+  Gpt(const ModelSection& cfg, const FeedForwardFactory& ffn);
 
  private:
   void enter_unit(int unit);

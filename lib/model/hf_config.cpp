@@ -62,6 +62,20 @@ ModelSection llama_section(const nlohmann::json& c, const std::string& where) {
   return m;
 }
 
+ModelSection olmoe_section(const nlohmann::json& c, const std::string& where) {
+  ModelSection m = llama_section(c, where);
+  m.qk_norm = true;
+  m.norm_eps = optional_value<double>(c, "rms_norm_eps", 1e-5, where);  // OlmoeConfig's default
+  m.moe.experts = positive(c, "num_experts", where);
+  m.moe.top_k = positive(c, "num_experts_per_tok", where);
+  m.moe.d_ff = m.d_ff;
+  m.moe.norm_topk = optional_value<bool>(c, "norm_topk_prob", false, where);
+  m.moe.aux_loss_coef = optional_value<double>(c, "router_aux_loss_coef", 0.01, where);
+  FP8T_INPUT_CHECK(optional_value<double>(c, "clip_qkv", 0.0, where) == 0.0, where,
+                   ": \"clip_qkv\" is set; fp8train's attention does not clip q, k and v");
+  return m;
+}
+
 }  // namespace
 
 ModelSection hf_model_section(const nlohmann::json& config, const std::string& where) {
@@ -69,8 +83,9 @@ ModelSection hf_model_section(const nlohmann::json& config, const std::string& w
   const std::string type = optional_value<std::string>(config, "model_type", "", where);
   if (type == "gpt2") return gpt2_section(config, where);
   if (type == "llama") return llama_section(config, where);
+  if (type == "olmoe") return olmoe_section(config, where);
   FP8T_THROW(ExitCode::kBadInput, where, ": \"model_type\" is '", type,
-             "'; fp8train reads gpt2 and llama configs (as `fp8train export --names hf` writes them)");
+             "'; fp8train reads gpt2, llama and olmoe configs (as `fp8train export --names hf` writes them)");
 }
 
 }  // namespace model

@@ -83,9 +83,32 @@ HfTensor llama_tensor(const ModelSection& cfg, const ParsedName& p, int64_t rows
   return {};
 }
 
+// OLMoE (OlmoeForCausalLM): LLaMA's names, q/k norms over the projections' full width, and per
+// MoE block a router (mlp.gate) and experts mlp.experts.<e>.{gate,up,down}_proj. fp8train's grouped
+// weights [E, 2F, d] (rows [gate | up] per expert) and [E, d, F] are cut by rows of their 2-D view
+// [E*2F, d], [E*d, F].
+HfTensor olmoe_tensor(const ModelSection& cfg, const ParsedName& p, int64_t rows) {
+  const std::string layer = "model.layers." + std::to_string(p.layer) + ".";
+  const int64_t E = cfg.moe.experts, F = cfg.expert_ff_dim(), d = cfg.d_model;
+  if (p.module == "attn.q_norm" || p.module == "attn.k_norm") return {{{layer + "self_attn." + p.module.substr(5) + "." + p.kind, rows}}, false};
+  if (p.module == "mlp.router") return {{{layer + "mlp.gate." + p.kind, rows}}, false};
+  HfTensor h;
+  for (int64_t e = 0; e < E && p.module == "mlp.experts_fc"; ++e) {
+    const std::string expert = layer + "mlp.experts." + std::to_string(e) + ".";
+    h.pieces.push_back({expert + "gate_proj." + p.kind, F});
+    h.pieces.push_back({expert + "up_proj." + p.kind, F});
+  }
+  for (int64_t e = 0; e < E && p.module == "mlp.experts_proj"; ++e) {
+    h.pieces.push_back({layer + "mlp.experts." + std::to_string(e) + ".down_proj." + p.kind, d});
+  }
+  return h.pieces.empty() ? llama_tensor(cfg, p, rows) : h;
+}
+
 HfTensor hf_tensor(const ModelSection& cfg, HfFamily family, const std::string& name, const at::Tensor& t) {
   const ParsedName p = parse_name(name);
-  HfTensor h = family == HfFamily::kGpt2 ? gpt2_tensor(p, t.size(0)) : llama_tensor(cfg, p, t.size(0));
+  HfTensor h = family == HfFamily::kGpt2    ? gpt2_tensor(p, t.size(0))
+               : family == HfFamily::kLlama ? llama_tensor(cfg, p, t.size(0))
+                                            : olmoe_tensor(cfg, p, t.size(0));
   FP8T_CHECK(!h.pieces.empty(), "parameter '", name, "' has no Hugging Face name");
   int64_t rows = 0;
   for (const auto& piece : h.pieces) rows += piece.rows;
@@ -105,12 +128,30 @@ std::vector<int64_t> piece_shape(const at::Tensor& t, const HfPiece& piece, bool
   FP8T_THROW(ExitCode::kBadInput, key, " = ", value,
              " has no Hugging Face counterpart: GPT-2 needs model.position learned, norm layernorm, activation gelu, "
              "bias true, fused_qkv true and n_kv_head = n_head; LLaMA needs model.position rope, norm rmsnorm and "
-             "activation swiglu (use --names fp8train to export any model)");
+             "activation swiglu; OLMoE (moe.experts > 0) needs LLaMA's, model.qk_norm true, bias false, moe.score "
+             "softmax, moe.balance aux_loss or none, moe.shared_experts 0 and moe.first_k_dense 0 (use --names "
+             "fp8train to export any model)");
+}
+
+// The 2-D view HF's pieces cut by rows: a grouped weight [G, N, K] as [G*N, K].
+at::Tensor rows_view(const at::Tensor& t) { return t.dim() == 3 ? t.flatten(0, 1) : t; }
+
+HfFamily olmoe_family(const ModelSection& cfg) {
+  if (cfg.position != PositionKind::kRope) no_counterpart("model.position", "learned with moe.experts > 0");
+  if (cfg.norm != NormKind::kRMSNorm) no_counterpart("model.norm", "layernorm with moe.experts > 0");
+  if (!cfg.qk_norm) no_counterpart("model.qk_norm", "false with moe.experts > 0");
+  if (cfg.bias) no_counterpart("model.bias", "true with moe.experts > 0");
+  if (cfg.moe.score != RouterScore::kSoftmax) no_counterpart("moe.score", "sigmoid");
+  if (cfg.moe.balance == LoadBalance::kBias) no_counterpart("moe.balance", "bias (a selection bias)");
+  if (cfg.moe.shared_experts > 0) no_counterpart("moe.shared_experts", std::to_string(cfg.moe.shared_experts));
+  if (cfg.moe.first_k_dense > 0) no_counterpart("moe.first_k_dense", std::to_string(cfg.moe.first_k_dense));
+  return HfFamily::kOlmoe;
 }
 
 }  // namespace
 
 HfFamily hf_family(const ModelSection& cfg) {
+  if (cfg.moe.enabled()) return olmoe_family(cfg);
   if (cfg.position == PositionKind::kRope) {
     if (cfg.norm != NormKind::kRMSNorm) no_counterpart("model.norm", "layernorm with model.position rope");
     if (cfg.activation != Activation::kSwiGLU) no_counterpart("model.activation", "gelu with model.position rope");
@@ -127,7 +168,8 @@ HfFamily hf_family(const ModelSection& cfg) {
 NamedTensors to_hf_names(const ModelSection& cfg, const NamedTensors& params) {
   const HfFamily family = hf_family(cfg);
   NamedTensors out;
-  for (const auto& [name, t] : params) {
+  for (const auto& [name, param] : params) {
+    const at::Tensor t = rows_view(param);
     const HfTensor h = hf_tensor(cfg, family, name, t);
     int64_t row = 0;
     for (const HfPiece& piece : h.pieces) {
@@ -139,16 +181,19 @@ NamedTensors to_hf_names(const ModelSection& cfg, const NamedTensors& params) {
   return out;
 }
 
-nlohmann::json hf_config_json(const ModelSection& cfg, const std::string& dtype) {
-  if (hf_family(cfg) == HfFamily::kGpt2) {
-    // gelu_pytorch_tanh: the same tanh-approximated GELU op fp8train calls (gelu_new is the
-    // same formula written out in Python, so it differs in the last bits).
-    return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", cfg.vocab_size},
+namespace {
+
+nlohmann::json gpt2_config_json(const ModelSection& cfg, const std::string& dtype) {
+  // gelu_pytorch_tanh: the same tanh-approximated GELU op fp8train calls (gelu_new is the
+  // same formula written out in Python, so it differs in the last bits).
+  return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", cfg.vocab_size},
             {"n_positions", cfg.seq_len}, {"n_embd", cfg.d_model}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
             {"n_inner", cfg.ff_dim()}, {"activation_function", "gelu_pytorch_tanh"},
             {"layer_norm_epsilon", cfg.norm_eps}, {"resid_pdrop", cfg.dropout}, {"embd_pdrop", cfg.dropout},
             {"attn_pdrop", cfg.dropout}, {"tie_word_embeddings", cfg.tie_embeddings}, {"torch_dtype", dtype}};
-  }
+}
+
+nlohmann::json llama_config_json(const ModelSection& cfg, const std::string& dtype) {
   return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", cfg.vocab_size},
           {"hidden_size", cfg.d_model}, {"intermediate_size", cfg.ff_dim()}, {"num_hidden_layers", cfg.n_layer},
           {"num_attention_heads", cfg.n_head}, {"num_key_value_heads", cfg.kv_heads()},
@@ -157,6 +202,27 @@ nlohmann::json hf_config_json(const ModelSection& cfg, const std::string& dtype)
           {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", cfg.rope_theta}}},
           {"attention_bias", cfg.bias}, {"mlp_bias", cfg.bias}, {"attention_dropout", cfg.dropout},
           {"tie_word_embeddings", cfg.tie_embeddings}, {"torch_dtype", dtype}};
+}
+
+}  // namespace
+
+nlohmann::json hf_config_json(const ModelSection& cfg, const std::string& dtype) {
+  const HfFamily family = hf_family(cfg);
+  if (family == HfFamily::kGpt2) return gpt2_config_json(cfg, dtype);
+  nlohmann::json c = llama_config_json(cfg, dtype);
+  if (family == HfFamily::kLlama) return c;
+  c["architectures"] = {"OlmoeForCausalLM"};
+  c["model_type"] = "olmoe";
+  c["intermediate_size"] = cfg.expert_ff_dim();
+  c["num_experts"] = cfg.moe.experts;
+  c["num_experts_per_tok"] = cfg.moe.top_k;
+  c["norm_topk_prob"] = cfg.moe.norm_topk;
+  c["router_aux_loss_coef"] = cfg.moe.balance == LoadBalance::kAuxLoss ? cfg.moe.aux_loss_coef : 0.0;
+  c["output_router_logits"] = false;
+  c["clip_qkv"] = nullptr;
+  c.erase("mlp_bias");
+  c.erase("head_dim");
+  return c;
 }
 
 namespace {
@@ -213,7 +279,8 @@ void load_weights(const ModelSection& cfg, const NamedTensors& params, const std
   }
   std::set<std::string> used;
   torch::NoGradGuard no_grad;
-  for (const auto& [name, p] : params) {
+  for (const auto& [name, param] : params) {
+    const at::Tensor p = ours ? param : rows_view(param);
     const HfTensor h = ours ? HfTensor{{{name, p.size(0)}}, false} : hf_tensor(cfg, family, name, p);
     std::vector<at::Tensor> parts;
     for (const HfPiece& piece : h.pieces) {

@@ -12,6 +12,10 @@
 // [gate | up]) into gate_proj and up_proj. fp8train's RoPE uses HF's half-split (rotate_half)
 // pairing, so q and k rows need no permutation.
 //
+// OLMoE (OlmoeForCausalLM; moe.experts > 0, model.qk_norm): LLaMA's names plus self_attn.{q,k}_norm,
+// mlp.gate (the router) and mlp.experts.<e>.{gate,up,down}_proj, cut by rows from fp8train's grouped
+// weights (experts_fc [E, 2F, d], rows [gate | up] per expert; experts_proj [E, d, F]).
+//
 // A tied head is not stored (HF ties it from tie_word_embeddings in config.json).
 #pragma once
 
@@ -26,7 +30,7 @@
 namespace fp8t {
 namespace model {
 
-enum class HfFamily { kGpt2, kLlama };
+enum class HfFamily { kGpt2, kLlama, kOlmoe };
 
 // The HF architecture this model config maps onto. Throws fp8t::Error (kBadInput) naming the
 // config key that has no HF counterpart (e.g. rope with layernorm).

@@ -2,6 +2,7 @@
 
 #include "lib/ops/rms_norm.h"       // ops::rms_norm
 #include "lib/ops/add_norm.h"       // ops::add_norm, ops::add_norm_fused
+#include "lib/ops/grouped_linear.h" // ops::grouped_linear
 #include "lib/ops/linear.h"         // ops::linear
 #include "lib/ops/swiglu.h"         // ops::swiglu
 #include "lib/util/error.h"         // FP8T_CHECK
@@ -23,6 +24,25 @@ Linear::Linear(const at::Tensor& shared_weight)
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) { return ops::linear(x, weight, bias); }
+
+GroupedLinear::GroupedLinear(int64_t g, int64_t in, int64_t out, double per_token)
+    : groups(g), in_features(in), out_features(out), rows_per_token(per_token) {
+  weight = register_parameter("weight", torch::empty({g, out, in}));
+  torch::NoGradGuard no_grad;
+  weight.normal_(0.0, 0.02);
+}
+
+void GroupedLinear::keep_groups(int64_t first, int64_t count) {
+  FP8T_CHECK(first >= 0 && count > 0 && first + count <= groups, "grouped linear: groups [", first, ", ",
+             first + count, ") of ", groups);
+  torch::NoGradGuard no_grad;
+  weight.set_data(weight.narrow(0, first, count).clone());
+  groups = count;
+}
+
+at::Tensor GroupedLinear::forward(const at::Tensor& x, const at::Tensor& offsets) {
+  return ops::grouped_linear(x, weight, offsets);
+}
 
 Norm::Norm(Kind k, int64_t d, double e, bool with_bias) : kind(k), dim(d), eps(e) {
   weight = register_parameter("weight", torch::ones({d}));
@@ -69,6 +89,22 @@ void SlotModule::replace_slot(const std::string& name, std::shared_ptr<UnaryModu
     return;
   }
   FP8T_CHECK(false, "module has no slot '", name, "'");
+}
+
+void SlotModule::replace_grouped_slot(const std::string& name, std::shared_ptr<GroupedModule> replacement) {
+  for (GroupedSlot& s : grouped_slots_) {
+    if (s.name != name) continue;
+    replace_module(name, replacement);
+    *s.member = std::move(replacement);
+    return;
+  }
+  FP8T_CHECK(false, "module has no grouped slot '", name, "'");
+}
+
+void SlotModule::add_grouped_slot(const std::string& name, std::shared_ptr<GroupedModule> module,
+                                  std::shared_ptr<GroupedModule>* member) {
+  *member = register_module(name, std::move(module));
+  grouped_slots_.push_back(GroupedSlot{name, member});
 }
 
 void SlotModule::add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,

@@ -78,6 +78,34 @@ class Activation : public UnaryModule {
   Kind kind;
 };
 
+// Row groups of a grouped layer: consecutive rows of its input, group g ending (exclusive) at
+// offsets[g] (int32 [G] on the input's device, cumulative; nothing is read on the host on the GPU).
+// Every group's size is a multiple of kGroupRowAlign (the FP8 grouped GEMM's alignment, padding rows
+// zero) and the last group ends at the input's last row.
+inline constexpr int64_t kGroupRowAlign = 16;
+
+// A layer of G weights applied to G row groups of one input (a mixture of experts' experts).
+class GroupedModule : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& offsets) = 0;
+};
+
+// y[rows of g] = x[rows of g] W_g^T, weight [G, out, in] (no bias): G Linears of one shape, one per
+// row group, in one grouped GEMM (ops::grouped_linear). rows_per_token: the rows each token of the
+// batch brings (a router's top-k), so that reports count the layer's MACs per token.
+class GroupedLinear : public GroupedModule {
+ public:
+  GroupedLinear(int64_t groups, int64_t in_features, int64_t out_features, double rows_per_token);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& offsets) override;
+  // Keeps groups [first, first + count) only (expert parallelism): the same parameter, narrowed.
+  void keep_groups(int64_t first, int64_t count);
+  int64_t groups;
+  int64_t in_features;
+  int64_t out_features;
+  double rows_per_token;
+  at::Tensor weight;  // [groups, out, in]
+};
+
 // A module whose Linear/norm/activation children live in replaceable slots.
 class SlotModule : public torch::nn::Module {
  public:
@@ -99,13 +127,24 @@ class SlotModule : public torch::nn::Module {
   // Put `replacement` in slot `name`: both the typed member and the registered child change.
   void replace_slot(const std::string& name, std::shared_ptr<UnaryModule> replacement);
 
+  // Grouped layers (GroupedLinear) in slots of their own, replaced the same way.
+  struct GroupedSlot {
+    std::string name;
+    std::shared_ptr<GroupedModule>* member;
+  };
+  const std::vector<GroupedSlot>& grouped_slots() const { return grouped_slots_; }
+  void replace_grouped_slot(const std::string& name, std::shared_ptr<GroupedModule> replacement);
+
  protected:
   void add_slot(const std::string& name, std::shared_ptr<UnaryModule> module,
                 std::shared_ptr<UnaryModule>* member, const std::string& feeds = "",
                 const std::string& fed_by = "", bool input_kept_by_producer = false);
+  void add_grouped_slot(const std::string& name, std::shared_ptr<GroupedModule> module,
+                        std::shared_ptr<GroupedModule>* member);
 
  private:
   std::vector<Slot> slots_;
+  std::vector<GroupedSlot> grouped_slots_;
 };
 
 }  // namespace model

@@ -3,6 +3,7 @@
 #include <unordered_set>  // std::unordered_set
 
 #include "lib/model/gpt.h"          // Gpt
+#include "lib/model/moe_model.h"    // MoeGpt
 #include "lib/ops/cross_entropy.h"  // ops::cross_entropy
 
 namespace fp8t {
@@ -28,7 +29,10 @@ int64_t Model::parameter_count() const {
   return n;
 }
 
-std::shared_ptr<Model> build(const ModelSection& cfg) { return std::make_shared<Gpt>(cfg); }
+std::shared_ptr<Model> build(const ModelSection& cfg) {
+  if (cfg.moe.enabled()) return std::make_shared<MoeGpt>(cfg);
+  return std::make_shared<Gpt>(cfg);
+}
 
 }  // namespace model
 }  // namespace fp8t

@@ -26,11 +26,23 @@
 #include <vector>   // std::vector
 
 #include "lib/config/experiment.h"  // ModelSection, Recompute
+#include "lib/model/expert_exchange.h"  // ExpertExchange
 #include "lib/model/layers.h"       // SlotModule
 #include "lib/model/unit_hooks.h"   // UnitHooks
 
 namespace fp8t {
 namespace model {
+
+// One mixture-of-experts layer's routing since the last read (Model::read_routing_stats).
+struct RoutingStats {
+  double tokens_min = 0.0;   // assignments of the least loaded expert
+  double tokens_mean = 0.0;  // ... per expert on average
+  double tokens_max = 0.0;   // ... of the most loaded one
+  double tokens_cv = 0.0;    // coefficient of variation of the experts' assignments (sd / mean)
+  double padded_frac = 0.0;  // fraction of the grouped GEMMs' rows that are padding (zero rows)
+  double aux_loss = 0.0;     // mean balancing loss per micro-batch (moe.balance aux_loss; else 0)
+  int64_t dropped = 0;       // tokens dropped (dropless routing: always 0)
+};
 
 class Model : public SlotModule {
  public:
@@ -65,6 +77,36 @@ class Model : public SlotModule {
   // Forward + backward FLOPs per token (bench's and the log's MFU; docs/benchmarks.md).
   virtual double flops_per_token() const = 0;
 
+  // ---- state outside the gradients (a family with a router; the defaults: none) ----
+  // The step's micro-batches: loss terms a family adds through the backward of its own (a router's
+  // balancing loss) get the gradient scale the step gives the cross-entropy, 1 / n.
+  virtual void set_micro_batches(int64_t n) { (void)n; }
+  // Device tensors the forwards of a step accumulate that data-parallel ranks sum, in place, before
+  // end_step (a router's per-expert load under moe.balance bias).
+  virtual std::vector<at::Tensor> step_counts() { return {}; }
+  // After the optimizer step (skipped: 0-d device flag, non-zero when the step was skipped): state
+  // updated from those counts, which are then zeroed. Device work only: a CUDA graph replays it.
+  virtual void end_step(const at::Tensor& skipped) { (void)skipped; }
+  // Tensors that are the model's state but not parameters (a router's selection bias), by name:
+  // checkpoints keep and restore them; the optimizer and export do not see them.
+  virtual std::vector<std::pair<std::string, at::Tensor>> model_state() { return {}; }
+  // Routing statistics of each mixture-of-experts layer ("h3.mlp") since the last call: a host read,
+  // on log steps.
+  virtual std::vector<std::pair<std::string, RoutingStats>> read_routing_stats() { return {}; }
+
+  // ---- expert parallelism (a family with experts; the defaults: none) ----
+  // Keeps only experts [first, first + count) of every expert layer (before the FP8 rewrite and the
+  // optimizer) and returns the names of the parameters that now hold this rank's experts: they
+  // differ between the ranks of an expert group, so they are neither broadcast nor averaged with
+  // the other parameters' gradients (lib/dist/expert_parallel.h).
+  virtual std::vector<std::string> keep_experts(int64_t first, int64_t count) {
+    (void)first;
+    (void)count;
+    return {};
+  }
+  // The exchange that carries tokens to their experts' ranks and back (after keep_experts).
+  virtual void set_expert_exchange(c10::intrusive_ptr<ExpertExchange> exchange) { (void)exchange; }
+
   // ---- units (ZeRO-3) ----
   virtual int num_units() const = 0;
   // The unit that owns the parameter of this name (a name of unique_named_parameters).
@@ -77,8 +119,8 @@ class Model : public SlotModule {
 };
 
 // The model the config describes, with its starting weights (model.init_from, else random from
-// the current torch seed), on the CPU. Every shape a ModelSection describes today is the Gpt
-// family; a new family adds its config key and its branch here.
+// the current torch seed), on the CPU: the MoE family (lib/model/moe_model.h) when moe.experts > 0,
+// else the Gpt family (GPT-2 and LLaMA shapes). A new family adds its config key and its branch here.
 std::shared_ptr<Model> build(const ModelSection& cfg);
 
 }  // namespace model

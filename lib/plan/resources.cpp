@@ -18,6 +18,7 @@
 
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy_chunk_rows
 #include "lib/plan/memory_plan.h"           // plan_memory, format_levers
+#include "lib/plan/moe_terms.h"             // moe_sizes, experts_per_rank, moe_kept_per_token, dispatch_buffer_bytes
 #include "lib/util/error.h"                // FP8T_THROW
 
 namespace fp8t::plan {
@@ -76,9 +77,11 @@ namespace {
 // units ZeRO-3 gathers one at a time: the token embedding, each block, the head.
 struct ModelSizes {
   double embedding = 0;  // vocab x d; the head has as many (the same tensor when tied)
-  double block = 0;      // one block's attention and MLP matrices
+  double block = 0;      // one block's attention and MLP matrices (the largest block: a MoE one)
   double layers = 0;
   double parameters = 0;  // every parameter once (a tied head not twice)
+  double block_matrices = 0;  // every block's matrices that an FP8 run casts (a router's stay FP32)
+  MoeSizes moe;           // moe.experts > 0 (moe_terms.h); else zeroes
 };
 
 ModelSizes model_sizes(const ModelSection& m) {
@@ -86,11 +89,19 @@ ModelSizes model_sizes(const ModelSection& m) {
   const double mlp_matrices = m.activation == Activation::kSwiGLU ? 3.0 : 2.0;
   // Attention: q and the output projection d x d each, k and v d x (n_kv_head * head_dim) each.
   const double kv = static_cast<double>(m.kv_heads() * (m.d_model / m.n_head));
+  const double attention = 2.0 * d * d + 2.0 * d * kv;
   ModelSizes s;
   s.embedding = static_cast<double>(m.vocab_size) * d;
-  s.block = 2.0 * d * d + 2.0 * d * kv + mlp_matrices * d * ff;
+  s.block = attention + mlp_matrices * d * ff;
   s.layers = static_cast<double>(m.n_layer);
-  s.parameters = s.embedding * (m.tie_embeddings ? 1.0 : 2.0) + s.layers * s.block;
+  s.block_matrices = s.layers * s.block;
+  s.moe = moe_sizes(m, attention);
+  if (m.moe.enabled()) {
+    s.block_matrices = s.moe.dense_layers * s.block + s.moe.moe_layers * (s.moe.moe_block - s.moe.router);
+    s.block = s.moe.moe_block;
+  }
+  s.parameters = s.embedding * (m.tie_embeddings ? 1.0 : 2.0) + s.block_matrices +
+                 s.moe.moe_layers * s.moe.router;
   return s;
 }
 
@@ -115,7 +126,7 @@ void estimate_zero3(const ExperimentConfig& cfg, const ModelSizes& s, double mom
   // FP8 block Linears: the gathered E4M3 weight and its transpose; the head stays high precision.
   const double block_bytes = cfg.precision == Precision::kFp8 ? 2.0 : compute;
   const double head = cfg.model.tie_embeddings ? 0.0 : s.embedding;  // a tied head is the embedding's tensor
-  const double all_gathered = compute * (s.embedding + head) + block_bytes * s.layers * s.block;
+  const double all_gathered = compute * (s.embedding + head) + block_bytes * s.block_matrices;
   const double units = s.layers + (cfg.model.tie_embeddings ? 1.0 : 2.0);
   const double in_flight = cfg.dist.reshard_after_forward
                                ? std::min(1.0 + static_cast<double>(cfg.dist.prefetch), units)
@@ -142,7 +153,7 @@ void estimate_replicated(const ExperimentConfig& cfg, const ModelSizes& s, doubl
   // its transpose of each of their weights. bf16/fp16: autocast's 2-byte copy of every Linear
   // weight (head included), kept for the backward.
   // recompute casts: the transposes are made in the backward, one block at a time.
-  const double block_matrices = s.layers * s.block;
+  const double block_matrices = s.block_matrices - (s.moe.experts - experts_per_rank(cfg, s.moe, e.world_size));
   const double fp8_copies = cfg.train.recompute == Recompute::kCasts ? 1.0 : 2.0;
   if (cfg.precision == Precision::kFp8) e.fp8_bytes_per_param = fp8_copies * block_matrices / e.parameters;
   if (cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp16) {
@@ -167,9 +178,11 @@ double activation_bytes(const ExperimentConfig& cfg) {
   const double logit_rows =
       chunked_head ? static_cast<double>(ops::linear_cross_entropy_chunk_rows(
                                              rows, m.vocab_size, 2, cfg.train.loss_chunk_mib << 20)) : tokens;
-  const double layers = static_cast<double>(m.n_layer);
-  return (tokens * (layers * kept_per_block(cfg, d, ff) + recomputed_block) + logit_rows * static_cast<double>(m.vocab_size)) *
-         element;
+  // A MoE block keeps its attention part and its experts' part (moe_terms.h) instead of an MLP's.
+  const double moe_layers = static_cast<double>(m.moe.enabled() ? m.n_layer - m.moe.first_k_dense : 0);
+  const double kept = (static_cast<double>(m.n_layer) - moe_layers) * kept_per_block(cfg, d, ff) +
+                      moe_layers * (kept_per_block(cfg, d, 0.0) + moe_kept_per_token(cfg));
+  return (tokens * (kept + recomputed_block) + logit_rows * static_cast<double>(m.vocab_size)) * element;
 }
 
 }  // namespace
@@ -206,7 +219,10 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, const Paral
   e.layout = layout;
   e.world_size = std::max(layout.world_size, 1);
   e.shard_ranks = layout.shard_ranks();
-  e.parameters = s.parameters;
+  // dist.expert_parallel: this rank's share of the experts (moe_terms.h).
+  e.parameters = s.parameters - (s.moe.experts - experts_per_rank(cfg, s.moe, e.world_size));
+  e.total_parameters = s.parameters;
+  e.active_parameters = s.parameters - s.moe.experts + s.moe.active_experts;
   const double moment_bytes = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;  // two moments
   if (layout.shards_weights()) {
     estimate_zero3(cfg, s, moment_bytes, e);
@@ -215,6 +231,7 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, const Paral
   }
   e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
   e.activation_bytes = activation_bytes(cfg);
+  e.dispatch_bytes = dispatch_buffer_bytes(cfg);
   if (scores == AttentionScores::kMaterialised) e.attention_score_bytes = attention_score_bytes(cfg);
   return e;
 }
@@ -246,6 +263,10 @@ std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
   if (attention_score_bytes > 0) {
     transient += fmt::format("; attention scores of the math path (model.dropout {:g}) {}", cfg.model.dropout,
                              gib(attention_score_bytes));
+  }
+  if (dispatch_bytes > 0) {
+    transient += fmt::format("; one MoE block's dispatch buffers {} ({:.3g} parameters in all, {:.3g} active per "
+                             "token)", gib(dispatch_bytes), total_parameters, active_parameters);
   }
   return fmt::format("{} + {} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}){}; "
                      "activations of one micro-batch {} (train.micro_batch_size={} x model.seq_len={}, "

@@ -41,6 +41,8 @@
 // CPU when model.dropout > 0 (its CPU flash kernel takes no dropout); the fused kernels (the
 // CPU's flash kernel, the GPU's flash, memory-efficient and cuDNN kernels) never hold the scores,
 // so GPU estimates have no such term.
+// A mixture of experts' terms (parameters, experts per rank, activations, dispatch buffers):
+// lib/plan/moe_terms.h.
 // Workspaces, allocator slack and the data are left out, so a config that fails this check can
 // never run, while one that passes may still need more than estimated.
 #pragma once
@@ -74,8 +76,15 @@ struct MemoryEstimate {
   double head_gradient_bytes = 0;    // the chunked head's FP32 weight gradient, forward to backward
   double activation_bytes = 0;  // one micro-batch
   double attention_score_bytes = 0;  // the [B, H, T, T] scores of the math path (0: fused attention)
+  // A mixture of experts (lib/plan/moe_terms.h): the model's parameters and those a token passes
+  // through (parameters above: what this rank holds, its share of the experts under
+  // dist.expert_parallel), and one MoE block's dispatch buffers (transient).
+  double total_parameters = 0;
+  double active_parameters = 0;
+  double dispatch_bytes = 0;
   double total_bytes() const {
-    return state_bytes + gathered_weight_bytes + head_gradient_bytes + activation_bytes + attention_score_bytes;
+    return state_bytes + gathered_weight_bytes + head_gradient_bytes + activation_bytes + attention_score_bytes +
+           dispatch_bytes;
   }
   double state_bytes_per_param() const {
     return weight_bytes_per_param + grad_bytes_per_param + optimizer_bytes_per_param + fp8_bytes_per_param;

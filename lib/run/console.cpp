@@ -66,6 +66,10 @@ std::string format_status(const StatusFields& f) {
   s += " | lr " + printf_string("%.2e", f.lr);
   if (f.grad_norm) s += " | gnorm " + printf_string("%.2f", *f.grad_norm);
   if (f.tokens_per_sec) s += " | " + format_count(*f.tokens_per_sec) + " tok/s";
+  if (f.expert_max_over_mean) {
+    s += " | experts max/mean " + printf_string("%.2f", *f.expert_max_over_mean) +
+         (f.expert_layer.empty() ? "" : " (" + f.expert_layer + ")");
+  }
   if (f.eta_seconds) s += " | ETA " + format_duration(*f.eta_seconds);
   return s;
 }

@@ -26,6 +26,10 @@ struct StatusFields {
   std::optional<double> grad_norm;       // omitted when empty
   std::optional<double> tokens_per_sec;  // omitted when empty
   std::optional<double> eta_seconds;     // omitted when empty
+  // A mixture of experts: the least balanced layer's tokens per expert since the last line,
+  // printed "experts max/mean 1.42 (h3)": its most loaded expert over the mean. Omitted when empty.
+  std::optional<double> expert_max_over_mean;
+  std::string expert_layer;
 };
 
 // "step 120/300 | loss 1.2345 | lr 2.10e-03 | gnorm 0.83 | 45.2k tok/s | ETA 0:32"

@@ -15,10 +15,11 @@ namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-// What the checkpoint holds depends on these: the model's shapes, the data, the number format
-// and the FP8 recipe (whose state the checkpoint carries).
+// What the checkpoint holds depends on these: the model's shapes (its moe section too), the data,
+// the number format and the FP8 recipe (whose state the checkpoint carries).
 bool changeable(const std::string& key) {
-  return !(starts_with(key, "model.") || starts_with(key, "data.") || key == "precision" || key == "fp8.recipe");
+  return !(starts_with(key, "model.") || starts_with(key, "moe.") || starts_with(key, "data.") || key == "precision" ||
+           key == "fp8.recipe");
 }
 
 std::string read_text(const std::filesystem::path& path) {

@@ -5,7 +5,10 @@
 #include <c10/util/Exception.h>  // c10::OutOfMemoryError
 #include <spdlog/spdlog.h>       // spdlog::info, spdlog::warn
 
+#include <algorithm>  // std::find
+
 #include "lib/dist/communicator.h"            // dist::Communicator
+#include "lib/dist/expert_parallel.h"         // dist::ExpertParallel
 #include "lib/dist/fully_sharded.h"           // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"               // dist::GradientSync
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
@@ -42,9 +45,8 @@ c10::ScalarType autocast_dtype_for(const ExperimentConfig& cfg, const c10::Devic
 // ZeRO-1: the element ranges of the parameters (by name) this rank's optimizer updates, and
 // where their averaged gradients are (views into the rank's gradient shards: the full .grads
 // are released after the backward).
-optim::ShardRanges shard_ranges(const model::Model& net, const dist::GradientSync& sync,
+optim::ShardRanges shard_ranges(const optim::NamedParameters& named, const dist::GradientSync& sync,
                                 std::map<std::string, at::Tensor>& grads) {
-  const auto named = net.unique_named_parameters();  // the order of params_
   optim::ShardRanges ranges;
   for (const auto& seg : sync.shard_segments()) {
     ranges[named.at(seg.param).first] = optim::ParamRange{seg.begin, seg.length};
@@ -121,9 +123,11 @@ void Session::build() {
   plan::maybe_inject_out_of_memory("build");
   torch::manual_seed(cfg_.run.seed);
   if (!model_) model_ = model::build(cfg_.model);  // else built by the caller
+  keep_this_ranks_experts();  // dist.expert_parallel: before the model takes device memory
   model_->to(device_);
   model_->set_recompute(cfg_.train.recompute);  // activations recomputed in the backward (lib/model/recompute.h)
   model_->set_loss_chunk_bytes(cfg_.train.loss_chunk_mib << 20);
+  model_->set_micro_batches(cfg_.train.grad_accum_steps);  // the gradient scale of a family's own loss terms
 #if defined(FP8T_WITH_CUDA)
   // train.gemm_autotune: lib/gemm times each new GEMM plan's candidate algorithms (process-wide).
   if (device_.is_cuda()) gemm::GemmEngine::instance().set_autotune(cfg_.train.gemm_autotune);
@@ -140,7 +144,25 @@ void Session::build() {
   if (cfg_.precision == Precision::kFp16) {
     loss_scaler_ = std::make_unique<LossScaler>(LossScalerOptions::from(cfg_.train), device_);
   }
-  for (const auto& np : model_->unique_named_parameters()) params_.push_back(np.second);
+  for (const auto& np : model_->unique_named_parameters()) {
+    params_.push_back(np.second);
+    const bool expert = std::find(expert_names_.begin(), expert_names_.end(), np.first) != expert_names_.end();
+    (expert ? expert_params_ : dense_params_).push_back(np.second);
+    if (!expert) dense_named_.push_back(np);
+  }
+}
+
+void Session::keep_this_ranks_experts() {
+  const int64_t n = cfg_.dist.expert_parallel;
+  if (n <= 1 || !layout_.is_distributed()) return;
+  FP8T_INPUT_CHECK(layout_.world_size % n == 0, "dist.expert_parallel = ", n, " does not divide the job's ",
+                   layout_.world_size, " ranks; expected a divisor (torchrun --nproc-per-node)");
+  FP8T_INPUT_CHECK(!layout_.shards_optimizer_state(), "dist.expert_parallel = ", n, " with dist.zero ",
+                   layout_.zero_level(), ": expert parallelism runs with dist.zero 0 (the other weights DDP) in this "
+                   "version; ZeRO-1 and ZeRO-3 would also have to shard the experts' state, which fp8train does not do "
+                   "yet (use dist.expert_parallel 1 with ZeRO)");
+  const int64_t local = cfg_.model.moe.experts / n;
+  expert_names_ = model_->keep_experts((layout_.rank % n) * local, local);
 }
 
 Session::~Session() {
@@ -188,15 +210,20 @@ void Session::join_layout(const dist::Communicator& comm) {
 void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) {
   comm_ = std::move(comm);
   if (comm_) {
+    if (!expert_params_.empty()) {  // dist.expert_parallel: the experts' groups and the token exchange
+      experts_ = std::make_unique<dist::ExpertParallel>(comm_, cfg_.dist.expert_parallel);
+      model_->set_expert_exchange(experts_->exchange());
+    }
     {
       torch::NoGradGuard no_grad;
-      comm_->broadcast(params_, 0);  // identical starting weights whatever each rank's RNG did
+      comm_->broadcast(dense_params_, 0);  // identical starting weights whatever each rank's RNG did
+      if (experts_) experts_->broadcast_experts(expert_params_);  // each expert's replicas alike
     }
     const auto bucket_bytes = static_cast<int64_t>(cfg_.dist.bucket_mb * 1024.0 * 1024.0);
     if (layout_.shards_weights()) {
       shard_model();
     } else {
-      grad_sync_ = std::make_unique<dist::GradientSync>(comm_, params_, std::max<int64_t>(bucket_bytes, 1),
+      grad_sync_ = std::make_unique<dist::GradientSync>(comm_, dense_params_, std::max<int64_t>(bucket_bytes, 1),
                                                         /*shard=*/layout_.shards_optimizer_state());
     }
     if (scaling_ && cfg_.fp8.reduce_amax) {  // fp8.reduce_amax false: every rank keeps its own scales
@@ -208,7 +235,7 @@ void Session::allocate_training_state(std::shared_ptr<dist::Communicator> comm) 
     opt_ = sharded_optimizer(*model_, *sharded_, optim::AdamWOptions::from(cfg_.train));
   } else if (grad_sync_ && grad_sync_->sharded()) {  // ZeRO-1: moments for this rank's segments only
     std::map<std::string, at::Tensor> shard_grads;
-    const optim::ShardRanges ranges = shard_ranges(*model_, *grad_sync_, shard_grads);
+    const optim::ShardRanges ranges = shard_ranges(dense_named_, *grad_sync_, shard_grads);
     opt_ = std::make_unique<optim::AdamW>(model_->unique_named_parameters(), optim::AdamWOptions::from(cfg_.train), ranges,
                                           shard_grads);
   } else {
@@ -323,6 +350,7 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
   };
   if (grad_sync_) grad_sync_->finish();  // gradients now averaged over the ranks
   if (sharded_) sharded_->finish();
+  if (experts_) experts_->reduce_gradients(expert_params_);  // over their replicas, / the ranks
   phase("grad_sync");
   // ZeRO-1 and ZeRO-3: each rank holds the averaged gradients of its shard only; one all-reduce of
   // the squared norms (over the shard group: the groups hold the same shards) gives the global
@@ -330,7 +358,9 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
   const bool zero = grad_sync_ && grad_sync_->sharded();
   at::Tensor grad_norm = sharded_ ? optim::sharded_grad_norm(sharded_->gradient_shards(), sharded_->shard_communicator())
                          : zero   ? optim::sharded_grad_norm(grad_sync_->gradient_shards(), *comm_)
-                                  : optim::global_grad_norm(params_);
+                                  : optim::global_grad_norm(dense_params_);
+  // Expert parallelism: each expert group's experts counted once, on every rank.
+  if (experts_) grad_norm = (grad_norm.to(at::kFloat).pow(2) + experts_->squared_norm(expert_params_)).sqrt();
   if (loss_scaler_) {  // fp16: the norm of the unscaled gradients; inf/NaN gradients skip the step
     grad_norm = loss_scaler_->unscale_norm(grad_norm);
     health_->flag(loss_scaler_->found_inf());
@@ -354,12 +384,14 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
   } else {
     opt_->step(lr.value, divisor, health_->found_inf());
   }
+  end_model_step();  // state the model updates once per step (a router's selection bias)
   if (zero) grad_sync_->gather_parameters();  // every rank's updated segments to every rank
   if (sharded_) sharded_->parameters_updated();  // ZeRO-3: the next gathers cast the new masters
   if (loss_scaler_) loss_scaler_->update();  // backoff or growth of S, GradScaler's rules
   const StepOutputs out{grad_norm, health_->unless_skipped(step_loss)};
   if (grad_sync_) {
     grad_sync_->zero_grad();  // DDP: the grads stay views into the buckets; ZeRO-1: released already
+    for (at::Tensor& p : expert_params_) p.mutable_grad().reset();  // dist.expert_parallel: outside the buckets
   } else if (sharded_) {
     sharded_->zero_grad();  // ZeRO-3: the gradient shards go
   } else {
@@ -367,6 +399,14 @@ StepOutputs Session::update_step(const at::Tensor& step_loss, const StepLr& lr, 
   }
   phase("optimizer");
   return out;
+}
+
+void Session::end_model_step() {
+  std::vector<at::Tensor> counts = model_->step_counts();
+  if (comm_) {
+    for (at::Tensor& t : counts) comm_->all_reduce(t, dist::ReduceOp::kSum);  // every rank's tokens
+  }
+  model_->end_step(health_->found_inf());
 }
 
 void Session::set_up_cuda_graph() {

@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>   // c10::Device
 
 #include <functional>  // std::function
+#include <map>         // std::map
 #include <memory>      // std::shared_ptr, std::unique_ptr
 #include <string>      // std::string
 #include <vector>      // std::vector
@@ -19,6 +20,7 @@
 namespace fp8t {
 namespace dist {
 class Communicator;
+class ExpertParallel;
 class FullyShardedModel;
 class GradientSync;
 }  // namespace dist
@@ -110,6 +112,15 @@ class Session {
   const std::string& rewrite_report() const { return rewrite_report_; }
   // The rewrite decisions, layer by layer (fp8 only; null otherwise).
   const fp8::RewriteReport* rewrite() const { return rewrite_.get(); }
+  // Expert parallelism (dist.expert_parallel; lib/dist/expert_parallel.h) as checkpoints see it,
+  // so that a checkpoint holds whole parameters whatever the layout (session_experts.cpp):
+  // whole_experts() gathers this expert group's experts, weights and AdamW moments, into whole
+  // tensors under their checkpoint keys ("model.<name>", "optim.<name>.exp_avg", ".exp_avg_sq";
+  // every rank calls it: collectives); cut_to_local_experts() cuts those keys of a checkpoint's
+  // tensors to this rank's experts, in place. Both do nothing without expert parallelism.
+  std::map<std::string, at::Tensor> whole_experts();
+  void cut_to_local_experts(std::map<std::string, at::Tensor>& tensors) const;
+  bool expert_parallel() const { return experts_ != nullptr; }
   // The dynamic loss scaler (precision fp16 only; null otherwise).
   LossScaler* loss_scaler() const { return loss_scaler_.get(); }
   // Whether prepare_training has run (the optimizer exists).
@@ -149,6 +160,12 @@ class Session {
   // Gradient averaging, norm, non-finite flags, the FP8 scale update (when `scale_update`),
   // clipping, AdamW, the loss scaler's update and the release of the gradients.
   StepOutputs update_step(const at::Tensor& step_loss, const StepLr& lr, const Mark& phase, bool scale_update);
+  // dist.expert_parallel in a job of several ranks: the model keeps this rank's experts
+  // (Model::keep_experts; expert_names_), before it moves to the device.
+  void keep_this_ranks_experts();
+  // After the optimizer: the model's per-step state (Model::step_counts summed over the ranks,
+  // then Model::end_step with the step's skip flag).
+  void end_model_step();
   void set_up_cuda_graph();
   // Drops the graph for good (logged with `why`) and undoes what a failed capture left on the host.
   void drop_graph(const std::string& why);
@@ -167,6 +184,12 @@ class Session {
   std::unique_ptr<LossScaler> loss_scaler_;
   c10::ScalarType autocast_dtype_;
   std::vector<at::Tensor> params_;
+  // Expert parallelism: this rank's experts (expert_params_, by name expert_names_) and every other
+  // parameter (dense_params_, dense_named_; all of params_ without expert parallelism).
+  std::vector<std::string> expert_names_;
+  std::vector<at::Tensor> expert_params_, dense_params_;
+  std::vector<std::pair<std::string, at::Tensor>> dense_named_;
+  std::unique_ptr<dist::ExpertParallel> experts_;
   std::unique_ptr<optim::AdamW> opt_;
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::GradientSync> grad_sync_;

@@ -17,7 +17,9 @@
 #include "lib/dist/fully_sharded.h"     // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"         // dist::GradientSync
 #include "lib/fp8/recipes/scaling.h"    // fp8::Scaling
+#include "lib/fp8/layers/fp8_grouped_linear.h"  // fp8::Fp8GroupedLinear
 #include "lib/fp8/layers/fp8_linear.h"  // fp8::Fp8Linear
+#include "lib/model/moe_layer.h"        // model::Router
 #include "lib/fp8/rewrite.h"            // fp8::RewriteReport
 #include "lib/model/gpt.h"              // model::CausalSelfAttention
 #include "lib/model/model.h"            // model::Model
@@ -143,6 +145,18 @@ ChartRow compute_row(const step::Session& s) {
       const std::string reason = skip_reason(s.rewrite(), item.key());
       row.add(hp, s.scaling() ? "Linear kept out of FP8 (" + (reason.empty() ? "not rewritten" : reason) + ")" : linear,
               item.key());
+    } else if (dynamic_cast<const fp8::Fp8GroupedLinear*>(m) != nullptr) {
+      row.add("FP8", "FP8 grouped (experts): fprop, dgrad and wgrad E4M3 x E4M3 grouped GEMMs" +
+                         std::string(cpu ? "; emulated on the CPU: FP32 GEMMs of FP8-rounded operands per group"
+                                         : "; at::_scaled_grouped_mm, FP32 accumulation, BF16 out"),
+              item.key());
+    } else if (dynamic_cast<const model::GroupedLinear*>(m) != nullptr) {
+      const std::string reason = skip_reason(s.rewrite(), item.key());
+      row.add(hp, s.scaling() ? "grouped (experts) kept out of FP8 (" + (reason.empty() ? "not rewritten" : reason) + ")"
+                              : "grouped (experts) GEMMs",
+              item.key());
+    } else if (dynamic_cast<const model::Router*>(m) != nullptr) {
+      row.add("FP32", "router (expert scores and top-k; never FP8)", item.key());
     }
   }
   for (const auto& item : s.model().named_modules("", /*include_self=*/false)) {
@@ -170,6 +184,12 @@ ChartRow weights_row(const step::Session& s, const std::vector<OwnedParam>& para
                    : "FP8 Linear weights; the GEMMs read " + codes + " copies, cast once per optimizer step";
     } else if (dynamic_cast<const model::Linear*>(p.owner) != nullptr && is_weight) {
       detail = "Linear weights; " + cast;
+    } else if (dynamic_cast<const fp8::Fp8GroupedLinear*>(p.owner) != nullptr) {
+      detail = "FP8 grouped (experts) weights; the GEMMs read E4M3 copies, cast once per optimizer step";
+    } else if (dynamic_cast<const model::GroupedLinear*>(p.owner) != nullptr) {
+      detail = "grouped (experts) weights; " + cast;
+    } else if (dynamic_cast<const model::Router*>(p.owner) != nullptr) {
+      detail = "router weights (FP32 scores)";
     } else if (dynamic_cast<const torch::nn::EmbeddingImpl*>(p.owner) != nullptr) {
       detail = p.tied_again ? "embeddings (lookups; wte is also the LM head's weight: " + cast + ")"
                             : "embeddings (lookups, no GEMM)";

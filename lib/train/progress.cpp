@@ -118,17 +118,22 @@ nlohmann::json Progress::failure_summary(const std::string& error) const {
 
 namespace {
 
-// The Linear layers of the rewrite: how many ran in FP8, and the names of those kept.
+// The Linear and grouped (experts) layers of the rewrite: how many ran in FP8, and the names of
+// those kept.
 void add_linears(const fp8::RewriteReport& report, nlohmann::json& out) {
-  int64_t linears = 0;
+  int64_t linears = 0, grouped = 0;
   nlohmann::json kept = nlohmann::json::array();
   for (const auto& layer : report.layers) {
-    if (layer.kind != "Linear") continue;
-    ++linears;
+    if (layer.kind != "Linear" && layer.kind != "Grouped") continue;
+    ++(layer.kind == "Linear" ? linears : grouped);
     if (!layer.converted) kept.push_back(layer.name);
   }
   out["linears"] = linears;
   out["fp8_linears"] = report.converted_linears;
+  if (grouped > 0) {
+    out["grouped"] = grouped;
+    out["fp8_grouped"] = report.converted_grouped;
+  }
   out["fp8_gemm_flops_share"] = report.fp8_gemm_share;
   out["kept_linears"] = kept;
 }
@@ -173,8 +178,13 @@ std::string fp8_summary_line(const nlohmann::json& fp8) {
   std::string s = fmt::format("fp8 ({} scaling, {}{}): ", fp8.value("recipe", ""), format,
                               fp8.value("emulated", false) ? "; emulated on the CPU" : "");
   if (fp8.contains("linears")) {
-    s += fmt::format("{} of {} Linear layers in FP8 ({:.1f}% of the Linear GEMM FLOPs", fp8["fp8_linears"].get<int64_t>(),
-                     fp8["linears"].get<int64_t>(), 100.0 * fp8["fp8_gemm_flops_share"].get<double>());
+    s += fmt::format("{} of {} Linear layers", fp8["fp8_linears"].get<int64_t>(), fp8["linears"].get<int64_t>());
+    if (fp8.contains("grouped")) {
+      s += fmt::format(" and {} of {} grouped (experts) layers", fp8["fp8_grouped"].get<int64_t>(),
+                       fp8["grouped"].get<int64_t>());
+    }
+    s += fmt::format(" in FP8 ({:.1f}% of the {}GEMM FLOPs", 100.0 * fp8["fp8_gemm_flops_share"].get<double>(),
+                     fp8.contains("grouped") ? "" : "Linear ");
     std::string kept;
     for (const auto& name : fp8["kept_linears"]) kept += (kept.empty() ? "" : ", ") + name.get<std::string>();
     s += kept.empty() ? "), " : "; kept: " + kept + "), ";

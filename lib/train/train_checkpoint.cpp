@@ -71,6 +71,8 @@ checkpoint::Checkpoint make_checkpoint(const TrainingJob& run, int64_t step, con
   if (const auto* scaling = session.scaling()) {
     for (const auto& [k, v] : scaling->state_dict()) ck.tensors[k] = v;
   }
+  // The model's state outside its parameters (a router's selection bias): identical on every rank.
+  for (const auto& [name, t] : run.session->model().model_state()) ck.tensors["model_state." + name] = t.detach();
   if (const step::LossScaler* scaler = session.loss_scaler()) {  // fp16: the scale and its growth tracker
     for (const auto& [k, v] : scaler->state_dict()) ck.tensors[k] = v;
   }
@@ -212,9 +214,22 @@ void check_shard_files(const checkpoint::Checkpoint& ck, const std::filesystem::
                                     std::to_string(complete.rbegin()->first));
 }
 
+// The model's state outside its parameters ("model_state.<name>", Model::model_state).
+void restore_model_state(TrainingJob& run, const checkpoint::Checkpoint& ck) {
+  for (auto& [name, t] : run.session->model().model_state()) {
+    const auto it = ck.tensors.find("model_state." + name);
+    FP8T_INPUT_CHECK(it != ck.tensors.end(), "checkpoint has no model state '", name,
+                     "': it was written for a different model config");
+    FP8T_INPUT_CHECK(it->second.sizes() == t.sizes(), "checkpoint model state '", name, "' has shape ",
+                     it->second.sizes(), " but the model has ", t.sizes());
+    t.copy_(it->second);
+  }
+}
+
 // The FP8, loss-scaler, RNG and data state (the weights and the optimizer: above).
 void restore_checkpoint(TrainingJob& run, const checkpoint::Checkpoint& ck) {
   torch::NoGradGuard no_grad;
+  restore_model_state(run, ck);
   if (auto* scaling = run.session->scaling()) scaling->load_state_dict(checkpoint_fp8_state(ck));
   if (step::LossScaler* scaler = run.session->loss_scaler()) scaler->load_state_dict(ck.tensors);
   const auto rng = ck.tensors.find("rng.cpu");
@@ -301,7 +316,8 @@ Checkpointer::Checkpointer(TrainingJob& run, const run::RunDir& dir)
 bool Checkpointer::resume(Progress& progress) {
   // Every rank reads the checkpoint (on several nodes the run folder must be on shared storage).
   const checkpoint::ResumeSource source = history_.resume_source(run_.options.resume_from);
-  const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(source.file);
+  checkpoint::Checkpoint ck = checkpoint::load_checkpoint(source.file);
+  run_.session->cut_to_local_experts(ck.tensors);  // expert parallelism: this rank's experts of the whole ones
   const int64_t start_step = ck.meta.at("step").get<int64_t>();
   FP8T_INPUT_CHECK(!source.expected_step || *source.expected_step == start_step, "--resume-from ",
                    run_.options.resume_from, ": the run folder ", dir_.path().string(), " has no checkpoint of step ",
@@ -450,9 +466,13 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
     }
     return;
   }
+  // Expert parallelism: every rank gathers its expert group's experts (collectives), rank 0 writes
+  // them whole, so the checkpoint resumes on any layout.
+  const std::map<std::string, at::Tensor> whole_experts = run_.session->whole_experts();
   checkpoint::Checkpoint ck;
   if (run_.layout.is_rank0()) {
     ck = make_checkpoint(run_, step, progress);
+    for (const auto& [key, t] : whole_experts) ck.tensors[key] = t;
     ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
     ck.meta["data_files"] = data_record_;  // what it was trained on, for the resume's check
     if (step == run_.cfg.train.steps) ck.meta["final_summary"] = summary_at(run_, progress, step);

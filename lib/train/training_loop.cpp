@@ -13,6 +13,7 @@
 #include "lib/dist/communicator.h"    // dist::Communicator
 #include "lib/fp8/recipes/scaling.h"  // fp8::Scaling
 #include "lib/step/loss_scaler.h"     // LossScaler
+#include "lib/model/model.h"          // model::Model::read_routing_stats
 #include "lib/optim/lr_schedule.h"    // learning_rate
 #include "lib/step/step_health.h"     // StepHealth
 #include "lib/util/error.h"           // FP8T_THROW
@@ -137,12 +138,35 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
                  t.max_skipped_steps);
   }
   add_fp8_fields(row, step);
+  run::StatusFields status{step + 1, t.steps, out.loss, result.lr, out.grad_norm, tok_s, std::nullopt, std::nullopt, ""};
+  add_routing_fields(row, status);
   if (const step::LossScaler* scaler = run_.session->loss_scaler()) row["loss_scale"] = scaler->read_scale();
   write(row);
   const double per_step = progress_.wall.seconds() / static_cast<double>(step + 1 - progress_.start_step);
-  const double remaining = (t.steps - step - 1) * per_step;
-  status_.update(run::StatusFields{step + 1, t.steps, out.loss, result.lr, out.grad_norm, tok_s, remaining});
+  status.eta_seconds = (t.steps - step - 1) * per_step;
+  status_.update(status);
   return out;
+}
+
+// A mixture of experts' routing since the last log line, per MoE layer ("moe": {"h3.mlp": {...}}),
+// and the least balanced layer on the console (this rank's tokens; a host read).
+void StepLogger::add_routing_fields(nlohmann::json& row, run::StatusFields& status) {
+  const auto layers = run_.session->model().read_routing_stats();
+  if (layers.empty()) return;
+  nlohmann::json moe = nlohmann::json::object();
+  double worst = 0.0;
+  for (const auto& [name, s] : layers) {
+    moe[name] = {{"tokens_min", s.tokens_min}, {"tokens_mean", s.tokens_mean}, {"tokens_max", s.tokens_max},
+                 {"tokens_cv", s.tokens_cv}, {"padded_frac", s.padded_frac}, {"dropped", s.dropped},
+                 {"aux_loss", s.aux_loss}};
+    const double ratio = s.tokens_mean > 0.0 ? s.tokens_max / s.tokens_mean : 0.0;
+    if (ratio > worst) {
+      worst = ratio;
+      status.expert_max_over_mean = ratio;
+      status.expert_layer = name.substr(0, name.find('.'));
+    }
+  }
+  row["moe"] = std::move(moe);
 }
 
 // The scale spread between ranks (in a job) and the per-slot statistics (fp8.stats).

@@ -15,7 +15,7 @@
 #include <optional>  // std::optional
 #include <string>    // std::string
 
-#include "lib/run/console.h"             // StatusLine
+#include "lib/run/console.h"             // StatusLine, StatusFields
 #include "lib/run/metrics.h"             // MetricsWriter
 #include "lib/train/progress.h"          // Progress
 #include "lib/run/run_dir.h"             // RunDir
@@ -77,6 +77,7 @@ class StepLogger {
  private:
   double read_loss(bool signal_pending, bool& stop_signal);
   void add_fp8_fields(nlohmann::json& row, int64_t step);
+  void add_routing_fields(nlohmann::json& row, run::StatusFields& status);
 
   TrainingJob& run_;
   Progress& progress_;

@@ -86,7 +86,7 @@ TEST_CASE("gpt: RMSNorm and SwiGLU variants run and differ from the default", "[
   m.bias = false;
   torch::manual_seed(0);
   model::Gpt gpt(m);
-  const auto c_fc = std::dynamic_pointer_cast<model::Linear>(gpt.blocks[0]->mlp->c_fc);
+  const auto c_fc = std::dynamic_pointer_cast<model::Linear>(gpt.blocks[0]->dense_mlp()->c_fc);
   REQUIRE(c_fc->out_features == 2 * 128);  // gate and up fused
   REQUIRE_FALSE(c_fc->bias.defined());
   const at::Tensor logits = gpt.forward(torch::randint(0, 50, {2, 12}));

@@ -144,8 +144,8 @@ struct CastsModel {
       out.push_back(std::dynamic_pointer_cast<fp8::Fp8Linear>(b->attn->c_proj));
       if (attn_c_proj_only) continue;
       out.push_back(std::dynamic_pointer_cast<fp8::Fp8Linear>(b->attn->c_attn));
-      out.push_back(std::dynamic_pointer_cast<fp8::Fp8Linear>(b->mlp->c_fc));
-      out.push_back(std::dynamic_pointer_cast<fp8::Fp8Linear>(b->mlp->c_proj));
+      out.push_back(std::dynamic_pointer_cast<fp8::Fp8Linear>(b->dense_mlp()->c_fc));
+      out.push_back(std::dynamic_pointer_cast<fp8::Fp8Linear>(b->dense_mlp()->c_proj));
     }
     for (const auto& l : out) REQUIRE(l != nullptr);
     return out;

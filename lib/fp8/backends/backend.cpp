@@ -1,6 +1,8 @@
 #include "lib/fp8/backends/backend.h"
 
-#include <cmath>  // std::fabs
+#include <cmath>    // std::fabs
+#include <utility>  // std::pair
+#include <vector>   // std::vector
 
 #include "lib/numerics/block_math.h"          // kBlockLen
 #include "lib/fp8/backends/block_quantize.h"  // make_block_scales
@@ -62,6 +64,76 @@ Fp8Tensor Backend::quantize_unfused(const CastSource& src, const SlotRef& slot, 
 }
 
 at::Tensor Backend::transpose_codes(const at::Tensor& codes) { return codes.t().contiguous(); }
+
+namespace {
+
+// The groups' [start, end) from offsets (read on the host: the emulation's loop).
+std::vector<std::pair<int64_t, int64_t>> group_bounds(const at::Tensor& offsets, int64_t extent) {
+  const at::Tensor ends = offsets.to(at::kCPU, at::kLong);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t start = 0;
+  for (int64_t g = 0; g < ends.numel(); ++g) {
+    const int64_t end = ends[g].item<int64_t>();
+    FP8T_CHECK(end >= start && end <= extent, "fp8 grouped gemm: group ", g, " ends at ", end, " (previous end ", start,
+               ", extent ", extent, ")");
+    out.emplace_back(start, end);
+    start = end;
+  }
+  FP8T_CHECK(start == extent, "fp8 grouped gemm: the groups end at ", start, " of ", extent);
+  return out;
+}
+
+// Rows [begin, begin + n) of an operand (its codes and, for row scales, its scales).
+Fp8Operand operand_rows(const Fp8Operand& op, int64_t begin, int64_t n) {
+  Fp8Operand out = op;
+  out.codes = op.codes.narrow(0, begin, n);
+  if (op.scale_layout == ScaleLayout::kRowwise) out.scale_inv = op.scale_inv.narrow(0, begin, n);
+  return out;
+}
+
+// Columns [begin, begin + n) of an operand's codes (contiguous copies; the scales stay: per tensor,
+// or per row over all the columns).
+Fp8Operand operand_columns(const Fp8Operand& op, int64_t begin, int64_t n) {
+  Fp8Operand out = op;
+  out.codes = op.codes.narrow(1, begin, n).contiguous();
+  return out;
+}
+
+void check_grouped_operands(const Fp8Operand& a, const Fp8Operand& b) {
+  for (const Fp8Operand* op : {&a, &b}) {
+    FP8T_CHECK(op->format == Format::kE4M3, "fp8 grouped gemm: operands must be E4M3 (the grouped kernel's format)");
+    FP8T_CHECK(op->scale_layout == ScaleLayout::kTensor || op->scale_layout == ScaleLayout::kRowwise,
+               "fp8 grouped gemm: per-tensor or per-row scales only (block scales have no grouped GEMM)");
+  }
+}
+
+}  // namespace
+
+at::Tensor Backend::grouped_gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
+                                 at::ScalarType out_dtype, GemmKind kind, bool fast_accum) {
+  check_grouped_operands(a, b);
+  const int64_t groups = offsets.numel(), n = b.codes.size(0) / groups;
+  FP8T_CHECK(n * groups == b.codes.size(0), "fp8 grouped gemm: ", b.codes.size(0), " rows of b for ", groups, " groups");
+  std::vector<at::Tensor> parts;
+  const auto bounds = group_bounds(offsets, a.codes.size(0));
+  for (size_t g = 0; g < bounds.size(); ++g) {
+    const auto [start, end] = bounds[g];
+    parts.push_back(gemm(operand_rows(a, start, end - start), operand_rows(b, static_cast<int64_t>(g) * n, n),
+                         at::Tensor(), out_dtype, kind, fast_accum));
+  }
+  return at::cat(parts, 0);
+}
+
+at::Tensor Backend::grouped_gemm_wgrad(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
+                                       bool fast_accum) {
+  check_grouped_operands(a, b);
+  std::vector<at::Tensor> parts;
+  for (const auto& [start, end] : group_bounds(offsets, a.codes.size(1))) {
+    parts.push_back(gemm(operand_columns(a, start, end - start), operand_columns(b, start, end - start), at::Tensor(),
+                         at::kBFloat16, GemmKind::kWgrad, fast_accum));
+  }
+  return at::stack(parts, 0);
+}
 
 Fp8Operand transposed(const Fp8Operand& op) {
   FP8T_CHECK(op.defined() && op.codes.dim() == 2, "fp8 transpose: expected 2-D FP8 codes");

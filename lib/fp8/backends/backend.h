@@ -192,6 +192,25 @@ class Backend {
   virtual at::Tensor gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& bias,
                           at::ScalarType out_dtype, GemmKind kind, bool fast_accum) = 0;
 
+  // Grouped GEMMs of a grouped layer (lib/fp8/layers/fp8_grouped_linear.h; a mixture of experts'
+  // experts). offsets: int32 [G] on the operands' device, the end of each group (cumulative, the
+  // last = the grouped dim's size, each group a multiple of 16); E4M3 operands with per-tensor or
+  // per-row scales (kTensor, kRowwise; block scales have no grouped GEMM).
+  // fprop / dgrad: out[M,N], the rows of group g = dequant(a)[rows of g] * dequant(b_g)^T, where b
+  // stacks G operands [N,K] (codes [G*N, K]; kRowwise: scale_inv [G*N]). out in out_dtype.
+  // The default (the CPU emulation) runs each group through gemm() on views of the operands (the
+  // offsets read on the host); CUDA runs one at::_scaled_grouped_mm (FP32 scale vectors: a
+  // per-tensor scale as a constant vector), BF16 out, with no host read.
+  virtual at::Tensor grouped_gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
+                                  at::ScalarType out_dtype, GemmKind kind, bool fast_accum);
+  // wgrad: out[G,N,K], group g = dequant(a)[:, cols of g] * dequant(b)[:, cols of g]^T, a [N,M] and
+  // b [K,M] the columnwise copies of the output gradient and the input, the groups along M (the
+  // contraction). kRowwise scales are one per row of a and b over all M (per feature over every
+  // group's tokens). out in BF16 (the grouped kernel's only output dtype; the emulation rounds its
+  // FP32 sums to BF16 alike).
+  virtual at::Tensor grouped_gemm_wgrad(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
+                                        bool fast_accum);
+
   // Layer/RMS normalisation over the last dim of a 2-D x with FP32 statistics. beta may be
   // undefined (no bias; always for RMSNorm). When slot is given, also writes y in FP8; then
   // write_y = false skips the high-precision y (only its FP8 copy is wanted). y_amax (0-d

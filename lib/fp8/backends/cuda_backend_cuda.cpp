@@ -14,6 +14,7 @@
 #include "lib/fp8/backends/block_backend.h"     // is_block_scaled, block_gemm
 #include "lib/fp8/backends/cuda_kernel_args.h"  // kernel_input, format_code, device_scalar, make_operand
 #include "lib/fp8/backends/cuda_norm.h"         // cuda_norm_forward, cuda_add_norm_forward, ..._backward
+#include "lib/fp8/backends/grouped_gemm.h"      // grouped_gemm_cuda, grouped_gemm_wgrad_cuda
 #include "lib/gemm/gemm_engine.h"               // gemm::fp8_gemm
 #include "lib/util/cuda_tensors.h"              // stream_of, floats_on, dtype_code, FP8T_KERNEL_CHECK
 #include "lib/util/error.h"                     // FP8T_CHECK
@@ -55,6 +56,17 @@ class CudaBackend final : public Backend {
         return swiglu_cast(x, src.h, &slot, true, true, opt.dbias, at::Tensor());
     }
     FP8T_THROW(ExitCode::kFailure, "fp8 cast: unknown cast operation ", static_cast<int>(src.op));
+  }
+
+  // One at::_scaled_grouped_mm each (grouped_gemm.h): no host read of the group sizes.
+  at::Tensor grouped_gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets, at::ScalarType out_dtype,
+                          GemmKind kind, bool fast_accum) override {
+    (void)kind;
+    return grouped_gemm_cuda(a, b, offsets, out_dtype, fast_accum);
+  }
+  at::Tensor grouped_gemm_wgrad(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
+                                bool fast_accum) override {
+    return grouped_gemm_wgrad_cuda(a, b, offsets, fast_accum);
   }
 
   // The tiled byte transpose of the cast kernels (1 byte read and 1 written per code).

@@ -64,6 +64,12 @@ bool Scaling::fast_accumulation(GemmKind kind) const {
 
 std::string Scaling::unsupported_linear(int64_t /*in_features*/, int64_t /*out_features*/) const { return ""; }
 
+std::string Scaling::unsupported_grouped_linear() const {
+  if (traits().grouped_gemm) return "";
+  return std::string("the ") + traits().name + " recipe has no grouped FP8 GEMM (the grouped kernel takes one scale " +
+         "per tensor or per row); FP8 experts under fp8.recipe " + recipes_with_grouped_gemm();
+}
+
 std::string Scaling::dims_not_multiples_of_16(int64_t in_features, int64_t out_features, const char* gemm) {
   if (in_features % 16 == 0 && out_features % 16 == 0) return "";
   return "features " + std::to_string(in_features) + "x" + std::to_string(out_features) + " not multiples of 16 (" +

@@ -158,6 +158,9 @@ class Scaling {
   // Why a Linear of these dims cannot run under this recipe ("" when it can): the rewrite keeps
   // it in high precision and reports the reason (block: the block-scaled GEMM's constraints).
   virtual std::string unsupported_linear(int64_t in_features, int64_t out_features) const;
+  // Why a grouped layer (a mixture of experts' experts) cannot run under this recipe ("" when it
+  // can): its scales must fit the grouped FP8 GEMM (RecipeTraits::grouped_gemm).
+  std::string unsupported_grouped_linear() const;
   // Whether a weight's columnwise copy is the transpose of its rowwise codes (transposed() in
   // backend.h: one scale per tensor, 128x128 blocks): train.recompute casts then caches the rowwise
   // copy alone and dgrad transposes it. False where the columnwise copy has scales of its own

@@ -73,7 +73,7 @@ TEST_CASE("fp8 swiglu: fused into the casts, a LLaMA-shaped model computes bit f
   Twins t(tiny_llama(bias), recipe, at::kCPU);
   REQUIRE(t.fused_rw.report.fused_activations == 2);
   require_report_lists_fused_swiglu(t.fused_rw.report.to_string());
-  const auto act = std::dynamic_pointer_cast<fp8::Fp8Swiglu>(t.fused->blocks[0]->mlp->act);
+  const auto act = std::dynamic_pointer_cast<fp8::Fp8Swiglu>(t.fused->blocks[0]->dense_mlp()->act);
   REQUIRE(act != nullptr);
   REQUIRE(act->kind() == model::Activation::Kind::kSwiGLU);
 
@@ -87,7 +87,7 @@ TEST_CASE("fp8 swiglu: the hand-over happens only when the neighbour reads nothi
     fp8::Recipe recipe;
     recipe.override_linear_precision.fprop = fprop_override;
     Twins t(tiny_llama(false), recipe, at::kCPU);
-    auto& mlp = *t.fused->blocks[0]->mlp;
+    auto& mlp = *t.fused->blocks[0]->dense_mlp();
     const at::Tensor h = torch::randn({2, 16, 128}).requires_grad_();
     const at::Tensor y = mlp.act->forward(h);
     REQUIRE(y.sizes() == at::IntArrayRef({2, 16, 64}));
@@ -115,10 +115,10 @@ TEST_CASE("fp8 swiglu: c_proj's wgrad copy written by c_fc's gradient cast gives
   INFO(report);
   REQUIRE(report.find("h1.mlp.c_proj's wgrad copy written by the gradient cast") != std::string::npos);
   for (size_t i = 0; i < t.fused->blocks.size(); ++i) {
-    auto on = std::dynamic_pointer_cast<fp8::Fp8Swiglu>(t.fused->blocks[i]->mlp->act);
+    auto on = std::dynamic_pointer_cast<fp8::Fp8Swiglu>(t.fused->blocks[i]->dense_mlp()->act);
     REQUIRE(on != nullptr);
     REQUIRE(on->value_copy_from_gradient_cast());  // the rewrite's default for per-tensor recipes
-    auto& mlp = *t.plain->blocks[i]->mlp;
+    auto& mlp = *t.plain->blocks[i]->dense_mlp();
     auto off = std::make_shared<fp8::Fp8Swiglu>(std::static_pointer_cast<fp8::Fp8Linear>(mlp.c_fc),
                                                 std::static_pointer_cast<fp8::Fp8Linear>(mlp.c_proj));
     REQUIRE_FALSE(off->value_copy_from_gradient_cast());
@@ -128,7 +128,7 @@ TEST_CASE("fp8 swiglu: c_proj's wgrad copy written by c_fc's gradient cast gives
   // Where the work happened: c_fc's gradient arrives cast by c_proj's backward (before the
   // activation's node runs, which is when the hook on the activation's output fires).
   for (auto* model : {t.fused.get(), t.plain.get()}) {
-    auto& mlp = *model->blocks[0]->mlp;
+    auto& mlp = *model->blocks[0]->dense_mlp();
     const auto c_fc = std::static_pointer_cast<fp8::Fp8Linear>(mlp.c_fc);
     const at::Tensor x = torch::randn({3, 16, 32}).requires_grad_();
     const at::Tensor y = mlp.act->forward(mlp.c_fc->forward(x));
@@ -155,7 +155,7 @@ TEST_CASE("fp8 swiglu: block scaling and fp8.swiglu_wgrad_copy forward keep c_pr
   model::Gpt gpt(tiny_llama(false));
   const fp8::RewriteResult rw = fp8::rewrite_to_fp8(gpt, recipe, at::kCPU);
   for (auto& b : gpt.blocks) {
-    auto act = std::dynamic_pointer_cast<fp8::Fp8Swiglu>(b->mlp->act);
+    auto act = std::dynamic_pointer_cast<fp8::Fp8Swiglu>(b->dense_mlp()->act);
     REQUIRE(act != nullptr);
     CHECK_FALSE(act->value_copy_from_gradient_cast());
   }

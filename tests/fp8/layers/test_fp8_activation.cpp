@@ -40,14 +40,14 @@ struct Twins : test::Twins {
 void expect_deferral_changes_nothing(const fp8::Recipe& recipe, const at::Device& device) {
   Twins t(small_model(false), recipe, device);
   for (auto& b : t.plain->blocks) {  // `plain` keeps its fused activation here, without deferral
-    b->mlp->replace_slot("act", std::make_shared<fp8::Fp8Gelu>(std::static_pointer_cast<fp8::Fp8Linear>(b->mlp->c_fc),
-                                                               std::static_pointer_cast<fp8::Fp8Linear>(b->mlp->c_proj)));
-    auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act);
+    b->mlp->replace_slot("act", std::make_shared<fp8::Fp8Gelu>(std::static_pointer_cast<fp8::Fp8Linear>(b->dense_mlp()->c_fc),
+                                                               std::static_pointer_cast<fp8::Fp8Linear>(b->dense_mlp()->c_proj)));
+    auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->dense_mlp()->act);
     REQUIRE(act != nullptr);
     act->set_defers_columnwise(false);
   }
   for (auto& b : t.fused->blocks) {
-    auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act);
+    auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->dense_mlp()->act);
     REQUIRE_FALSE(act->defers_columnwise());  // off unless train.recompute is activation
     act->set_defers_columnwise(true);
   }
@@ -75,7 +75,7 @@ TEST_CASE("fp8 gelu: fused into the casts, the model computes bit for bit what t
   INFO("bias " << bias << ", override case " << override_case);
   Twins t(small_model(bias), recipe, at::kCPU);
   REQUIRE(t.fused_rw.report.fused_activations == 2);
-  REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(t.fused->blocks[0]->mlp->act) != nullptr);
+  REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(t.fused->blocks[0]->dense_mlp()->act) != nullptr);
 
   // The CPU backend's fused casts are the operator followed by the cast: exact equality.
   test::train_side_by_side(t, at::kCPU, /*recipe_state=*/true);
@@ -87,7 +87,7 @@ TEST_CASE("fp8 gelu: the hand-over happens only when the neighbour reads nothing
     fp8::Recipe recipe;
     recipe.override_linear_precision.fprop = fprop_override;
     Twins t(small_model(false), recipe, at::kCPU);
-    auto& mlp = *t.fused->blocks[0]->mlp;
+    auto& mlp = *t.fused->blocks[0]->dense_mlp();
     const at::Tensor h = (torch::randn({2, 16, 128})).requires_grad_();
     const at::Tensor y = mlp.act->forward(h);
     if (fprop_override) {
@@ -111,7 +111,7 @@ TEST_CASE("fp8 gelu: the rewrite defers c_proj's wgrad copy exactly under recomp
     REQUIRE(gpt.recompute() == mode);
     const fp8::RewriteResult rw = fp8::rewrite_to_fp8(gpt, fp8::Recipe{}, at::kCPU);
     for (auto& b : gpt.blocks) {
-      auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act);
+      auto act = std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->dense_mlp()->act);
       REQUIRE(act != nullptr);
       CHECK(act->defers_columnwise() == defers);
     }
@@ -144,7 +144,7 @@ TEST_CASE("fp8 gelu on CUDA: c_proj's wgrad operand cast in the backward changes
   const ModelSection cfg = small_model(false);
   auto forward_peak = [&](bool defer) {
     Twins t(cfg, fp8::Recipe{}, gpu);
-    for (auto& b : t.fused->blocks) std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->mlp->act)->set_defers_columnwise(defer);
+    for (auto& b : t.fused->blocks) std::dynamic_pointer_cast<fp8::Fp8Gelu>(b->dense_mlp()->act)->set_defers_columnwise(defer);
     const at::Tensor idx = torch::randint(0, 64, {3, 17}).to(gpu);
     torch::cuda::synchronize();
     reset_peak_memory(gpu);

@@ -243,7 +243,7 @@ TEST_CASE("block scaling: a GPT's GELU fused into the block casts computes bit f
           "[fp8]") {
   BlockTwins t(at::kCPU);
   REQUIRE(t.fused_rw.report.fused_activations == 2);
-  REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(t.fused->blocks[0]->mlp->act) != nullptr);
+  REQUIRE(std::dynamic_pointer_cast<fp8::Fp8Gelu>(t.fused->blocks[0]->dense_mlp()->act) != nullptr);
   torch::manual_seed(4);
   for (int step = 0; step < 2; ++step) {
     INFO("step " << step);

@@ -154,7 +154,7 @@ TEST_CASE("block scaling on CUDA: a GPT's fused GELU block casts give the unfuse
     (*side)->to(gpu);
   }
   const RewriteResult frw = rewrite_to_fp8(*fused, recipe, gpu), prw = rewrite_to_fp8(*plain, recipe, gpu);
-  REQUIRE(std::dynamic_pointer_cast<Fp8Gelu>(fused->blocks[0]->mlp->act) != nullptr);
+  REQUIRE(std::dynamic_pointer_cast<Fp8Gelu>(fused->blocks[0]->dense_mlp()->act) != nullptr);
   for (auto& b : plain->blocks) {
     b->mlp->replace_slot("act", std::make_shared<fp8t::model::Activation>(fp8t::model::Activation::Kind::kGeluTanh));
   }

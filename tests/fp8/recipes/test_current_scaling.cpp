@@ -251,7 +251,7 @@ TEST_CASE("current scaling: the fused norm and GELU casts equal casting their hi
   };
   auto [fused, fused_rw] = build(true);
   auto [plain, plain_rw] = build(false);
-  REQUIRE(std::dynamic_pointer_cast<Fp8Gelu>(fused->blocks[0]->mlp->act) != nullptr);
+  REQUIRE(std::dynamic_pointer_cast<Fp8Gelu>(fused->blocks[0]->dense_mlp()->act) != nullptr);
   torch::manual_seed(4);
   for (int step = 0; step < 2; ++step) {
     const at::Tensor idx = torch::randint(0, 64, {3, 17});
