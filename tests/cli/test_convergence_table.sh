@@ -18,7 +18,9 @@
 # timed steps, bf16 1000 x 1000 tokens / 1250..800 ms = 800..1250 tokens/s, fp8-delayed
 # 1000 x 1000 / 800..625 ms = 1250..1600: speedup (40000/1000)/(21500/1500) = 2.7907, range
 # (40000/1250)/(28000/1250) = 1.42857 to (40000/800)/(15000/1600) = 5.33333.
-# Then bad bench input (exit 2, the file and key named, nothing overwritten).
+# Then bad bench input (exit 2, the file and key named, nothing overwritten), and the same study
+# through scripts/convergence.sh --no-train, which reads DIR/bench/*.json and puts the tables into
+# the page of fp8train report.
 source "$(dirname "$0")/lib.sh"
 TABLE=$FP8T_SOURCE_DIR/scripts/convergence_table.py
 run_rc() { set +e; "$@" > out.txt 2> err.txt; rc=$?; set -e; }
@@ -177,4 +179,12 @@ run_rc python3 "$TABLE" study 0.5
 mv block-metrics.jsonl study/runs/fp8-block-s2/metrics.jsonl
 [ "$(sums)" = "$before" ] || fail "bad input overwrote the tables"
 
+# Through convergence.sh --no-train: DIR/bench/*.json read, the tables inside the report's page.
+run_rc bash "$FP8T_SOURCE_DIR/scripts/convergence.sh" --fp8train "$FP8TRAIN" --config "$FP8T_SOURCE_DIR/configs/char-anna.yaml" \
+  --no-train --seeds 2 --recipes delayed,current,block,rowwise --out study
+[ "$rc" = 1 ] || { cat out.txt err.txt; fail "convergence.sh --no-train on the constructed study: exit $rc, expected 1"; }
+expect_line study/convergence.md "| fp8-delayed | s1 28,000, s2 15,000 | 21,500 ± 9,192 | 1,450 (1,400–1,500; 3 rounds) | 14.8 | 2.57× (1.82–4.00) |"
+grep -qF "<td>2.57× (1.82–4.00)</td>" study/convergence.html && grep -q '"fp8-delayed-s2"' study/convergence.html \
+  || fail "convergence.html: the tables and the runs' curves in one page"
+[ ! -e study/report.html ] || fail "convergence.sh left the report's page beside convergence.html"
 echo "test_convergence_table: ok"
