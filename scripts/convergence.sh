@@ -22,13 +22,23 @@
 #   --jobs N             trainings at once (default 1), e.g. several small runs on one large GPU
 #   --deadline EPOCH     seconds since 1970: a run is not started after it, nor when the longest
 #                        run so far would not finish by it; such runs are reported as not run
-#   --skip-done          keep a run whose DIR/runs/<run>/summary.json says completed (continue a
-#                        study cut short, with the same flags: nothing checks that they match)
+#   --skip-done          keep a run whose DIR/runs/<run>/summary.json says completed, and a bench
+#                        round whose JSON was written (continue a study cut short, with the same
+#                        flags: nothing checks that they match)
 #   --no-train           only compare the runs already in DIR/runs (e.g. with another --target)
 #   --keep-checkpoints   keep each run's checkpoint files (deleted after the run by default: the
 #                        study reads only summary.json and metrics.jsonl)
 #   --knobs [--knob-steps 600]  also train short fp8 runs, each with one recipe knob changed
 #                        (E4M3, history 1, margin 2, most_recent, each GEMM override): DIR/knobs.json
+#   --bench-rounds N     before any training (so alone on the device), time every label with
+#                        fp8train bench of the same config (the --set overrides but data.*, with
+#                        data.order random: bench draws random tokens; the config's
+#                        grad_accum_steps as --micro-batches), N rounds, one process each timing
+#                        every label (bf16 first in odd rounds, last in even ones):
+#                        DIR/bench/bench-r<R>.{json,log}, replaced unless --skip-done; the tokens/s
+#                        of the effective speedup (default 0: none; the table reads every
+#                        DIR/bench/bench-r*.json there is)
+#   --bench-steps N, --bench-warmup N  timed and untimed steps of each bench row (default 20, 5)
 #
 # Runs: DIR/runs/<label>-s<seed> (label bf16, fp8 or fp8-<recipe>, fp16, fp32) with its output in
 # DIR/runs/<label>-s<seed>.log, trained seed by seed (every label of seed 1, then of seed 2, ...)
@@ -45,12 +55,22 @@
 #   started or interrupted is listed as cut short. A label without a completed run is "not run".
 #   The best validation loss gets the same statistics, reported only.
 #
-# Writes DIR/convergence.md (the tables: mean ± sd per label, D ± se, verdict; one row per run),
-# DIR/convergence.json (the same, machine-readable), DIR/convergence.html (fp8train report of all
-# runs: every seed's curves on shared axes, offline) and DIR/plan.tsv; also when runs were not
-# run (deadline, interrupt). Every label's flags are checked with fp8train --dry-run first.
+# Time to loss (docs/convergence.md): per label the tokens to bf16's mean final validation loss,
+# per seed (the first evaluation at or below it, interpolated linearly in tokens from the one
+# before; "not reached" if none; bf16's own: its final evaluation's tokens), mean ± sd over the
+# seeds when every seed reached it; and the effective speedup, (bf16 tokens to target / bf16
+# tokens/s) / (tokens to target / tokens/s), tokens/s from the bench rounds (median), with its
+# range: the extremes over each seed's tokens to target and the ends of both tokens/s ranges.
+#
+# Writes DIR/convergence.md (the tables: mean ± sd per label, D ± se, verdict, tokens to target
+# and effective speedup; one row per run), DIR/convergence.json (the same, machine-readable),
+# DIR/convergence.html (the tables above fp8train report of all runs: every seed's curves on
+# shared axes, offline) and DIR/plan.tsv; also when runs were not run (deadline, interrupt).
+# Every label's flags are checked with fp8train --dry-run first.
 # Exit: 0 no verdict failed (runs cut short are listed), 1 a verdict failed, 2 bad usage (nothing
-# trained), 130 interrupted (SIGINT/SIGTERM: the runs in flight stop, the tables are written).
+# trained; also bench flags that fp8train bench refuses, and study or bench files the table cannot
+# use: named, the tables not written), 130 interrupted (SIGINT/SIGTERM: the runs or the bench in
+# flight stop, the tables are written).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -70,6 +90,9 @@ TRAIN=1
 SKIP_DONE=0
 KEEP_CKPT=0
 DEADLINE=
+BENCH_ROUNDS=0
+BENCH_STEPS=20
+BENCH_WARMUP=5
 SETS=()
 EXTRA=()
 if [ $# -ge 1 ] && [ "${1:0:1}" != - ]; then  # TEXT_FILE: the character-level config on a book
@@ -86,6 +109,9 @@ while [ $# -gt 0 ]; do
     --steps) need "$@"; STEPS="$2"; shift 2 ;;
     --knob-steps) need "$@"; KNOB_STEPS="$2"; shift 2 ;;
     --knobs) KNOBS=1; shift ;;
+    --bench-rounds) need "$@"; BENCH_ROUNDS="$2"; shift 2 ;;
+    --bench-steps) need "$@"; BENCH_STEPS="$2"; shift 2 ;;
+    --bench-warmup) need "$@"; BENCH_WARMUP="$2"; shift 2 ;;
     --out) need "$@"; OUTDIR="$2"; shift 2 ;;
     --precisions) need "$@"; PRECISIONS="$2"; shift 2 ;;
     --recipes) need "$@"; RECIPES="$2"; shift 2 ;;
@@ -105,7 +131,9 @@ done
 [ -f "$CONFIG" ] || bad "--config: no file '$CONFIG'"
 [ -x "$APP" ] || bad "--fp8train: '$APP' is not an executable (build it, or pass --fp8train PATH)"
 positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || bad "$1 expects a positive integer, got '$2'"; }
-positive --jobs "$JOBS"; positive --seeds "$SEEDS"; positive --knob-steps "$KNOB_STEPS"
+positive --jobs "$JOBS"; positive --seeds "$SEEDS"; positive --knob-steps "$KNOB_STEPS"; positive --bench-steps "$BENCH_STEPS"
+[[ "$BENCH_ROUNDS" =~ ^[0-9]+$ ]] || bad "--bench-rounds expects a whole number, got '$BENCH_ROUNDS'"
+[[ "$BENCH_WARMUP" =~ ^[0-9]+$ ]] || bad "--bench-warmup expects a whole number, got '$BENCH_WARMUP'"
 [ -z "$STEPS" ] || positive --steps "$STEPS"
 [ -z "$DEADLINE" ] || [[ "$DEADLINE" =~ ^[0-9]+$ ]] || bad "--deadline expects seconds since 1970 (date +%s), got '$DEADLINE'"
 python3 -c "import sys, math; t = float(sys.argv[1]); sys.exit(not (math.isfinite(t) and t >= 0))" "$TARGET" 2>/dev/null \
@@ -179,11 +207,13 @@ done
 declare -A PID=() START=()
 STOP=0
 LONGEST=0
+BENCH_PID=
 # shellcheck disable=SC2317  # invoked by the trap
 on_signal() {
   STOP=1
   local run
   for run in "${!PID[@]}"; do kill -TERM "${PID[$run]}" 2>/dev/null || true; done
+  [ -z "$BENCH_PID" ] || kill -TERM "$BENCH_PID" 2>/dev/null || true
 }
 trap on_signal INT TERM
 result_line() {  # the status and losses of a finished run, one line
@@ -212,13 +242,75 @@ reap() {  # reap [block]: collect the finished runs (with block: wait until at l
     sleep 0.2
   done
 }
-too_late() {  # why a run that would start now is not run; nothing when it may start
+too_late() {  # too_late [LONGEST WHAT]: why a run (a WHAT) that would start now is not run; nothing when it may start
   [ -n "$DEADLINE" ] || return 0
-  local now; now=$(date +%s)
+  local now longest=${1:-$LONGEST} what=${2:-runs}; now=$(date +%s)
   if [ "$now" -ge "$DEADLINE" ]; then echo "past the deadline"
-  elif [ $(( now + LONGEST )) -gt "$DEADLINE" ]; then echo "would not finish by the deadline (runs took up to $LONGEST s)"
+  elif [ $(( now + longest )) -gt "$DEADLINE" ]; then echo "would not finish by the deadline ($what took up to $longest s)"
   fi
 }
+
+# The bench rounds, before any training so that each is alone on the device: round r is one
+# fp8train bench process timing every label (bf16 first in odd rounds, last in even ones) at the
+# training step of the study (the config's grad_accum_steps as --micro-batches); data.* overrides
+# are left out and data.order is random (bench draws random tokens, and refuses a sequential order
+# of a config made for token files). A round whose flags are refused (exit 2) stops the study
+# before it trains; another failure is a warning, the round missing from the table.
+BENCH_DIR=$OUTDIR/bench
+reversed() { local i; for ((i = $#; i >= 1; i--)); do printf '%s ' "${!i}"; done; }  # words, last first
+bench_cmd() {  # bench_cmd ROUND: CMD=(fp8train bench of every label, in that round's order)
+  local precisions=() recipes=() label i sets=() accum
+  for label in "${LABELS[@]}"; do
+    label=${label%%-*}
+    [[ " ${precisions[*]} " == *" $label "* ]] || precisions+=("$label")
+  done
+  [ -z "$RECIPES" ] || IFS=, read -r -a recipes <<< "$RECIPES"
+  if [ $(( $1 % 2 )) = 0 ]; then  # even rounds: the reverse order
+    read -r -a precisions <<< "$(reversed "${precisions[@]}")"
+    [ ${#recipes[@]} = 0 ] || read -r -a recipes <<< "$(reversed "${recipes[@]}")"
+  fi
+  for ((i = 0; i < ${#SETS[@]}; i += 2)); do [[ "${SETS[i + 1]}" == data.* ]] || sets+=("${SETS[@]:i:2}"); done
+  accum=$("$APP" --config "$CONFIG" "${SETS[@]}" "${EXTRA[@]}" --print-config 2>/dev/null \
+          | awk '$1 == "grad_accum_steps:" {print $2; exit}')
+  [[ "$accum" =~ ^[1-9][0-9]*$ ]] || bad "bench: no train.grad_accum_steps in fp8train --print-config of the config"
+  CMD=("$APP" bench --config "$CONFIG" "${sets[@]}" --set data.order=random --precisions "$(IFS=,; echo "${precisions[*]}")"
+       --micro-batches "$accum" --bench-steps "$BENCH_STEPS" --bench-warmup "$BENCH_WARMUP"
+       --json "$BENCH_DIR/bench-r$1.json" "${EXTRA[@]}")
+  [ ${#recipes[@]} = 0 ] || CMD+=(--recipes "$(IFS=,; echo "${recipes[*]}")")
+}
+bench_done() { python3 -c "import json,sys; sys.exit(not isinstance(json.load(open(sys.argv[1])).get('results'), list))" \
+                 "$BENCH_DIR/bench-r$1.json" 2>/dev/null; }
+run_bench_rounds() {
+  local r rc why t0 longest=0
+  mkdir -p "$BENCH_DIR"
+  [ "$SKIP_DONE" = 1 ] || rm -f "$BENCH_DIR"/bench-r*.json "$BENCH_DIR"/bench-r*.log
+  for ((r = 1; r <= BENCH_ROUNDS; r++)); do
+    [ "$STOP" = 0 ] || return 0
+    if [ "$SKIP_DONE" = 1 ] && bench_done "$r"; then echo "== bench round $r: kept (done earlier)"; continue; fi
+    why=$(too_late "$longest" "bench rounds")
+    if [ -n "$why" ]; then echo "== bench round $r: not run: $why"; continue; fi
+    bench_cmd "$r"
+    echo "== bench round $r: ${CMD[*]} (log $BENCH_DIR/bench-r$r.log)"
+    t0=$(date +%s)
+    "${CMD[@]}" > "$BENCH_DIR/bench-r$r.log" 2>&1 &
+    BENCH_PID=$!
+    rc=0; wait "$BENCH_PID" || rc=$?
+    while kill -0 "$BENCH_PID" 2>/dev/null; do rc=0; wait "$BENCH_PID" || rc=$?; done  # wait returns early on a signal
+    BENCH_PID=
+    [ $(( $(date +%s) - t0 )) -le "$longest" ] || longest=$(( $(date +%s) - t0 ))
+    [ "$STOP" = 0 ] || { rm -f "$BENCH_DIR/bench-r$r.json"; return 0; }
+    if [ "$rc" = 2 ]; then
+      tail -n 5 "$BENCH_DIR/bench-r$r.log" >&2
+      echo "convergence.sh: fp8train bench refused the flags (exit 2, above; $BENCH_DIR/bench-r$r.log); nothing trained" >&2
+      exit 2
+    fi
+    if [ "$rc" != 0 ]; then
+      echo "convergence.sh: warning: bench round $r failed (exit $rc, $BENCH_DIR/bench-r$r.log): not in the table" >&2
+      tail -n 5 "$BENCH_DIR/bench-r$r.log" | sed 's/^/   /'
+    fi
+  done
+}
+[ "$TRAIN" = 0 ] || [ "$BENCH_ROUNDS" = 0 ] || run_bench_rounds
 if [ "$TRAIN" = 1 ]; then
   for run in "${RUNS[@]}"; do
     [ "${STATE[$run]}" = to-run ] || continue
@@ -240,20 +332,25 @@ trap - INT TERM
 for run in "${RUNS[@]}"; do
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "${LABEL_OF[$run]}" "${SEED_OF[$run]}" "${STATE[$run]}" "${RC[$run]}" "${WALL[$run]}"
 done > "$OUTDIR/plan.tsv"
-verdict=0
-python3 "$REPO/scripts/convergence_table.py" "$OUTDIR" "$TARGET" || verdict=$?
-[ "$verdict" -le 1 ] || { echo "convergence.sh: convergence_table.py failed (exit $verdict)" >&2; exit 1; }
 dirs=()
 for run in "${RUNS[@]}"; do [ ! -d "$OUTDIR/runs/$run" ] || dirs+=("$OUTDIR/runs/$run"); done
-wrote="$OUTDIR/convergence.md, $OUTDIR/convergence.json"
-rm -f "$OUTDIR/convergence.html"
-if [ ${#dirs[@]} -gt 0 ]; then  # the table and every run's curves on shared axes, one offline page
-  if "$APP" report "${dirs[@]}" --html "$OUTDIR/convergence.html" > "$OUTDIR/report.txt" 2>&1; then
-    wrote+=", $OUTDIR/convergence.html"
+page=()  # fp8train report of every run's curves on shared axes; the tables go on top of it
+if [ ${#dirs[@]} -gt 0 ]; then
+  if "$APP" report "${dirs[@]}" --html "$OUTDIR/report.html" > "$OUTDIR/report.txt" 2>&1; then
+    page=(--report-html "$OUTDIR/report.html")
   else
-    echo "convergence.sh: warning: fp8train report failed (see $OUTDIR/report.txt)" >&2
+    echo "convergence.sh: warning: fp8train report failed (see $OUTDIR/report.txt): convergence.html holds the tables alone" >&2
   fi
 fi
+bench_files=()
+for f in "$BENCH_DIR"/bench-r*.json; do [ ! -f "$f" ] || bench_files+=("$f"); done
+[ ${#bench_files[@]} = 0 ] || bench_files=(--bench "${bench_files[@]}")
+verdict=0
+python3 "$REPO/scripts/convergence_table.py" "$OUTDIR" "$TARGET" "${bench_files[@]}" "${page[@]}" || verdict=$?
+rm -f "$OUTDIR/report.html"
+[ "$verdict" != 2 ] || { echo "convergence.sh: convergence_table.py refused its input (above); the tables were not written" >&2; exit 2; }
+[ "$verdict" -le 1 ] || { echo "convergence.sh: convergence_table.py failed (exit $verdict)" >&2; exit 1; }
+wrote="$OUTDIR/convergence.md, $OUTDIR/convergence.json, $OUTDIR/convergence.html"
 echo "wrote $wrote"
 [ "$STOP" = 0 ] || { echo "convergence.sh: interrupted; the tables hold the runs that finished" >&2; exit 130; }
 

@@ -7,7 +7,14 @@
 #   the tensor's amax, as one or two subnormal steps, the rest flushed to zero: fp8 trains much
 #   worse (here about +14%): exit 1 and the verdict names the target and the noise;
 # - a study cut short (--skip-done keeps the runs above, --deadline in the past stops the third
-#   seed): the table of what ran and the runs not run; bad usage: exit 2, nothing trained.
+#   seed): the table of what ran and the runs not run; bad usage: exit 2, nothing trained;
+# - the bench rounds (--bench-rounds) of a study with 2 micro-batches a step: fp8train bench of
+#   every label before the training, at the study's step (--micro-batches 2: the table refuses a
+#   bench of another step size), bf16 first in odd rounds and last in even ones, from a config
+#   file of data.order sequential (bench refuses that order: convergence.sh gives bench a random
+#   one, as configs/llama-125m.yaml needs); their tokens/s in convergence.json; --skip-done keeps
+#   them, --deadline stops the ones not started.
+#   (tests/cli/test_convergence_table.sh checks the arithmetic on a study made by hand.)
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1  # a tiny model: one thread per run is fastest (and kind to a shared machine)
 # Text with structure beyond one character (letters inside words), so context helps.
@@ -82,6 +89,38 @@ grep -q "^| fp8-delayed | 2/3 | .* | pass: " out.txt && grep -q "^| bf16-s3 | 3 
 [ "$(json_get pass/convergence.json 'd["complete"], d["not_run"]')" = "False ['bf16-s3', 'fp8-delayed-s3']" ] \
   || fail "pass/convergence.json of the partial study"
 
+# Bench rounds before the training, at the training's step: 1 seed, 20 steps of 2 micro-batches.
+sed 's/^  order: random /  order: sequential /' "$FP8T_SOURCE_DIR/configs/char-anna.yaml" > sequential.yaml
+grep -q "^  order: sequential " sequential.yaml || fail "sequential.yaml: no data.order line to change"
+bench_study=(--config "$WORK/sequential.yaml" --seeds 1 --steps 20 --set train.grad_accum_steps=2 --bench-steps 2 --bench-warmup 1)
+run_rc conv --out "$WORK/bench" "${bench_study[@]}" --bench-rounds 2
+[ "$rc" = 0 ] || { cat out.txt; fail "the study with bench rounds: exit $rc, expected 0"; }
+grep -q "^== bench round 2: .* bench .* --precisions fp8,bf16 --micro-batches 2 " out.txt \
+  && [ "$(grep -n "^== bench round 2:" out.txt | cut -d: -f1)" -lt "$(grep -n "^== bf16-s1: training" out.txt | cut -d: -f1)" ] \
+  || { cat out.txt; fail "bench round 2 did not run before the training, fp8 first, with --micro-batches 2"; }
+python3 - "$WORK/bench" <<'PY' || fail "the bench rounds in convergence.json"
+import json, statistics, sys
+out = sys.argv[1]
+d = json.load(open(f"{out}/convergence.json"))
+rounds = [json.load(open(f"{out}/bench/bench-r{r}.json")) for r in (1, 2)]
+assert [[x["precision"] for x in b["results"]] for b in rounds] == [["bf16", "fp8"], ["fp8", "bf16"]], rounds
+assert all(b["micro_batches_per_step"] == 2 and b["timed_steps"] == 2 for b in rounds)
+assert d["time_to_loss"]["reference_tokens"] == 20 * 2 * 8 * 32, d["time_to_loss"]  # steps x micro-batches x rows x seq
+assert d["time_to_loss"]["bench_files"] == [f"{out}/bench/bench-r1.json", f"{out}/bench/bench-r2.json"]
+for label, precision in (("bf16", "bf16"), ("fp8-delayed", "fp8")):
+    tps = [next(x["tokens_per_s"] for x in b["results"] if x["precision"] == precision) for b in rounds]
+    b = d["labels"][label]["bench"]
+    assert b["values"] == tps and b["tokens_per_s"] == statistics.median(tps) and (b["low"], b["high"]) == (min(tps), max(tps)), (b, tps)
+e = d["labels"]["fp8-delayed"]
+assert (e["effective_speedup"] is None) == (e["tokens_to_target"]["mean"] is None), e
+print("bench rounds ok")
+PY
+grep -q "<th>effective speedup (range)</th>" bench/convergence.html && grep -q '"fp8-delayed-s1"' bench/convergence.html \
+  || fail "bench/convergence.html: the time-to-loss table and the runs' curves"
+run_rc conv --out "$WORK/bench" "${bench_study[@]}" --bench-rounds 3 --skip-done --deadline "$(date +%s)"
+[ "$rc" = 0 ] && grep -q "^== bench round 2: kept (done earlier)" out.txt && grep -q "^== bench round 3: not run: past the deadline" out.txt \
+  && [ ! -e bench/bench/bench-r3.json ] || { cat out.txt; fail "bench rounds with --skip-done and --deadline: exit $rc"; }
+
 # Bad usage: exit 2 and nothing trained.
 run_rc conv --out "$WORK/bad" --set model.n_layers=2
 [ "$rc" = 2 ] && grep -q "model.n_layers" out.txt && [ ! -e bad/runs ] || { cat out.txt; fail "a bad --set key: exit $rc"; }
@@ -89,4 +128,6 @@ run_rc conv --out "$WORK/bad" --recipes delayed,fast
 [ "$rc" = 2 ] && grep -q "unknown recipe 'fast'" out.txt || { cat out.txt; fail "a bad recipe: exit $rc"; }
 run_rc conv --out "$WORK/bad" --deadline soon
 [ "$rc" = 2 ] && grep -q "deadline expects" out.txt || { cat out.txt; fail "a bad deadline: exit $rc"; }
+run_rc conv --out "$WORK/bad" --bench-rounds two
+[ "$rc" = 2 ] && grep -q "bench-rounds expects a whole number" out.txt || { cat out.txt; fail "a bad --bench-rounds: exit $rc"; }
 echo "test_convergence: ok"
