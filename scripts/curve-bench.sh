@@ -44,6 +44,19 @@
 # --parallel N|auto, --idle-wait S (60), --commit HASH, --out DIR (${OUT:-/tmp/out}/curve). Outputs: DIR/MODEL/peer-ROW.{json,log},
 # DIR/MODEL/fp8train-SLOT-autotune-{on,off}-rR.{json,log} (SLOT: the peer beside it, or all), DIR/environment.json, DIR/curve.md
 # and DIR/curve.json (the table), DIR/gpu-busy.txt (timings beside other GPU work, if any).
+#
+# Mixtures of experts (a config whose moe.experts > 0, e.g. olmoe-1b-7b): the peers are PyTorch bf16
+# and torchao's MoE FP8 rowwise training (--peers bf16,rowwise; torchao 0.18 has no other FP8 MoE
+# recipe, so every fp8train FP8 row runs beside that peer and is compared with it); both sides route
+# forced-balanced (fp8train --set moe.force_balance=true, reference_bench.py --force-balance), or
+# with --force-balance off both by their routers. --n-layer N: every model at N blocks on both
+# sides (--set model.n_layer=N, --n-layer N), for a shape whose peer does not fit at full depth. A
+# peer waiting between its rounds holds its FP32 weights and moments (12 bytes per parameter;
+# olmoe-1b-7b: 4.7 GiB per block) beside fp8train's run (16 bytes per parameter with FP32
+# moments, 6.3 GiB per block, plus its FP8 copies and activations): by that estimate (not
+# measured) 8 blocks fit an H200 and 4 an H100. fp8train's rows keep FP32 AdamW moments, as the
+# peers' torch.optim.AdamW does (--set train.moments_dtype=fp32; olmoe-1b-7b ships bf16 moments).
+# environment.json and the table record the depth.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 APP=build-device/fp8train
@@ -64,6 +77,8 @@ DEADLINE=0
 COMMIT=${FP8T_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo "unknown (pass --commit)")}
 OUTDIR=${OUT:-/tmp/out}/curve
 PY=${FP8T_PYTHON:-python3}
+NLAYER=""
+FORCE_BALANCE=on
 while [ $# -gt 0 ]; do
   case "$1" in
     --fp8train) APP="$2"; shift 2 ;;
@@ -83,12 +98,16 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE="$2"; shift 2 ;;
     --commit) COMMIT="$2"; shift 2 ;;
     --out) OUTDIR="$2"; shift 2 ;;
+    --n-layer) NLAYER="$2"; shift 2 ;;
+    --force-balance) FORCE_BALANCE="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "curve-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 bad() { echo "curve-bench.sh: $*" >&2; exit 2; }
 case "$AUTOTUNE" in on|off|both) ;; *) bad "--autotune is on, off or both, not '$AUTOTUNE'" ;; esac
+case "$FORCE_BALANCE" in on|off) ;; *) bad "--force-balance is on or off, not '$FORCE_BALANCE'" ;; esac
+[ -z "$NLAYER" ] || [[ "$NLAYER" =~ ^[1-9][0-9]*$ ]] || bad "--n-layer must be a positive whole number, not '$NLAYER'"
 [ "$PARALLEL" = auto ] || [[ "$PARALLEL" =~ ^[1-9][0-9]*$ ]] || bad "--parallel is auto or a positive whole number, not '$PARALLEL'"
 for n in REPEATS STEPS WARMUP IDLE_WAIT DEADLINE; do
   [[ "${!n}" =~ ^[0-9]+$ ]] || bad "--$(echo "$n" | tr 'A-Z_' 'a-z-') must be a whole number, not '${!n}'"
@@ -112,9 +131,10 @@ left() { [ "$DEADLINE" -gt 0 ] && echo $(( DEADLINE - $(date +%s) )) || echo 999
 # yaml_key FILE KEY: a scalar of configs/*.yaml (first "  KEY: value" line).
 yaml_key() { awk -v k="$2" '$1 == k":" {print $2; exit}' "$1"; }
 
-"$PY" - "$OUTDIR/environment.json" "$COMMIT" <<'PY'
+"$PY" - "$OUTDIR/environment.json" "$COMMIT" "$NLAYER" "$FORCE_BALANCE" <<'PY'
 import json, subprocess, sys
-env = {"commit": sys.argv[2]}
+env = {"commit": sys.argv[2], "n_layer": int(sys.argv[3]) if sys.argv[3] else None,
+       "moe_routing": "forced-balanced" if sys.argv[4] == "on" else "learned"}
 try:
     import torch
     env.update(torch=torch.__version__, cuda=torch.version.cuda,
@@ -148,6 +168,11 @@ fits() {  # fits KEY DEFAULT: the time left covers KEY's last duration (or DEFAU
 # The fp8train rows a peer stands beside: bf16 <-> bf16, tensorwise <-> delayed,current, rowwise <-> block.
 slot_args() {
   local want=() r
+  # A mixture of experts: every FP8 recipe beside torchao's MoE rowwise peer, none beside tensorwise.
+  [ "$MOE" -gt 0 ] && case "$1" in
+    *tensorwise) return 0 ;;
+    *rowwise) echo "--precisions fp8 --recipes $RECIPES"; return ;;
+  esac
   case "$1" in
     all) echo "--precisions bf16,fp8 --recipes $RECIPES"; return ;;
     bf16) echo "--precisions bf16"; return ;;
@@ -186,7 +211,7 @@ run_fp8train() {
   read -ra split <<<"$args"
   local cmd=("$APP" bench --config "configs/$m.yaml" "${split[@]}" --bench-steps "$STEPS" --bench-warmup "$WARMUP"
              --set "train.micro_batch_size=$MB" --set "train.gemm_autotune=$([ "$a" = on ] && echo true || echo false)"
-             --json "$name.json")
+             "${FP8_SETS[@]}" --json "$name.json")
   await_idle_gpu "fp8train $m $s (autotune $a, round $r)"
   log "round $r: ${cmd[*]}"
   t0=$(date +%s)
@@ -211,7 +236,7 @@ start_peer() {
   PYTHONUNBUFFERED=1 FP8T_COMMIT="$COMMIT" timeout "$(left)" "$PY" scripts/reference_bench.py --model "$m" \
     $(peer_args "$p") --compile-mode "$CMODE" --loss "$LOSS" --optimizer "$OPTIMIZER" --micro-batch "$MB" \
     --seq-len "$SEQ" --steps "$STEPS" --warmup 3 --rounds "$REPEATS" --wait-for "$OUTDIR/$m/go-$p" \
-    --json "$f.json" >"$f.log" 2>&1 &
+    "${PEER_SETS[@]}" --json "$f.json" >"$f.log" 2>&1 &
   echo $! >"$f.pid"
 }
 peer_pid() { cat "$OUTDIR/$1/peer-$2.pid" 2>/dev/null; }
@@ -246,6 +271,21 @@ run_model() {
   local m=$1 cfg="configs/$1.yaml" batch i p r a
   SEQ=$(yaml_key "$cfg" seq_len)
   MB=${BATCH:-$(yaml_key "$cfg" micro_batch_size)}
+  # The settings both sides share beyond the shape: depth, MoE routing, FP32 AdamW moments.
+  MOE=$(yaml_key "$cfg" experts); MOE=${MOE:-0}
+  FP8_SETS=(--set train.moments_dtype=fp32)
+  PEER_SETS=()
+  if [ -n "$NLAYER" ]; then
+    FP8_SETS+=(--set "model.n_layer=$NLAYER")
+    PEER_SETS+=(--n-layer "$NLAYER")
+  fi
+  if [ "$MOE" -gt 0 ] && [ "$FORCE_BALANCE" = on ]; then
+    FP8_SETS+=(--set moe.force_balance=true)
+    PEER_SETS+=(--force-balance)
+  elif [ "$MOE" -gt 0 ]; then
+    FP8_SETS+=(--set moe.force_balance=false)
+    PEER_SETS+=(--no-force-balance)
+  fi
   mkdir -p "$OUTDIR/$m"
   rm -f "$OUTDIR/$m"/*.pid "$OUTDIR/$m"/*.json "$OUTDIR/$m"/go-*  # this run's results only
   log "$m: micro-batch $MB x $SEQ tokens on both sides, $REPEATS rounds of $STEPS steps"

@@ -107,6 +107,20 @@ def peer_runs(model_dir):
     return out
 
 
+def peer_of(label, peers):
+    """The peer an fp8train row is compared with: FP8TRAIN_PEER's, but for a mixture of experts (a
+    rowwise peer that ran an arch moe model) every FP8 row's is torchao's MoE rowwise training, the only
+    FP8 recipe of torchao's MoE training."""
+    moe = [p for p, row in peers.items() if p.endswith("rowwise") and row["json"].get("arch") == "moe"]
+    return moe[0] if moe and label.startswith("fp8") else FP8TRAIN_PEER[label]
+
+
+def moe_note(d):
+    """' MoE (forced-balanced routing)' for a peer that ran a mixture of experts, else ''."""
+    moe = d.get("moe") if d.get("arch") == "moe" else None
+    return f" MoE ({'forced-balanced' if moe['force_balance'] else 'learned'} routing)" if moe else ""
+
+
 def repeats_cell(row, expected):
     n = len(row["tps"])
     return f"{n}/{expected}" if n < expected else str(n)
@@ -137,10 +151,11 @@ def model_rows(model, model_dir, expected):
                 continue
             tokens |= row["tokens"]
             speedup, s_range = ratio_cell(row["tps"], runs["bf16"]["tps"]) if label != "bf16" else ("", None)
-            peer = peers.get(FP8TRAIN_PEER[label])
+            key = peer_of(label, peers)
+            peer = peers.get(key)
             vs, v_range = ratio_cell(row["tps"], peer["tps"]) if peer else ("-", None)
             if peer and vs != "-":
-                vs += f" {PEER_NAMES[FP8TRAIN_PEER[label]]}"
+                vs += f" {PEER_NAMES[key]}" + moe_note(peer["json"])
             name = f"fp8train {label}" + ("" if autotune == "on" else " (GEMM autotune off)")
             lines.append(table_row(model, name, row, expected, speedup, vs))
             records.append({"model": model, "row": name, "tokens_per_s": row["tps"], "model_tflops": row["tflops"],
@@ -175,7 +190,8 @@ def environment_lines(dirs):
         if "not_run" in env:
             continue
         out.append(f"{os.path.basename(os.path.normpath(d))}: {env.get('device')} ({env.get('nvidia_smi')}), torch "
-                   f"{env.get('torch')}, CUDA {env.get('cuda')}, torchao {env.get('torchao')}, commit {env.get('commit')}")
+                   f"{env.get('torch')}, CUDA {env.get('cuda')}, torchao {env.get('torchao')}, commit {env.get('commit')}"
+                   + (f"; every model at {env['n_layer']} blocks (--n-layer)" if env.get("n_layer") else ""))
     return out
 
 

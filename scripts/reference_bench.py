@@ -5,7 +5,13 @@ usually train it, timed the way fp8train bench times its steps.
 The model (--model picks the shape of one of configs/*.yaml; the flags below override it):
 - gpt: nanoGPT-style (learned positions, LayerNorm without bias, tanh GELU, fused q/k/v, tied head);
 - llama: RoPE, grouped-query attention through scaled_dot_product_attention's enable_gqa, RMSNorm,
-  SwiGLU, no biases, tied or untied head.
+  SwiGLU, no biases, tied or untied head;
+- moe (olmoe-1b-7b, moe-tiny): fp8train's MoE family (lib/model/moe_*): the llama block with q/k
+  RMSNorms over the projections' full width before RoPE and a mixture of experts as its MLP
+  (scripts/peer_moe.py: FP32 router, softmax, top-k or --force-balance's round robin, dropless
+  groups padded to 16 rows, SwiGLU experts as two torch._grouped_mm GEMMs, the auxiliary loss's
+  gradient), untied head. Routing is forced-balanced by default (fp8train's --set
+  moe.force_balance=true), so that both sides route the same tokens to the same experts.
 Training: FP32 weights under BF16 autocast, AdamW, global-norm clip 1.0, one micro-batch per step on
 random tokens. --loss chunked (the default; scripts/peer_train.py) runs the head and its FP32
 cross-entropy in chunks of --loss-chunk-mib MiB of logits, computing each chunk's gradients in the
@@ -15,14 +21,22 @@ and a foreach AdamW with a tensor learning rate under torch.compile; eager: fuse
 --mode picks eager, torch.compile, or torchao's float8 training (every Linear
 but the head converted; --float8-recipe: tensorwise = dynamic scaling of each tensor by its own amax,
 the peer of fp8train's `current` recipe; rowwise = one scale per row, the nearest to `block`) with
-torch.compile. --compile-mode is torch.compile's mode: default and max-autotune-no-cudagraphs launch
+torch.compile. On a MoE model --mode float8 is torchao's MoE training (torchao.prototype.moe_training,
+Float8TrainingRecipe.FP8_ROWWISE: the experts' three grouped GEMMs in FP8 rowwise, E4M3) and, with
+--float8-attention on (the default), torchao float8 rowwise for the attention's Linears (c_attn,
+c_proj), since fp8train's FP8 rewrite converts those too; off leaves them in bf16 (torchao's MoE
+recipe alone, the experts' GEMMs only). The router (FP32) and the head (bf16) stay out of FP8 on
+both sides; rowwise is the only FP8 recipe of torchao 0.18's MoE training, so MoE takes no other
+--float8-recipe. --compile-mode is torch.compile's mode: default and max-autotune-no-cudagraphs launch
 kernels one by one, reduce-overhead and max-autotune replay the compiled forward and backward as CUDA
 graphs (fp8train replays its whole step as one); the output names the mode and whether CUDA graphs
 were on. The figures are references beside fp8train's own bf16 and fp8 rows; fp8train does not depend
 on this script.
 
 Reports the median step time, tokens/s, model TFLOP/s (fp8train's formula: 6 x non-embedding
-parameters + 12 x n_layer x seq_len x d_model per token; a tied head counts as the head GEMM) and
+parameters + 12 x n_layer x seq_len x d_model per token; a tied head counts as the head GEMM; MoE:
+active parameters only, 6 x (non-embedding parameters - every expert weight + n_layer x top_k x 3 x
+d_model x d_ff) + the same attention term, as fp8train's MoeGpt::flops_per_token) and
 the peak CUDA memory, as text and (with --json) JSON. Exit 2 when --mode float8 lacks torchao.
 --wait-for FILE compiles and warms up first, then waits until FILE exists before the timed steps (a
 caller can compile while the GPU is busy elsewhere and time when it is free). --rounds N times N
@@ -35,6 +49,8 @@ between them); the JSON, written after every round, holds each round's figures a
   python3 scripts/reference_bench.py --model llama3-1b --mode compile
   python3 scripts/reference_bench.py --model llama3-3b --mode compile --loss full --optimizer eager  # the earlier peer
   python3 scripts/reference_bench.py --model llama3-1b --mode float8 --compile-mode reduce-overhead
+  python3 scripts/reference_bench.py --model olmoe-1b-7b --n-layer 8 --mode float8   # torchao MoE FP8 rowwise
+  .venv/bin/python scripts/reference_bench.py --model moe-tiny --mode eager --device cpu --steps 2
   .venv/bin/python scripts/reference_bench.py --model gpt2-124m --n-layer 2 --d-model 128 --n-head 4 \
       --vocab 512 --seq-len 64 --micro-batch 2 --mode eager --device cpu
 """
@@ -49,6 +65,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from peer_moe import MoeFeedForward, active_expert_params, check_moe_args, expert_params, moe_summary, \
+    to_float8_experts
 from peer_train import chunk_rows, chunked_head_loss, make_adamw, make_optimizer_step
 
 
@@ -69,6 +87,9 @@ class Rotary(nn.Module):
 
 
 class Block(nn.Module):
+    """LLaMA's block; MoE (arch moe): q/k RMSNorms over the projections' full width before RoPE
+    (OLMoE, fp8train's model.qk_norm) and a mixture of experts as the MLP (scripts/peer_moe.py)."""
+
     def __init__(self, a, rotary):
         super().__init__()
         self.h, self.kv, self.hd = a.n_head, a.n_kv_head, a.d_model // a.n_head
@@ -76,18 +97,29 @@ class Block(nn.Module):
         self.ln_1 = nn.RMSNorm(a.d_model, eps=1e-5)
         self.c_attn = nn.Linear(a.d_model, a.d_model + 2 * self.kv * self.hd, bias=False)
         self.c_proj = nn.Linear(a.d_model, a.d_model, bias=False)
+        self.q_norm = self.k_norm = self.mlp = None
+        if a.arch == "moe":
+            self.q_norm = nn.RMSNorm(a.d_model, eps=1e-5)
+            self.k_norm = nn.RMSNorm(self.kv * self.hd, eps=1e-5)
         self.ln_2 = nn.RMSNorm(a.d_model, eps=1e-5)
-        self.c_fc = nn.Linear(a.d_model, 2 * a.d_ff, bias=False)
-        self.mlp_proj = nn.Linear(a.d_ff, a.d_model, bias=False)
+        if a.arch == "moe":
+            self.mlp = MoeFeedForward(a)
+        else:
+            self.c_fc = nn.Linear(a.d_model, 2 * a.d_ff, bias=False)
+            self.mlp_proj = nn.Linear(a.d_ff, a.d_model, bias=False)
 
     def forward(self, x):
         b, t, c = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split([c, self.kv * self.hd, self.kv * self.hd], -1)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q.float()).to(q.dtype), self.k_norm(k.float()).to(k.dtype)
         q = self.rotary(q.view(b, t, self.h, self.hd).transpose(1, 2))
         k = self.rotary(k.view(b, t, self.kv, self.hd).transpose(1, 2))
         v = v.view(b, t, self.kv, self.hd).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.h)
         x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+        if self.mlp is not None:
+            return x + self.mlp(self.ln_2(x))
         gate, up = self.c_fc(self.ln_2(x)).chunk(2, -1)
         return x + self.mlp_proj(F.silu(gate) * up)
 
@@ -170,6 +202,11 @@ PRESETS = {
                       seq_len=2048, micro_batch=4, tied=True, rope_theta=500000.0),
     "llama3-8b": dict(arch="llama", n_layer=32, d_model=4096, n_head=32, n_kv_head=8, d_ff=14336, vocab=128256,
                       seq_len=2048, micro_batch=1, tied=False, rope_theta=500000.0),
+    # MoE: d_ff is each expert's SwiGLU width (moe.d_ff, or model.d_ff when 0).
+    "olmoe-1b-7b": dict(arch="moe", n_layer=16, d_model=2048, n_head=16, n_kv_head=16, d_ff=1024, vocab=50304,
+                        seq_len=4096, micro_batch=2, tied=False, rope_theta=10000.0, experts=64, top_k=8),
+    "moe-tiny": dict(arch="moe", n_layer=2, d_model=64, n_head=4, n_kv_head=4, d_ff=64, vocab=64, seq_len=32,
+                     micro_batch=8, tied=False, rope_theta=10000.0, experts=8, top_k=2),
 }
 
 
@@ -180,8 +217,9 @@ def parse_args():
                    help="BF16 autocast eager, + torch.compile, or torchao float8 training + torch.compile")
     p.add_argument("--compile-mode", choices=sorted(COMPILE_MODES), default="default",
                    help="torch.compile's mode (reduce-overhead and max-autotune replay CUDA graphs)")
-    p.add_argument("--float8-recipe", choices=["tensorwise", "rowwise", "rowwise_with_gw_hp"], default="tensorwise",
-                   help="torchao's float8 recipe (--mode float8): tensorwise is fp8train's `current` peer")
+    p.add_argument("--float8-recipe", choices=["tensorwise", "rowwise", "rowwise_with_gw_hp"], default=None,
+                   help="torchao's float8 recipe (--mode float8): tensorwise (the default for dense models) is "
+                        "fp8train's `current` peer; MoE models take rowwise only (the default there)")
     p.add_argument("--loss", choices=["chunked", "full"], default="chunked",
                    help="head + cross-entropy: chunked (scripts/peer_train.py: never the whole logits) or full "
                         "(the [tokens x vocab] logits, upcast to FP32)")
@@ -195,8 +233,18 @@ def parse_args():
                    help="timed rounds of --steps steps; with --wait-for, round r > 1 waits for FILE.r (a caller "
                         "interleaves other timings between rounds); each round starts with 2 untimed steps")
     p.add_argument("--commit", default=os.environ.get("FP8T_COMMIT", ""), help="recorded in the JSON")
-    for name in ("n-layer", "d-model", "n-head", "n-kv-head", "d-ff", "vocab", "seq-len", "micro-batch"):
-        p.add_argument("--" + name, type=int, default=None, help="override the preset")
+    for name in ("n-layer", "d-model", "n-head", "n-kv-head", "d-ff", "vocab", "seq-len", "micro-batch", "experts",
+                 "top-k"):
+        p.add_argument("--" + name, type=int, default=None,
+                       help="override the preset (MoE: --d-ff is an expert's width)")
+    p.add_argument("--force-balance", action=argparse.BooleanOptionalAction, default=True,
+                   help="MoE: route pair t*k+j to expert (t*k+j) mod E, as fp8train's --set moe.force_balance=true "
+                        "(default; --no-force-balance: the router's top k, as fp8train's default)")
+    p.add_argument("--norm-topk", action="store_true", help="MoE: renormalise the chosen scores (moe.norm_topk)")
+    p.add_argument("--aux-loss-coef", type=float, default=0.01, help="MoE: the balancing loss's weight, 0: none")
+    p.add_argument("--float8-attention", choices=["on", "off"], default="on",
+                   help="MoE with --mode float8: the attention's Linears in torchao float8 rowwise too (on, as "
+                        "fp8train's rewrite does) or in bf16 (off: only the experts' GEMMs in FP8)")
     p.add_argument("--rope-theta", type=float, default=None)
     p.add_argument("--untied", dest="tied", action="store_false", default=None, help="separate output head")
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per round (median reported)")
@@ -216,6 +264,12 @@ def parse_args():
         a.optimizer = "eager" if a.mode == "eager" else "compiled"
     if a.rounds < 1 or a.steps < 1:
         p.error("--rounds and --steps must be at least 1")
+    if a.float8_recipe is None:
+        a.float8_recipe = "rowwise" if a.arch == "moe" else "tensorwise"
+    if a.arch == "moe":
+        check_moe_args(p, a)
+    elif a.experts is not None or a.top_k is not None:
+        p.error(f"--experts and --top-k: --model {a.model} is dense (the MoE presets: olmoe-1b-7b, moe-tiny)")
     return a
 
 
@@ -296,12 +350,30 @@ def build(a, dev):
     """The model (FP32 master weights, torchao float8 Linears for --mode float8) with its head + loss."""
     torch.manual_seed(0)
     with dev:  # initialized where it trains (built on the CPU, a 3B peer spent 46 s before its warm-up)
-        model = gpt(a) if a.arch == "gpt" else llama(a)
+        model = gpt(a) if a.arch == "gpt" else llama(a)  # llama: also moe (Block reads a.arch)
     model.loss = a.loss
     model.loss_rows = chunk_rows(a.vocab, a.loss_chunk_mib)
-    if a.mode == "float8":
+    if a.mode == "float8" and (a.arch != "moe" or a.float8_attention == "on"):
         to_float8(model, a.float8_recipe)
+    if a.mode == "float8" and a.arch == "moe":
+        try:
+            to_float8_experts(model)
+        except ImportError as e:
+            print(f"reference_bench.py: --mode float8 with --model {a.model} needs torchao's MoE training "
+                  f"(torchao.prototype.moe_training, torchao 0.18): {e}", file=sys.stderr)
+            sys.exit(2)
     return model
+
+
+def flops_per_token(a, model):
+    """fp8train's model FLOPs per token (Gpt::flops_per_token, MoeGpt's for MoE): 6 x the non-embedding
+    parameters a token passes through + 12 x n_layer x seq_len x d_model for attention."""
+    n_params = sum(t.numel() for t in model.parameters())
+    embeddings = (0 if a.tied else model.wte.weight.numel()) + (model.wpe.weight.numel() if a.arch == "gpt" else 0)
+    active = n_params - embeddings
+    if a.arch == "moe":
+        active += active_expert_params(a) - expert_params(model)
+    return 6 * active + 12 * a.n_layer * a.seq_len * a.d_model
 
 
 def time_round(run_step, steps, sync):
@@ -320,17 +392,23 @@ def time_round(run_step, steps, sync):
 
 def describe(a, graphs):
     framework = f"pytorch {torch.__version__} bf16 autocast"
-    if a.mode == "float8":
+    if a.arch == "moe":
+        framework += (f", MoE {a.experts} experts top-{a.top_k} ({'forced-balanced' if a.force_balance else 'learned'}"
+                      " routing) as torch._grouped_mm")
+    if a.mode == "float8" and a.arch == "moe":
+        framework += " + torchao MoE FP8 rowwise grouped GEMMs" + (
+            " + torchao float8 rowwise attention Linears" if a.float8_attention == "on" else " (attention in bf16)")
+    elif a.mode == "float8":
         framework += f" + torchao float8 ({a.float8_recipe})"
     if a.mode != "eager":
         framework += f" + torch.compile ({a.compile_mode}, CUDA graphs {'on' if graphs else 'off'})"
     return framework + f"; {a.loss} head + loss, {a.optimizer} clip + AdamW"
 
 
-def round_result(times, tok, flops_per_token):
+def round_result(times, tok, flops):
     step_s = statistics.median(times)
     return {"step_ms": 1e3 * step_s, "min_step_ms": 1e3 * min(times), "max_step_ms": 1e3 * max(times),
-            "tokens_per_s": tok / step_s, "model_tflops": flops_per_token * tok / step_s / 1e12}
+            "tokens_per_s": tok / step_s, "model_tflops": flops * tok / step_s / 1e12}
 
 
 def main():
@@ -338,9 +416,7 @@ def main():
     dev = torch.device(a.device)
     model = build(a, dev)
     n_params = sum(t.numel() for t in model.parameters())
-    embeddings = (0 if a.tied else model.wte.weight.numel()) + (model.wpe.weight.numel() if a.arch == "gpt" else 0)
-    dense = n_params - embeddings
-    flops_per_token = 6 * dense + 12 * a.n_layer * a.seq_len * a.d_model
+    flops = flops_per_token(a, model)
     opt = make_adamw(model.parameters(), a.optimizer == "compiled", dev)
     opt_step = make_optimizer_step(model.parameters(), opt, a.optimizer == "compiled")
     compiled = a.mode != "eager"
@@ -355,18 +431,21 @@ def main():
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t_compile = time.perf_counter()
+    first_loss = None
     for _ in range(a.warmup):
         loss = run_step()
+        first_loss = loss.item() if first_loss is None else first_loss
     sync()
     compile_s = time.perf_counter() - t_compile
     tok = a.micro_batch * a.seq_len
     res = {
-        "framework": describe(a, graphs), "model": a.model, "mode": a.mode,
+        "framework": describe(a, graphs), "model": a.model, "arch": a.arch, "n_layer": a.n_layer, "mode": a.mode,
         "compile_mode": a.compile_mode if compiled else None, "cuda_graphs": graphs,
         "float8_recipe": a.float8_recipe if a.mode == "float8" else None,
         "loss": a.loss, "loss_chunk_rows": model.loss_rows if a.loss == "chunked" else None,
         "optimizer": a.optimizer, "micro_batch": a.micro_batch, "seq_len": a.seq_len,
-        "params": n_params, "flops_per_token": flops_per_token, "tokens_per_step": tok,
+        "params": n_params, "flops_per_token": flops, "tokens_per_step": tok, "first_loss": first_loss,
+        "moe": moe_summary(a, model) if a.arch == "moe" else None,
         "timed_steps": a.steps, "warmup_steps": a.warmup, "warmup_s": compile_s,
         "versions": versions(a, dev), "rounds": [],
     }
@@ -376,9 +455,9 @@ def main():
             wait_for(gate_of(a.wait_for, r))
         times, loss = time_round(run_step, a.steps, sync)
         all_times += times
-        res["rounds"].append(round_result(times, tok, flops_per_token))
+        res["rounds"].append(round_result(times, tok, flops))
         # Every round's figures are on disk before the caller's next timing (a later round may be cut off).
-        res.update(round_result(all_times, tok, flops_per_token))
+        res.update(round_result(all_times, tok, flops))
         res["step_ms_over_rounds"] = [q["step_ms"] for q in res["rounds"]]
         res["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
         res["final_loss"] = loss.item()
