@@ -44,13 +44,13 @@ ExpertParallel::ExpertParallel(std::shared_ptr<Communicator> comm, int64_t group
   // Every rank forms every group in the same order (subgroup is collective over the members).
   for (int g = 0; g < groups; ++g) {
     const std::vector<int> ranks = members(g * n, 1, n);
-    auto c = (me / n == g) ? comm_->subgroup("experts-" + std::to_string(g), ranks) : nullptr;
+    auto c = (me / n == g) ? comm_->subgroup(std::string("experts-").append(std::to_string(g)), ranks) : nullptr;
     if (c) group_ = std::move(c);
   }
   if (groups > 1) {
     for (int j = 0; j < n; ++j) {
       const std::vector<int> ranks = members(j, n, groups);
-      auto c = (me % n == j) ? comm_->subgroup("expert-replicas-" + std::to_string(j), ranks) : nullptr;
+      auto c = (me % n == j) ? comm_->subgroup(std::string("expert-replicas-").append(std::to_string(j)), ranks) : nullptr;
       if (c) replicas_ = std::move(c);
     }
   }

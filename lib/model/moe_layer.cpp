@@ -134,7 +134,7 @@ at::Tensor MoeMlp::exchanged_experts(const at::Tensor& x2, const Routing& r) {
   const at::Tensor rows_of = plan.rows_of.to(x2.device()), offsets = plan.offsets.to(x2.device());
   const at::Tensor buffer = at::zeros({plan.rows, d}, x2.options()).index_copy(0, rows_of, got);
   const at::Tensor h = act_->forward(experts_fc->forward(buffer, offsets));
-  const at::Tensor y = experts_proj->forward(h, offsets).index_select(0, rows_of);
+  const at::Tensor y = gather_rows(experts_proj->forward(h, offsets), rows_of);
   const at::Tensor back = ExchangeRows::apply(y, exchange_, recv, send);
   const at::Tensor pairs = at::zeros({T * k, d}, back.options()).index_copy(0, order, back);
   if (is_training()) record(r.counts, r.aux_loss, std::accumulate(recv.begin(), recv.end(), int64_t{0}), plan.rows);

@@ -22,7 +22,7 @@ int64_t weight_numel(const std::shared_ptr<GroupedModule>& m) {
 MoeGpt::MoeGpt(const ModelSection& cfg) : Gpt(cfg, moe_from(cfg)) {
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (auto moe = std::dynamic_pointer_cast<MoeMlp>(blocks[i]->mlp)) {
-      moe_layers_.emplace_back("h" + std::to_string(i) + ".mlp", moe);
+      moe_layers_.emplace_back(std::string("h").append(std::to_string(i)).append(".mlp"), moe);  // (no GCC 12 stringop false positive)
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>                 // (autocast dispatch keys)
 #include <c10/core/DispatchKeySet.h>            // c10::autocast_dispatch_keyset
 #include <c10/core/impl/LocalDispatchKeySet.h>  // c10::impl::ExcludeDispatchKeyGuard
+#include <torch/torch.h>                        // torch::autograd::Function
 
 #include <algorithm>  // std::max
 #include <vector>     // std::vector
@@ -15,6 +16,22 @@ namespace model {
 namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+class GatherRows : public torch::autograd::Function<GatherRows> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y, const at::Tensor& rows) {
+    ctx->save_for_backward({rows});
+    ctx->saved_data["rows_of_y"] = y.size(0);
+    return y.index_select(0, rows);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor rows = ctx->get_saved_variables()[0];
+    std::vector<int64_t> shape = grads[0].sizes().vec();
+    shape[0] = ctx->saved_data["rows_of_y"].toInt();
+    return {at::zeros(shape, grads[0].options()).index_copy_(0, rows, grads[0]), at::Tensor()};
+  }
+};
 
 // Round robin: pair t * k + j goes to expert (t * k + j) mod E.
 at::Tensor balanced_experts(int64_t tokens, int64_t k, int64_t experts, const at::TensorOptions& opt) {
@@ -98,8 +115,10 @@ at::Tensor dispatch(const at::Tensor& x, const DispatchPlan& plan) {
 
 at::Tensor combine(const at::Tensor& y, const at::Tensor& weights, const DispatchPlan& plan) {
   const int64_t tokens = weights.size(0), d = y.size(1);
-  return weighted_sum(y.index_select(0, plan.rows_of).view({tokens, plan.top_k, d}), weights);
+  return weighted_sum(gather_rows(y, plan.rows_of).view({tokens, plan.top_k, d}), weights);
 }
+
+at::Tensor gather_rows(const at::Tensor& y, const at::Tensor& rows) { return GatherRows::apply(y, rows); }
 
 at::Tensor weighted_sum(const at::Tensor& picked, const at::Tensor& weights) {
   return at::bmm(weights.unsqueeze(1).to(picked.scalar_type()), picked).squeeze(1);

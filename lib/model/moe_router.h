@@ -63,6 +63,11 @@ at::Tensor dispatch(const at::Tensor& x, const DispatchPlan& plan);
 // 0 on padding rows).
 at::Tensor combine(const at::Tensor& y, const at::Tensor& weights, const DispatchPlan& plan);
 
+// y.index_select(0, rows) for rows that are distinct (each buffer row picked at most once): the
+// backward writes the gradient rows back with one index_copy (no atomic additions, as
+// index_select's own backward makes).
+at::Tensor gather_rows(const at::Tensor& y, const at::Tensor& rows);
+
 // out[t] = sum_j weights[t, j] * picked[t, j] for picked [T, k, d]: one batched GEMM in picked's
 // dtype (FP32 accumulation; under autocast the weights are rounded to bf16, as the experts'
 // outputs are). Differentiable in both.

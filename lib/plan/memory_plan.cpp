@@ -278,6 +278,17 @@ std::string byte_rows(const ExperimentConfig& cfg, const MemoryEstimate& e) {
   }
   s += row(fmt::format("activations of one micro-batch (train.recompute {})", recompute_name(cfg.train.recompute)), "",
            gib(e.activation_bytes));
+  if (e.dispatch_bytes > 0) s += row("one MoE block's dispatch buffers (transient)", "", gib(e.dispatch_bytes));
+  return s;
+}
+
+// "6.919e+09 parameters": a mixture of experts adds the whole model's and the active ones, and
+// this rank's share under dist.expert_parallel.
+std::string parameters_text(const ExperimentConfig& cfg, const MemoryEstimate& e) {
+  if (!cfg.model.moe.enabled()) return fmt::format("{:.4g} parameters", e.parameters);
+  std::string s = fmt::format("{:.4g} parameters ({:.4g} active per token: top-{} of {} experts)", e.total_parameters,
+                              e.active_parameters, cfg.model.moe.top_k, cfg.model.moe.experts);
+  if (e.parameters < e.total_parameters) s += fmt::format(", {:.4g} on each rank (dist.expert_parallel)", e.parameters);
   return s;
 }
 
@@ -317,9 +328,9 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   const MemoryEstimate& e = plan.estimate;
   std::string s = fmt::format("memory per rank on {} x {}: {}, precision {}\n", plan.target.world_size,
                               plan.target.device_name, sharding(e), config::to_string(cfg.precision));
-  s += fmt::format("{:.4g} parameters, micro-batch {} x {} tokens; a lower bound (lib/plan/resources.h: "
+  s += fmt::format("{}, micro-batch {} x {} tokens; a lower bound (lib/plan/resources.h: "
                    "workspaces and allocator slack left out)\n",
-                   e.parameters, cfg.train.micro_batch_size, cfg.model.seq_len);
+                   parameters_text(cfg, e), cfg.train.micro_batch_size, cfg.model.seq_len);
   s += row("category", "bytes/param", "GiB");
   s += per_param_rows(cfg, e);
   s += byte_rows(cfg, e);

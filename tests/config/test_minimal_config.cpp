@@ -63,7 +63,7 @@ TEST_CASE("minimal config: the model shape and the data load, the rest are the d
   for (const auto& f : fields()) {
     if (minimal.sources.is_default(f.key)) sections_left_out.insert(f.section().empty() ? f.key : f.section());
   }
-  CHECK(sections_left_out == std::set<std::string>{"run", "model", "data", "train", "dist", "precision", "fp8"});
+  CHECK(sections_left_out == std::set<std::string>{"run", "model", "moe", "data", "train", "dist", "precision", "fp8"});
   CHECK(minimal.sources.origin("train.lr") == "default");
   CHECK(minimal.sources.origin("model.n_layer") == file.path() + ":4");
 }

@@ -110,16 +110,21 @@ void check_grouped_operands(const Fp8Operand& a, const Fp8Operand& b) {
 }  // namespace
 
 at::Tensor Backend::grouped_gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
-                                 at::ScalarType out_dtype, GemmKind kind, bool fast_accum) {
+                                 at::ScalarType out_dtype, GemmKind kind, bool fast_accum, GroupedOperands stacked) {
   check_grouped_operands(a, b);
-  const int64_t groups = offsets.numel(), n = b.codes.size(0) / groups;
-  FP8T_CHECK(n * groups == b.codes.size(0), "fp8 grouped gemm: ", b.codes.size(0), " rows of b for ", groups, " groups");
+  const bool rows = stacked == GroupedOperands::kStackedRows;
+  const int64_t groups = offsets.numel(), kc = a.codes.size(1), extent = b.codes.size(rows ? 0 : 1);
+  const int64_t per_group = rows ? extent / groups : kc;
+  FP8T_CHECK(per_group * groups == extent, "fp8 grouped gemm: b ", b.codes.sizes(), " for ", groups, " groups of a ",
+             a.codes.sizes());
   std::vector<at::Tensor> parts;
   const auto bounds = group_bounds(offsets, a.codes.size(0));
   for (size_t g = 0; g < bounds.size(); ++g) {
     const auto [start, end] = bounds[g];
-    parts.push_back(gemm(operand_rows(a, start, end - start), operand_rows(b, static_cast<int64_t>(g) * n, n),
-                         at::Tensor(), out_dtype, kind, fast_accum));
+    const int64_t first = static_cast<int64_t>(g) * per_group;
+    parts.push_back(gemm(operand_rows(a, start, end - start),
+                         rows ? operand_rows(b, first, per_group) : operand_columns(b, first, per_group), at::Tensor(),
+                         out_dtype, kind, fast_accum));
   }
   return at::cat(parts, 0);
 }

@@ -114,6 +114,13 @@ struct QuantizeOptions {
 
 // Which Linear GEMM a product belongs to (selects fast accumulation, names errors).
 enum class GemmKind { kFprop, kDgrad, kWgrad };
+
+// How the second operand of a grouped GEMM holds its G operands [Nout, Kc] (Kc: the first
+// operand's K, the contraction).
+enum class GroupedOperands {
+  kStackedRows,     // b [G*Nout, Kc]: operand g is rows [g*Nout, (g+1)*Nout) (a weight's rowwise copy: fprop)
+  kStackedColumns,  // b [Nout, G*Kc]: operand g is columns [g*Kc, (g+1)*Kc) (the columnwise copy: dgrad)
+};
 const char* to_string(GemmKind k);
 
 struct NormForwardResult {
@@ -196,13 +203,16 @@ class Backend {
   // experts). offsets: int32 [G] on the operands' device, the end of each group (cumulative, the
   // last = the grouped dim's size, each group a multiple of 16); E4M3 operands with per-tensor or
   // per-row scales (kTensor, kRowwise; block scales have no grouped GEMM).
-  // fprop / dgrad: out[M,N], the rows of group g = dequant(a)[rows of g] * dequant(b_g)^T, where b
-  // stacks G operands [N,K] (codes [G*N, K]; kRowwise: scale_inv [G*N]). out in out_dtype.
+  // fprop / dgrad: out[M,Nout], the rows of group g = dequant(a)[rows of g] * dequant(b_g)^T, b_g
+  // [Nout, Kc] as `stacked` says: a weight [G*N, K]'s rowwise copy (fprop, kRowwise scales
+  // [G*N]) or its columnwise copy [K, G*N] (dgrad: b_g = W_g^T; kRowwise scales [K], one per
+  // input feature over every expert). out in out_dtype.
   // The default (the CPU emulation) runs each group through gemm() on views of the operands (the
   // offsets read on the host); CUDA runs one at::_scaled_grouped_mm (FP32 scale vectors: a
   // per-tensor scale as a constant vector), BF16 out, with no host read.
   virtual at::Tensor grouped_gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
-                                  at::ScalarType out_dtype, GemmKind kind, bool fast_accum);
+                                  at::ScalarType out_dtype, GemmKind kind, bool fast_accum,
+                                  GroupedOperands stacked);
   // wgrad: out[G,N,K], group g = dequant(a)[:, cols of g] * dequant(b)[:, cols of g]^T, a [N,M] and
   // b [K,M] the columnwise copies of the output gradient and the input, the groups along M (the
   // contraction). kRowwise scales are one per row of a and b over all M (per feature over every

@@ -60,9 +60,9 @@ class CudaBackend final : public Backend {
 
   // One at::_scaled_grouped_mm each (grouped_gemm.h): no host read of the group sizes.
   at::Tensor grouped_gemm(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets, at::ScalarType out_dtype,
-                          GemmKind kind, bool fast_accum) override {
+                          GemmKind kind, bool fast_accum, GroupedOperands stacked) override {
     (void)kind;
-    return grouped_gemm_cuda(a, b, offsets, out_dtype, fast_accum);
+    return grouped_gemm_cuda(a, b, offsets, out_dtype, fast_accum, stacked);
   }
   at::Tensor grouped_gemm_wgrad(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
                                 bool fast_accum) override {

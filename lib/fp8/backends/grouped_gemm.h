@@ -14,7 +14,7 @@ namespace fp8 {
 
 #if defined(FP8T_WITH_CUDA)
 at::Tensor grouped_gemm_cuda(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
-                             at::ScalarType out_dtype, bool fast_accum);
+                             at::ScalarType out_dtype, bool fast_accum, GroupedOperands stacked);
 at::Tensor grouped_gemm_wgrad_cuda(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
                                    bool fast_accum);
 #endif

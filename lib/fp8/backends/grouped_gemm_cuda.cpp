@@ -30,21 +30,33 @@ void check_e4m3(const Fp8Operand& a, const Fp8Operand& b) {
   FP8T_CHECK(a.codes.is_contiguous() && b.codes.is_contiguous(), "fp8 grouped gemm: codes must be contiguous");
 }
 
+// b's dequantization factors as the kernel reads them, [G, Nout] with a unit last stride: per row of
+// every stacked operand (rows), or b's per-row factors shared by every group (columns: a view that
+// repeats them, stride 0 across the groups).
+at::Tensor group_factors(const Fp8Operand& b, int64_t groups, int64_t n, GroupedOperands stacked) {
+  if (stacked == GroupedOperands::kStackedRows) return row_factors(b, groups * n).view({groups, n});
+  return b.scale_layout == ScaleLayout::kRowwise ? row_factors(b, n).unsqueeze(0).expand({groups, n})
+                                                  : row_factors(b, n).repeat({groups}).view({groups, n});
+}
+
 }  // namespace
 
 at::Tensor grouped_gemm_cuda(const Fp8Operand& a, const Fp8Operand& b, const at::Tensor& offsets,
-                             at::ScalarType out_dtype, bool fast_accum) {
+                             at::ScalarType out_dtype, bool fast_accum, GroupedOperands stacked) {
   check_e4m3(a, b);
   const c10::cuda::CUDAGuard guard(a.codes.device());
   const int64_t groups = offsets.numel(), m = a.codes.size(0), k = a.codes.size(1);
-  const int64_t n = b.codes.size(0) / groups;
-  FP8T_CHECK(n * groups == b.codes.size(0) && b.codes.size(1) == k, "fp8 grouped gemm: a ", a.codes.sizes(), " and b ",
-             b.codes.sizes(), " for ", groups, " groups");
-  // mat_b [G, K, N] column-major per group: the stacked row-major [G, N, K] codes, transposed view.
-  const at::Tensor mat_b = e4m3(b.codes).view({groups, n, k}).transpose(1, 2);
+  const bool rows = stacked == GroupedOperands::kStackedRows;
+  const int64_t n = rows ? b.codes.size(0) / groups : b.codes.size(0);
+  FP8T_CHECK(rows ? n * groups == b.codes.size(0) && b.codes.size(1) == k : b.codes.size(1) == groups * k,
+             "fp8 grouped gemm: a ", a.codes.sizes(), " and b ", b.codes.sizes(), " for ", groups, " groups");
+  // mat_b [G, K, N], column-major per group: the stacked row-major [G, N, K] codes transposed
+  // (rows), or the columnwise copy [N, G*K] read in place (columns: group g starts at column g*K).
+  const at::Tensor mat_b = rows ? e4m3(b.codes).view({groups, n, k}).transpose(1, 2)
+                                : e4m3(b.codes).as_strided({groups, k, n}, {k, 1, groups * k});
   const at::Tensor out =
-      at::_scaled_grouped_mm(e4m3(a.codes), mat_b, row_factors(a, m), row_factors(b, groups * n).view({groups, n}),
-                             offsets, /*bias=*/std::nullopt, /*scale_result=*/std::nullopt, at::kBFloat16, fast_accum);
+      at::_scaled_grouped_mm(e4m3(a.codes), mat_b, row_factors(a, m), group_factors(b, groups, n, stacked), offsets,
+                             /*bias=*/std::nullopt, /*scale_result=*/std::nullopt, at::kBFloat16, fast_accum);
   return out.to(out_dtype);
 }
 

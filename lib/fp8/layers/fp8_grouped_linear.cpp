@@ -21,15 +21,15 @@ class Fp8GroupedLinearFunction : public torch::autograd::Function<Fp8GroupedLine
     opt.columnwise = training;
     opt.record = training;
     const Fp8Tensor x_fp8 = scaling.quantize(layer->slot_input(), CastSource::tensor(x), opt);
-    const Fp8GroupedLinear::WeightFp8& w = layer->weight_fp8(training, training);
+    const Fp8Tensor& w = layer->weight_fp8(training, training);
     const at::Tensor y = backend_for(x.device())
                              .grouped_gemm(x_fp8.rowwise, w.rowwise, offsets, hp, GemmKind::kFprop,
-                                           scaling.fast_accumulation(GemmKind::kFprop));
+                                           scaling.fast_accumulation(GemmKind::kFprop), GroupedOperands::kStackedRows);
     if (training) {
       ctx->saved_data["grad_state"] = compat::to_ivalue(layer->grad_state());
       ctx->saved_data["hp"] = static_cast<int64_t>(hp);
       save_operand(ctx, "x", x_fp8.columnwise);
-      save_operand(ctx, "w", w.transposed);
+      save_operand(ctx, "w", w.columnwise);
       ctx->save_for_backward({offsets});
     }
     return y;
@@ -48,7 +48,7 @@ class Fp8GroupedLinearFunction : public torch::autograd::Function<Fp8GroupedLine
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
       dx = backend.grouped_gemm(dy.rowwise, saved_operand(ctx, "w"), offsets, hp, GemmKind::kDgrad,
-                                scaling.fast_accumulation(GemmKind::kDgrad));
+                                scaling.fast_accumulation(GemmKind::kDgrad), GroupedOperands::kStackedColumns);
     }
     if (ctx->needs_input_grad(1)) {
       dw = backend.grouped_gemm_wgrad(dy.columnwise, saved_operand(ctx, "x"), offsets,
@@ -89,42 +89,22 @@ Fp8GroupedLinear::Fp8GroupedLinear(const model::GroupedLinear& src, const std::s
   grad_->slot_grad = slot_grad_;
 }
 
-const Fp8GroupedLinear::WeightFp8& Fp8GroupedLinear::weight_fp8(bool record, bool with_transposed) {
+const Fp8Tensor& Fp8GroupedLinear::weight_fp8(bool record, bool columnwise) {
   WeightCache& c = cache_;
   const auto version = static_cast<int64_t>(weight._version());
   const bool fresh = c.weight_version == version && c.epoch == scaling_->weight_epoch();
-  if (fresh && (c.recorded || !record) && (!with_transposed || c.fp8.transposed.defined())) return c.fp8;
+  if (fresh && (c.recorded || !record) && (!columnwise || c.fp8.columnwise.defined())) return c.fp8;
+  // Both layouts from one read of the weight, as a 2-D [G*N, K] tensor: the columnwise copy
+  // [K, G*N] holds every W_g^T as a block of columns (dgrad's operands, read in place).
   CastOptions opt;
+  opt.columnwise = columnwise;
   opt.record = record;
   const at::Tensor w = weight.detach().view({groups * out_features, in_features});
-  c.fp8.rowwise = scaling_->quantize(slot_weight_, CastSource::tensor(w), opt).rowwise;
-  c.fp8.transposed = with_transposed ? cast_transposed_weight(c.fp8.rowwise) : Fp8Operand{};
+  c.fp8 = scaling_->quantize(slot_weight_, CastSource::tensor(w), opt);
   c.weight_version = version;
   c.epoch = scaling_->weight_epoch();
   c.recorded = record && !NoRecordScope::active();
   return c.fp8;
-}
-
-// Each W_g^T [K, N], stacked [G*K, N]: the transposed codes with the same scale where the recipe's
-// columnwise copy is a transpose (one scale per tensor), else a row-wise cast of the transposed
-// weight recording nothing (one scale per input feature of each expert).
-Fp8Operand Fp8GroupedLinear::cast_transposed_weight(const Fp8Operand& rowwise) {
-  if (scaling_->transposes_weight_codes()) {
-    FP8T_CHECK(rowwise.scale_layout == ScaleLayout::kTensor, "fp8 grouped linear ", name_,
-               ": transposed codes need one scale per tensor");
-    Fp8Operand t = rowwise;
-    t.codes = rowwise.codes.view({groups, out_features, in_features})
-                  .transpose(1, 2)
-                  .contiguous()
-                  .view({groups * in_features, out_features});
-    return t;
-  }
-  const NoRecordScope no_record;
-  CastOptions opt;
-  opt.record = false;
-  const at::Tensor wt =
-      weight.detach().transpose(1, 2).contiguous().view({groups * in_features, out_features});
-  return scaling_->quantize(slot_weight_, CastSource::tensor(wt), opt).rowwise;
 }
 
 at::Tensor Fp8GroupedLinear::forward(const at::Tensor& x, const at::Tensor& offsets) {

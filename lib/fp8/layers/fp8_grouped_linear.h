@@ -3,16 +3,15 @@
 // groups (Backend::grouped_gemm, grouped_gemm_wgrad):
 //
 //   fprop  y  = x . W_g^T    x [M, K] (slot "input") x the weight [G*N, K] (slot "weight")
-//   dgrad  dx = dy . W_g     dy [M, N] (slot "grad_output") x each W_g^T, stacked [G*K, N]
+//   dgrad  dx = dy . W_g     dy [M, N] (slot "grad_output") x the weight's columnwise copy [K, G*N]
 //   wgrad  dW_g = dy_g^T x_g the columnwise copies of dy and x, grouped along the tokens
 //
 // Every slot is E4M3, gradients included: the grouped kernel takes E4M3 only (HYBRID's E5M2
 // gradients do not apply to the experts). Per-tensor recipes (delayed, current) give one scale per
 // tensor, passed to the kernel as a constant vector; the row-wise recipe gives one scale per row of
-// each operand, with the columnwise copies' scales per feature over all groups' tokens (not per
-// group). Each W_g^T for dgrad is the transpose of the weight's codes (per-tensor scales) or a
-// row-wise cast of the transposed weight. The weight is cast once per optimizer step, as
-// Fp8Linear's. The output is BF16 on the GPU (the kernel's), and wgrad's BF16 sums are widened to
+// each operand, with the columnwise copies' scales per feature over all groups (not per group): x's
+// and dy's over every expert's tokens, the weight's over every expert's rows. Both weight copies
+// come from one cast of the [G*N, K] weight, once per optimizer step, as Fp8Linear's. The output is BF16 on the GPU (the kernel's), and wgrad's BF16 sums are widened to
 // the FP32 gradient.
 #pragma once
 
@@ -41,13 +40,10 @@ class Fp8GroupedLinear : public model::GroupedModule {
 
   at::Tensor forward(const at::Tensor& x, const at::Tensor& offsets) override;
 
-  // The weight's FP8 operands: rowwise [G*N, K] (fprop) and, when `with_transposed`, each W_g^T
-  // stacked [G*K, N] (dgrad); cast at most once per (weight version, scaling epoch).
-  struct WeightFp8 {
-    Fp8Operand rowwise;
-    Fp8Operand transposed;
-  };
-  const WeightFp8& weight_fp8(bool record, bool with_transposed);
+  // The weight's FP8 copies, cast from its [G*N, K] view at most once per (weight version,
+  // scaling epoch): rowwise (fprop) and, when `columnwise`, the columnwise copy [K, G*N] whose
+  // column blocks are the experts' W_g^T (dgrad).
+  const Fp8Tensor& weight_fp8(bool record, bool columnwise);
 
   const std::string& layer_name() const { return name_; }
   Scaling& scaling() const { return *scaling_; }
@@ -63,14 +59,12 @@ class Fp8GroupedLinear : public model::GroupedModule {
   at::Tensor weight;  // [G, N, K]
 
  private:
-  Fp8Operand cast_transposed_weight(const Fp8Operand& rowwise);
-
   std::string name_;
   std::shared_ptr<Scaling> scaling_;
   int slot_input_, slot_weight_, slot_grad_;
   c10::intrusive_ptr<Fp8GroupedGradState> grad_;
   struct WeightCache {
-    WeightFp8 fp8;
+    Fp8Tensor fp8;
     int64_t weight_version = -1;
     int64_t epoch = -1;
     bool recorded = false;
