@@ -59,7 +59,8 @@ class Checkpointer {
 
   // Writes checkpoint.pt after `step` steps done, with the totals of `progress` (rank 0 only; a
   // no-op elsewhere); the one it replaces is kept as checkpoint.step-<S>.pt, up to
-  // train.keep_checkpoints in all (CheckpointHistory). Never from non-finite state: when the
+  // train.keep_checkpoints in all, and the newest known healthy one until a newer one is
+  // (CheckpointHistory). Never from non-finite state: when the
   // run has diverged (StepHealth) or a weight is not finite, nothing is written (a warning says
   // so). A `scheduled` checkpoint (due(), not the last step) is not written while steps are
   // being skipped either: it would hold the weights of the step before the streak again and
@@ -69,6 +70,9 @@ class Checkpointer {
 
   // The checkpoints this run can go back to.
   const checkpoint::CheckpointHistory& history() const { return history_; }
+  // The checkpoint of `step` was judged by its next step (lib/checkpoint/health.h): the rotation
+  // keeps the newest healthy one.
+  void judged(int64_t step, bool healthy) { history_.judged(step, healthy); }
 
  private:
   // Why the state must not be written ("" when it may).

@@ -214,6 +214,7 @@ TrainingLoop::TrainingLoop(TrainingJob& run, Progress& progress, StepLogger& log
     : run_(run), progress_(progress), logger_(logger), checkpointer_(checkpointer) {
   // The verdicts on the checkpoints of earlier invocations (a resume truncated the later rows).
   health_.load(run::RunDir::locate(run.cfg.run.out_dir, run.cfg.run.name).metrics_path());
+  for (const auto& [step, verdict] : health_.verdicts()) checkpointer_.judged(step, verdict.healthy);
 }
 
 void TrainingLoop::run() {
@@ -275,6 +276,7 @@ void TrainingLoop::check_checkpoint(const StepResult& result, const at::Tensor& 
   const checkpoint::StepSample next{result.step + 1, loss, v[1], applied};
   const checkpoint::CheckpointVerdict& verdict = health_.judge_checkpoint(next);
   logger_.write({{"step", next.step}, {"checkpoint_check", verdict.to_json()}});
+  checkpointer_.judged(verdict.checkpoint, verdict.healthy);  // the way back the rotation keeps
 }
 
 namespace {
