@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fp8train against its PyTorch peers over a list of model sizes, in one device command: for each
-# model the rows fp8train bf16 / fp8 delayed / current / block (`fp8train bench`) and PyTorch bf16,
-# torchao float8 tensorwise and rowwise (scripts/reference_bench.py, each + torch.compile, chunked
+# model the rows fp8train bf16 / fp8 delayed / current / block (`fp8train bench`; --recipes adds
+# fp8train's rowwise) and the peers torch-bf16 (PyTorch bf16), torchao-tensorwise and
+# torchao-rowwise (torchao float8; scripts/reference_bench.py, each + torch.compile, chunked
 # head + loss, compiled clip + AdamW), at the same micro-batch, sequence and tokens (read from
 # configs/MODEL.yaml), --repeats interleaved rounds each, every timing alone on the GPU (the
 # idle-GPU wait of scripts/gpu-idle.sh), then one markdown table (scripts/peer_table.py --curve):
@@ -13,7 +14,8 @@
 #
 # How the rounds interleave: each peer process compiles once, then times --repeats rounds of
 # --steps steps, waiting at a gate file before each; between its rounds the fp8train rows it is
-# the peer of (bf16 <-> PyTorch bf16; delayed, current <-> tensorwise; block <-> rowwise) run as
+# the peer of (bf16 <-> torch-bf16; delayed, current <-> torchao-tensorwise; block, rowwise <->
+# torchao-rowwise) run as
 # one `fp8train bench` process, the order alternating per round (peer first in odd rounds,
 # fp8train first in even ones). With --autotune both, every row also runs without GEMM autotuning
 # (the peers have none), once per round, as one more process of all the rows. A waiting peer
@@ -37,7 +39,10 @@
 # Options: --models LIST (gpt2-124m,llama3-1b,llama3-3b; llama3-8b needs more memory than one
 # card), --repeats N (3), --steps N (10 timed per round; fp8train --bench-steps), --warmup N (5:
 # fp8train's untimed steps per process; a peer warms up 3 steps (its compile) and 2 more per
-# round), --micro-batch N (all models; default each config's), --peers LIST (bf16,tensorwise,rowwise), --recipes LIST (delayed,current,block),
+# round), --micro-batch N (all models; default each config's), --peers LIST (torch-bf16,
+# torchao-tensorwise,torchao-rowwise: the PyTorch peers; the old names bf16, tensorwise and rowwise
+# still work, with a note: `rowwise` there is torchao's recipe, fp8train's is --recipes rowwise),
+# --recipes LIST (fp8train's FP8 recipes, delayed,current,block; any of `fp8train bench --help`'s),
 # --autotune on|off|both (fp8train's train.gemm_autotune: both = every fp8train row also without
 # its GEMM autotuning, which the peers do not have; default both), --compile-mode MODE (the peers'
 # torch.compile mode, default), --loss chunked|full, --optimizer compiled|eager (the peers'),
@@ -65,7 +70,7 @@ REPEATS=3
 STEPS=10
 WARMUP=5
 BATCH=""
-PEERS=bf16,tensorwise,rowwise
+PEERS=torch-bf16,torchao-tensorwise,torchao-rowwise
 RECIPES=delayed,current,block
 AUTOTUNE=both
 CMODE=default
@@ -116,11 +121,31 @@ if [ "$REPEATS" -lt 1 ] || [ "$STEPS" -lt 1 ]; then bad "--repeats and --steps a
 [ -z "$BATCH" ] || [[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || bad "--micro-batch must be a positive whole number, not '$BATCH'"
 IFS=, read -ra model_list <<<"$MODELS"
 for m in "${model_list[@]}"; do [ -f "configs/$m.yaml" ] || bad "--models: no configs/$m.yaml"; done
-IFS=, read -ra peer_list <<<"$PEERS"
-for p in "${peer_list[@]}"; do case "$p" in bf16|tensorwise|rowwise) ;; *) bad "--peers: unknown peer '$p' (bf16, tensorwise, rowwise)" ;; esac; done
+# The peers are PyTorch's, named by their framework: torch-bf16, torchao-tensorwise,
+# torchao-rowwise. The names before those (bf16, tensorwise, rowwise) are taken with a note, since
+# `rowwise` is also fp8train's own recipe (--recipes rowwise).
+IFS=, read -ra given_peers <<<"$PEERS"
+peer_list=()
+for p in "${given_peers[@]}"; do
+  case "$p" in
+    torch-bf16|torchao-tensorwise|torchao-rowwise) peer_list+=("$p") ;;
+    bf16) peer_list+=(torch-bf16); echo "curve-bench.sh: --peers bf16 is the peer torch-bf16 (PyTorch bf16)" >&2 ;;
+    tensorwise|rowwise)
+      peer_list+=("torchao-$p")
+      echo "curve-bench.sh: --peers $p is torchao's float8 $p recipe, the peer torchao-$p$([ "$p" = rowwise ] && echo "; fp8train's own rowwise recipe is --recipes rowwise")" >&2 ;;
+    *) bad "--peers: unknown peer '$p' (torch-bf16, torchao-tensorwise, torchao-rowwise)" ;;
+  esac
+done
+PEERS=$(IFS=,; echo "${peer_list[*]}")
 IFS=, read -ra recipe_list <<<"$RECIPES"
-for r in "${recipe_list[@]}"; do case "$r" in delayed|current|block|rowwise) ;; *) bad "--recipes: unknown recipe '$r'" ;; esac; done
-[ -x "$APP" ] || echo "curve-bench.sh: no fp8train at $APP: its rows are recorded as not run" >&2
+if [ -x "$APP" ]; then
+  # fp8train's recipes are its registry's: it refuses an unknown one naming them (exit 2).
+  for r in "${recipe_list[@]}"; do
+    why=$("$APP" --fp8-recipe "$r" --print-config 2>&1 >/dev/null) || { why=${why#*error*] }; bad "--recipes: ${why:-$APP refused the recipe '$r'}"; }
+  done
+else
+  echo "curve-bench.sh: no fp8train at $APP: its rows are recorded as not run" >&2
+fi
 mkdir -p "$OUTDIR"
 rm -f "$OUTDIR/gpu-busy.txt"
 log() { echo "[curve-bench $(date +%H:%M:%S)] $*"; }
@@ -165,7 +190,8 @@ fits() {  # fits KEY DEFAULT: the time left covers KEY's last duration (or DEFAU
   [ $(( $(left) * 10 )) -ge $(( need * 11 )) ]
 }
 
-# The fp8train rows a peer stands beside: bf16 <-> bf16, tensorwise <-> delayed,current, rowwise <-> block.
+# The fp8train rows a peer stands beside: bf16 <-> torch-bf16, delayed,current <-> torchao-tensorwise,
+# block,rowwise <-> torchao-rowwise (fp8train's rowwise is torchao's recipe; block the nearest to it).
 slot_args() {
   local want=() r
   # A mixture of experts: every FP8 recipe beside torchao's MoE rowwise peer, none beside tensorwise.
@@ -175,9 +201,9 @@ slot_args() {
   esac
   case "$1" in
     all) echo "--precisions bf16,fp8 --recipes $RECIPES"; return ;;
-    bf16) echo "--precisions bf16"; return ;;
-    tensorwise) for r in delayed current; do contains "$RECIPES" $r && want+=("$r"); done ;;
-    rowwise) contains "$RECIPES" block && want+=(block) ;;
+    torch-bf16) echo "--precisions bf16"; return ;;
+    torchao-tensorwise) for r in delayed current; do contains "$RECIPES" $r && want+=("$r"); done ;;
+    torchao-rowwise) for r in block rowwise; do contains "$RECIPES" $r && want+=("$r"); done ;;
   esac
   [ ${#want[@]} -gt 0 ] && echo "--precisions fp8 --recipes $(IFS=,; echo "${want[*]}")"
 }
@@ -225,7 +251,7 @@ run_fp8train() {
 }
 
 peer_args() {  # the reference_bench.py mode and recipe of peer p
-  case "$1" in bf16) echo "--mode compile" ;; *) echo "--mode float8 --float8-recipe $1" ;; esac
+  case "$1" in torch-bf16) echo "--mode compile" ;; *) echo "--mode float8 --float8-recipe ${1#torchao-}" ;; esac
 }
 
 start_peer() {
@@ -291,7 +317,7 @@ run_model() {
   log "$m: micro-batch $MB x $SEQ tokens on both sides, $REPEATS rounds of $STEPS steps"
   # The fp8train slots without a peer (--peers leaves it out) still run, alone, each round.
   local lone=()
-  for p in bf16 tensorwise rowwise; do contains "$PEERS" "$p" || lone+=("$p"); done
+  for p in torch-bf16 torchao-tensorwise torchao-rowwise; do contains "$PEERS" "$p" || lone+=("$p"); done
   local order=("${peer_list[@]}") parallel=$PARALLEL
   # auto: gpt2-124m's three peers compile at once (8.6 GiB each at their peak on an H200); larger
   # models one at a time (three 1B warm-ups at once would need about 3 x 60 GiB).

@@ -1,6 +1,7 @@
 """The table of scripts/curve-bench.sh (run through `scripts/peer_table.py --curve DIR...`): per model,
-fp8train's rows (bf16, fp8 delayed/current/block; with and without GEMM autotuning) and the
-PyTorch peers' (bf16, torchao float8 tensorwise and rowwise), each over its repeats: tokens/s
+fp8train's rows (bf16, fp8 delayed/current/block/rowwise: its own recipes; with and without GEMM
+autotuning) and the PyTorch peers' (torch-bf16, torchao-tensorwise and torchao-rowwise: PyTorch
+bf16 and torchao's float8 recipes), each over its repeats: tokens/s
 median (range), model TFLOP/s (median), peak GiB, the FP8 speedup over the same system's bf16,
 and fp8train / torchao (or / PyTorch for bf16).
 
@@ -16,11 +17,17 @@ import math
 import os
 import statistics
 
-PEER_NAMES = {"bf16": "PyTorch bf16", "tensorwise": "torchao float8 tensorwise", "rowwise": "torchao float8 rowwise"}
-# fp8train row -> (the peer run beside it, the fp8train row its FP8 speedup is over)
-FP8TRAIN_PEER = {"bf16": "bf16", "fp8:delayed": "tensorwise", "fp8:current": "tensorwise", "fp8:block": "rowwise"}
-FP8TRAIN_ROWS = ["bf16", "fp8:delayed", "fp8:current", "fp8:block"]
-SLOT_OF = {"bf16": "bf16", "fp8:delayed": "tensorwise", "fp8:current": "tensorwise", "fp8:block": "rowwise"}
+# The peers (scripts/curve-bench.sh --peers) and their rows: "torchao float8 rowwise" is torchao's
+# recipe, "fp8train fp8:rowwise" fp8train's of the same name.
+PEER_NAMES = {"torch-bf16": "PyTorch bf16", "torchao-tensorwise": "torchao float8 tensorwise",
+              "torchao-rowwise": "torchao float8 rowwise"}
+# The peers' names in folders written before they were named by framework (peer-rowwise.json, ...).
+LEGACY_PEER = {"torch-bf16": "bf16", "torchao-tensorwise": "tensorwise", "torchao-rowwise": "rowwise"}
+# fp8train row -> the peer run beside it (and the slot of its fp8train process)
+FP8TRAIN_PEER = {"bf16": "torch-bf16", "fp8:delayed": "torchao-tensorwise", "fp8:current": "torchao-tensorwise",
+                 "fp8:block": "torchao-rowwise", "fp8:rowwise": "torchao-rowwise"}
+FP8TRAIN_ROWS = ["bf16", "fp8:delayed", "fp8:current", "fp8:block", "fp8:rowwise"]
+SLOT_OF = FP8TRAIN_PEER
 
 
 def digits_for(lo, hi, most=3):
@@ -71,7 +78,7 @@ def fp8train_runs(model_dir, autotune):
         if "not_run" in d:
             slot = d.get("slot", "")
             for label, s in SLOT_OF.items():
-                if s == slot or slot == "all":
+                if slot in (s, LEGACY_PEER[s], "all"):
                     rows[label]["notes"].append(f"round {d.get('round', '?')}: {d['not_run']}")
             continue
         for r in d.get("results", []):
@@ -91,6 +98,8 @@ def peer_runs(model_dir):
     out = {}
     for p in PEER_NAMES:
         path = os.path.join(model_dir, f"peer-{p}.json")
+        if not os.path.exists(path):
+            path = os.path.join(model_dir, f"peer-{LEGACY_PEER[p]}.json")
         if not os.path.exists(path):
             continue
         d = load(path)
@@ -165,8 +174,8 @@ def model_rows(model, model_dir, expected):
         if 0 < len(row["tps"]) < expected and not row["notes"]:
             row["notes"].append(f"ended after {len(row['tps'])} rounds: see peer-{p}.log")
         speedup, s_range = ("", None)
-        if p != "bf16" and "bf16" in peers:
-            speedup, s_range = ratio_cell(row["tps"], peers["bf16"]["tps"])
+        if p != "torch-bf16" and "torch-bf16" in peers:
+            speedup, s_range = ratio_cell(row["tps"], peers["torch-bf16"]["tps"])
         lines.append(table_row(model, PEER_NAMES[p], row, expected, speedup, ""))
         records.append({"model": model, "row": PEER_NAMES[p], "tokens_per_s": row["tps"],
                         "model_tflops": row["tflops"], "peak_gib": max(row["peak"]) if row["peak"] else None,

@@ -7,7 +7,8 @@ Peers: bf16 <-> PyTorch bf16 autocast + torch.compile; fp8 `current` <-> torchao
 (dynamic scaling from each tensor's own amax, E4M3 forward / E5M2 gradients, fast accumulation in
 the forward GEMM only: fp8train's current recipe with its default keys); fp8 `delayed` <-> the same
 torchao tensorwise run, the nearest there is (torchao 0.18 has no delayed scaling); fp8 `block` <->
-torchao rowwise (one scale per row, the nearest to 1x128 / 128x128 blocks), when it was run.
+torchao rowwise (one scale per row, the nearest to 1x128 / 128x128 blocks), when it was run; fp8
+`rowwise` (fp8train's row-wise recipe) <-> the same torchao rowwise run, the recipe it follows.
 
   python3 scripts/peer_table.py --bench bench-llama3-1b.json --peers peer-*.json [--markdown]
   python3 scripts/peer_table.py --curve DIR [DIR...]   # scripts/curve-bench.sh's folders (curve_table.py)
@@ -19,7 +20,7 @@ import sys
 import curve_table
 
 PEER_OF = {"bf16": ("compile", None), "fp8:current": ("float8", "tensorwise"), "fp8:delayed": ("float8", "tensorwise"),
-           "fp8:block": ("float8", "rowwise"), "fp8": ("float8", "tensorwise")}
+           "fp8:block": ("float8", "rowwise"), "fp8:rowwise": ("float8", "rowwise"), "fp8": ("float8", "tensorwise")}
 NEAREST = {"fp8:delayed": "nearest: torchao has no delayed scaling", "fp8:block": "nearest: rowwise scales",
            "fp8": "the config's recipe"}
 

@@ -22,7 +22,8 @@ end-of-text / begin-of-text token (<|endoftext|> for GPT-2, <|begin_of_text|> fo
 special token's characters inside a document (a literal "<|endoftext|>") are ordinary text.
 
 Output in --out: NAME_val_000000.bin (the validation shard: the first documents, whole, until it
-holds --val-tokens tokens; or the documents of --val-input), then NAME_train_000001.bin, ...
+holds --val-fraction of the corpus (1%) or --val-tokens tokens (10M), whichever is smaller; with
+--val-tokens alone, that many; or the documents of --val-input), then NAME_train_000001.bin, ...
 of exactly --shard-tokens tokens each (the last one shorter; a document may continue in the next
 shard), and manifest.json (tokenizer, vocabulary size, tokens and documents per shard). A shard
 is llm.c format: a header of 256 little-endian int32 [magic, version, token count, 0, ...], then
@@ -57,6 +58,8 @@ MAGIC = {2: (20240520, 1), 4: (20240801, 7)}  # token bytes -> (magic, version)
 FORMAT_NAMES = {2: "llm.c shard v1 (uint16)", 4: "llm.c shard v7 (uint32)"}
 HEADER_INTS = 256
 SEPARATORS = ("<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>", "</s>", "<s>", "<eos>", "<bos>", "[SEP]")
+DEFAULT_VAL_FRACTION = 0.01  # the validation shard: 1% of the corpus ...
+DEFAULT_VAL_TOKENS = 10_000_000  # ... at most 10M tokens
 CHUNK_CHARS = 1 << 20  # text per task: large enough that the pipe costs little, small enough to spread
 MAX_SHARD_TOKENS = 2**31 - 1  # the header's token count is an int32
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # SIGINT is KeyboardInterrupt
@@ -276,7 +279,8 @@ class ShardWriter:
         if len(self.shards) < 2:
             raise InputError(f"the validation shard took all {sum(s['tokens'] for s in self.shards)} tokens (it ends "
                              "where a document ends): nothing is left for training; give more documents "
-                             "(--txt-docs blank-line splits .txt files at blank lines) or lower --val-tokens")
+                             "(--txt-docs blank-line splits .txt files at blank lines) or lower --val-tokens or "
+                             "--val-fraction")
 
     def write(self, tokens):
         file = f"{self.name}_{self.split}_{len(self.shards):06d}.bin"
@@ -290,6 +294,26 @@ class ShardWriter:
             tokens.byteswap()
         prepare_io.write_synced(os.path.join(self.out, file), header.tobytes() + tokens.tobytes())
         self.shards.append({"file": file, "split": self.split, "tokens": len(tokens), "documents": documents})
+
+
+class ValSplit:
+    """Where the validation shard ends when no --val-input names it: after --val-tokens tokens, or,
+    with --val-fraction, after that share of the corpus if it is smaller. The corpus's tokens are
+    estimated from the input bytes (the files' sizes, compressed or not, as the progress bar
+    counts them) times the tokens per byte so far, so the split is decided in the one pass."""
+
+    def __init__(self, args, total_bytes):
+        self.cap, self.fraction, self.total_bytes = args.val_tokens, args.val_fraction, total_bytes
+        self.tokens = self.bytes = 0
+
+    def after(self, tokens, source_bytes):
+        """The validation shard's size in tokens, once `tokens` more were read from `source_bytes`."""
+        self.tokens += tokens
+        self.bytes += source_bytes
+        if self.fraction is None or self.bytes == 0:
+            return self.cap
+        estimate = self.tokens * max(self.total_bytes, self.bytes) / self.bytes
+        return max(1, min(self.cap, int(self.fraction * estimate)))
 
 
 # ---- the run ----------------------------------------------------------------------------------
@@ -310,7 +334,12 @@ def parse_args(argv):
     p.add_argument("--format", choices=("auto", "uint16", "uint32"), default="auto",
                    help="token width: auto picks uint16 (llm.c v1) when the vocabulary fits, else uint32 (v7)")
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per training shard (100M)")
-    p.add_argument("--val-tokens", type=int, help="tokens of the validation shard (default: --shard-tokens)")
+    p.add_argument("--val-tokens", type=int,
+                   help=f"tokens of the validation shard: at most this many (default {DEFAULT_VAL_TOKENS:,}); given "
+                   "alone, exactly this many (whole documents)")
+    p.add_argument("--val-fraction", type=float,
+                   help=f"the validation shard's share of the corpus's tokens (default {DEFAULT_VAL_FRACTION}, "
+                   "capped by --val-tokens), estimated while tokenizing from the tokens per input byte so far")
     p.add_argument("--val-input", action="append", default=[], metavar="PATH",
                    help="a file or folder whose documents form the validation shard instead (repeatable; "
                    "taken out of the inputs when among them)")
@@ -327,7 +356,13 @@ def parse_args(argv):
         p.error("name the inputs: files or folders")
     if not 1 <= args.shard_tokens <= MAX_SHARD_TOKENS:
         p.error(f"--shard-tokens must be in [1, {MAX_SHARD_TOKENS}] (the llm.c header counts tokens in an int32)")
-    args.val_tokens = args.shard_tokens if args.val_tokens is None else args.val_tokens
+    # The default split suits any corpus: a fraction of it, capped (issue 62: --val-tokens used to
+    # default to --shard-tokens, 100M, and took the whole of any smaller corpus).
+    if args.val_fraction is None:
+        args.val_fraction = None if args.val_tokens is not None else DEFAULT_VAL_FRACTION
+    elif not 0 < args.val_fraction < 1:
+        p.error(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
+    args.val_tokens = DEFAULT_VAL_TOKENS if args.val_tokens is None else args.val_tokens
     if not 1 <= args.val_tokens <= MAX_SHARD_TOKENS:
         p.error(f"--val-tokens must be in [1, {MAX_SHARD_TOKENS}]")
     if args.workers < 1:
@@ -382,14 +417,14 @@ def run(args):
         writer = ShardWriter(out.path, args.name, width, sep_id)
         total = sum(os.path.getsize(p) for p, _ in inputs)
         bar = tqdm.tqdm(total=total, unit="B", unit_scale=True, disable=args.quiet, desc="tokenizing", file=sys.stderr)
-        # With --val-input its documents are the validation shard; else the first --val-tokens.
-        phases = [(val_inputs, None), (train_inputs, None)] if val_inputs else [(inputs, args.val_tokens)]
+        # With --val-input its documents are the validation shard; else the first documents.
+        phases = [(val_inputs, None), (train_inputs, None)] if val_inputs else [(inputs, ValSplit(args, total))]
         initargs = (args, spec, sep_id, width)
         with contextlib.ExitStack() as stack:
             pool = start_pool(stack, args.workers, init_worker, initargs)
-            for part, val_tokens in phases:
+            for part, split in phases:
                 for tokens, ndocs, source in tokenized(part, pool, width, sep_token):
-                    writer.add(tokens, val_tokens)
+                    writer.add(tokens, split.after(len(tokens), source) if split else None)
                     documents += ndocs
                     bar.update(source)
                 if writer.split == "val" and val_inputs:

@@ -67,7 +67,7 @@ std::vector<fp8::RecipeKind> parse_recipes(const std::string& list) {
                      "' (expected a comma-separated list of ", fp8::recipe_names(), ")");
     out.push_back(it->kind);
   }
-  FP8T_INPUT_CHECK(!out.empty(), "--recipes is empty (e.g. --recipes delayed,current,block)");
+  FP8T_INPUT_CHECK(!out.empty(), "--recipes is empty (a comma-separated list of ", fp8::recipe_names(), ")");
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "apps/fp8train/commands.h"  // add_eval_command
 #include "lib/config/cli_flags.h"    // config::parse_set_argument
+#include "lib/config/fp8_recipe_fields.h"  // fp8::recipe_names
 #include "lib/run/run_dir.h"         // run::RunDir::is_managed_name, run::write_text_atomic
 #include "lib/train/evaluate.h"      // train::evaluate_weights
 #include "lib/util/error.h"          // FP8T_INPUT_CHECK
@@ -122,7 +123,7 @@ void add_eval_command(CLI::App& app) {
                   "windows per batch (default: train.micro_batch_size x the ranks the run trained on)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--precision", args->precision, "fp32 | bf16 | fp16 | fp8 (default: the config's)");
-  cmd->add_option("--fp8-recipe", args->fp8_recipe, "delayed | current | block (default: the config's)");
+  cmd->add_option("--fp8-recipe", args->fp8_recipe, fp8::recipe_names() + " (default: the config's)");
   cmd->add_option("--device", args->device, "auto | cpu | cuda (default: the config's run.device)");
   cmd->add_option("--set", args->sets, "KEY=VALUE: any other config key, e.g. fp8.margin=1 (repeatable)");
   cmd->add_option("--json", args->json, "also write the result as JSON to this file (- : print it instead of the line)");

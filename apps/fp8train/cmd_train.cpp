@@ -105,7 +105,9 @@ void add_train_command(CLI::App& app) {
     }
     FP8T_INPUT_CHECK(!args->plans() || args->dry_run, "--plan-world-size, --plan-device-memory and --plan-zero "
                      "plan the memory of a dry run: add --dry-run (they train nothing and write nothing)");
-    const config::LoadedConfig loaded = config::load(args->config_path, args->overrides);
+    // A plan for a cluster reads no data: data.train_path may be left out.
+    const config::LoadedConfig loaded = config::load(args->config_path, args->overrides,
+                                                     args->plans() ? config::ConfigUse::kPlan : config::ConfigUse::kTrain);
     if (args->plans()) return plan_dry_run(*args, loaded);
     if (args->print_config) {
       std::cout << config::to_yaml(loaded.config) << config::recipe_note(loaded.config);

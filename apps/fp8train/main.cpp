@@ -9,13 +9,14 @@
 #include <exception>  // std::exception
 
 #include "apps/fp8train/commands.h"  // add_*_command
+#include "lib/config/fp8_recipe_fields.h"  // fp8::recipe_names
 #include "lib/util/error.h"          // fp8t::Error
 #include "lib/util/log.h"            // setup_logging
 #include "lib/util/versions.h"       // fp8train_version, runtime_versions
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8train: train GPT- and LLaMA-style transformers in FP8\n"
-               "(recipes: delayed, current, block or rowwise scaling; fp32, bf16 and fp16 too),\n"
+               "(recipes: " + fp8t::fp8::recipe_names() + "; fp32, bf16 and fp16 too),\n"
                "emulated on a CPU or on NVIDIA GPUs with cuBLASLt FP8 GEMMs.\n"
                "Run `fp8train --config configs/default.yaml` (FP8, delayed scaling); every config key can be\n"
                "overridden with a flag or --set section.key=value. --quiet silences the progress, not the result:\n"

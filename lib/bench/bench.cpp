@@ -4,7 +4,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>  // torch::autograd::profiler (Kineto)
 #include <torch/torch.h>                          // torch::cuda::synchronize
 
-#include <algorithm>  // std::sort
+#include <algorithm>  // std::sort, std::max
 #include <cmath>      // std::isfinite
 #include <functional> // std::function
 #include <map>        // std::map
@@ -194,20 +194,31 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   r.final_loss = loss_sum.item<double>() / static_cast<double>(options.micro_batches);
   record_cuda_graph(session, r);
   r.skipped_steps = session.health().read().skipped;  // warm-up and timed steps
+  // The row's peak so far (the breakdown below resets the allocator's peak at every phase).
+  int64_t peak = peak_memory_bytes(device) - baseline;
   if (options.breakdown) {
     std::vector<std::string> names;
     std::map<std::string, std::vector<double>> per_phase;
+    std::map<std::string, int64_t> phase_peak;
     for (int64_t i = 0; i < options.steps; ++i) {
       synchronize(device);
+      reset_peak_memory(device);
       watch.lap();
       session.step(next, lr, loss_sum, [&](const char* name) {
         synchronize(device);
         const double t = watch.lap() * 1e3;
         if (per_phase.find(name) == per_phase.end()) names.emplace_back(name);
         per_phase[name].push_back(t);
+        const int64_t bytes = peak_memory_bytes(device) - baseline;
+        phase_peak[name] = std::max(phase_peak[name], bytes);
+        peak = std::max(peak, bytes);
+        reset_peak_memory(device);
       });
     }
-    for (const auto& n : names) r.phase_ms.emplace_back(n, median(per_phase[n]));
+    for (const auto& n : names) {
+      r.phase_ms.emplace_back(n, median(per_phase[n]));
+      r.phase_peak_bytes.emplace_back(n, phase_peak[n]);
+    }
   }
   if (options.profile_steps > 0) {
     r.kernels = profile_kernels([&] { session.step(next, lr, loss_sum); }, options.profile_steps, device);
@@ -223,7 +234,7 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   r.max_step_ms = *std::max_element(ms.begin(), ms.end());
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / (r.median_step_ms * 1e-3);
   r.tflops = flops_per_token * r.tokens_per_s / 1e12;
-  r.peak_memory_bytes = peak_memory_bytes(device) - baseline;
+  r.peak_memory_bytes = std::max(peak, peak_memory_bytes(device) - baseline);
   return r;
 }
 

@@ -49,7 +49,8 @@ struct BenchOptions {
   // averaged across ranks; tokens/s and TFLOP/s are then for the whole job (all GPUs).
   dist::LaunchInfo launch;
   // Also time the phases of a step (forward, loss, backward, grad_sync, fp8_update, clip,
-  // optimizer) over `steps` more steps, with a device synchronize after each phase.
+  // optimizer) over `steps` more steps, with a device synchronize after each phase, and take
+  // each phase's memory peak.
   bool breakdown = false;
   // Also profile `profile_steps` more steps (LibTorch's Kineto profiler) and report the time of
   // every GPU kernel per step (CPU: every operator, inclusive of the ones it calls). 0: off.
@@ -90,6 +91,11 @@ struct BenchResult {
   // by category and the activations of one micro-batch, next to the measured peak.
   plan::MemoryEstimate memory;
   std::vector<std::pair<std::string, double>> phase_ms;  // median per phase (breakdown only)
+  // The largest allocator peak within each phase over the breakdown's steps (bytes; breakdown
+  // only, in phase_ms's order): which state is resident together at the step's peak, e.g. whether
+  // the gradients meet the activations (the backward) or only the weights and moments (the
+  // optimizer). A replayed CUDA graph is one phase ("graph"): --set train.cuda_graphs=false.
+  std::vector<std::pair<std::string, int64_t>> phase_peak_bytes;
   // train.gemm_autotune (CUDA): the GEMM plans this row tuned (lib/gemm/gemm_autotune.h), how
   // many kept another algorithm than the heuristic's first, and the sum over the tuned plans of
   // one call's time with the heuristic's choice and with the kept one.

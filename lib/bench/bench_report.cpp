@@ -186,6 +186,10 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
     if (r.phase_ms.empty()) continue;
     s << "\n" << r.label() << " phases (median ms, synchronized after each):";
     for (const auto& [name, ms] : r.phase_ms) s << " " << name << " " << std::setprecision(2) << ms;
+    s << "\n" << r.label() << " phases' memory peaks (GiB, the largest over the steps):";
+    for (const auto& [name, bytes] : r.phase_peak_bytes) {
+      s << " " << name << " " << std::setprecision(2) << static_cast<double>(bytes) / 1073741824.0;
+    }
     s << "\n";
   }
   for (const auto& r : results) {
@@ -252,6 +256,9 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
       nlohmann::json phases = nlohmann::json::object();
       for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;
       rows.back()["phase_ms"] = phases;
+      nlohmann::json peaks = nlohmann::json::object();
+      for (const auto& [name, bytes] : r.phase_peak_bytes) peaks[name] = bytes;
+      rows.back()["phase_peak_bytes"] = peaks;
     }
     if (!r.kernels.empty()) {
       nlohmann::json kernels = nlohmann::json::array();

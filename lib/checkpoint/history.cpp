@@ -4,7 +4,7 @@
 #include <unistd.h>         // ::getpid
 
 #include <cctype>        // std::isdigit
-#include <set>           // std::set
+#include <iterator>      // std::next
 #include <system_error>  // std::error_code
 #include <utility>       // std::move
 
@@ -97,8 +97,11 @@ void CheckpointHistory::before_save(int64_t step) {
       }
     }
     for (auto it = kept_.upper_bound(rewound_to_); it != kept_.end();) it = kept_.erase(it);
+    if (healthy_ > rewound_to_) healthy_ = -1;  // a checkpoint of the steps trained again
   }
-  if (keep_ < 2 || current_step_ < 0 || current_step_ == step || continued_.empty()) return;
+  // keep 1 keeps no older checkpoint, but for the newest healthy one (the way back).
+  const bool kept = keep_ >= 2 || current_step_ == healthy_;
+  if (!kept || current_step_ < 0 || current_step_ == step || continued_.empty()) return;
   const fs::path target = folder_ / run::kept_checkpoint_name(current_step_);
   if (same_file(continued_, target)) return;  // resumed from the kept file itself
   if (!in_folder(continued_, folder_)) return;  // a file from elsewhere stays where it is
@@ -110,12 +113,33 @@ void CheckpointHistory::after_save(int64_t step) {
   current_step_ = step;
   continued_ = current_;
   rewound_to_ = -1;
-  while (!kept_.empty() && static_cast<int64_t>(kept_.size()) > keep_ - 1) kept_.erase(kept_.begin());
+  retire();
+}
+
+void CheckpointHistory::judged(int64_t step, bool healthy) {
+  if (!healthy || step <= healthy_ || all().count(step) == 0) return;
+  healthy_ = step;
+  // The healthy one before may go now; not while --resume-from's later checkpoints wait for the
+  // next save (before_save removes those first).
+  if (step == current_step_ && rewound_to_ < 0) retire();
+}
+
+std::set<int64_t> CheckpointHistory::retained() const {
+  std::set<int64_t> keep;
+  if (current_step_ >= 0) keep.insert(current_step_);
+  int64_t room = keep_ - 1;
+  for (auto it = kept_.rbegin(); it != kept_.rend() && room > 0; ++it, --room) keep.insert(it->first);
+  if (healthy_ >= 0) keep.insert(healthy_);
+  return keep;
+}
+
+void CheckpointHistory::retire() {
+  const std::set<int64_t> keep = retained();
+  for (auto it = kept_.begin(); it != kept_.end();) it = keep.count(it->first) ? std::next(it) : kept_.erase(it);
   if (!writer_) return;
-  std::set<int64_t> keep = {step};
-  for (const auto& [s, path] : kept_) keep.insert(s);
   for (const std::string& name : run::remove_checkpoint_files_except(folder_, keep)) {
-    spdlog::debug("removed {} (train.keep_checkpoints {})", name, keep_);
+    spdlog::debug("removed {} (train.keep_checkpoints {}; the newest healthy checkpoint: step {})", name, keep_,
+                  healthy_);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "lib/config/text.h"            // join, shortest, edit_distance
 #include "lib/config/fp8_recipe.h"      // fp8::kRecipeFormatNames, ...
 #include "lib/config/moe_fields.h"      // add_moe_fields (the moe section)
+#include "lib/config/fp8_recipe_fields.h"  // fp8::recipe_choices
 #include "lib/numerics/scaling_math.h"  // fp8::kMaxMargin
 
 namespace fp8t {
@@ -303,10 +304,7 @@ std::vector<Field> build_table() {
   t.push_back(enum_field("precision", "numeric precision of the Linear layers", precision_names(),
                          [](auto& c) -> auto& { return c.precision; }));
   // fp8
-  t.push_back(enum_field("fp8.recipe",
-                         "delayed: per-tensor scales from an amax history; current: per-tensor scales from this "
-                         "tensor's amax; block: 1x128 / 128x128 block scales; rowwise: one scale per row of each "
-                         "GEMM operand",
+  t.push_back(enum_field("fp8.recipe", fp8::recipe_choices(),  // the registry's list
                          recipe_kind_names(), [](auto& c) -> auto& { return c.fp8.kind; }));
   t.push_back(bool_field("fp8.block_power_of_2_scales", "block recipe: round every block scale down to a power of 2",
                          [](auto& c) -> auto& { return c.fp8.block_power_of_2_scales; }));

@@ -151,6 +151,12 @@ std::string recipes_with_grouped_gemm() {
   return s;
 }
 
+std::string recipe_choices() {
+  std::string s;
+  for (const RecipeTraits& t : recipe_registry()) s += (s.empty() ? "" : "; ") + std::string(t.name) + ": " + t.what_it_does;
+  return s;
+}
+
 bool recipe_field_applies(RecipeKind kind, std::string_view key) {
   return recipe_key(key) == nullptr || acts_in(recipe_traits(kind), key);
 }

@@ -64,6 +64,9 @@ const RecipeTraits& recipe_named(std::string_view name);
 std::string recipes_with_grouped_gemm();
 // "delayed, current, block, rowwise": the names, for messages.
 std::string recipe_names();
+// "delayed: per-tensor scales from ...; current: ...": every name with what it does, for help
+// texts (every list of the recipes comes from the registry).
+std::string recipe_choices();
 
 // Whether the config key (full name, "fp8.amax_history_len") takes effect under `kind`. Keys
 // outside the recipe-specific set (fp8.recipe, fp8.stats, fp8.skip_layers, ...) always do.

@@ -132,16 +132,16 @@ void apply_overrides(const std::vector<Override>& overrides, LoadedConfig& out) 
 }
 
 LoadedConfig load_from_string(const std::string& yaml_text, const std::string& source_name,
-                              const std::vector<Override>& overrides) {
+                              const std::vector<Override>& overrides, ConfigUse use) {
   LoadedConfig out;
   apply_yaml(yaml_text, source_name, out);
   apply_overrides(overrides, out);
-  validate(out.config, out.sources);
+  validate(out.config, out.sources, use);
   return out;
 }
 
-LoadedConfig load(const std::string& yaml_path, const std::vector<Override>& overrides) {
-  if (yaml_path.empty()) return load_from_string("", "<defaults>", overrides);
+LoadedConfig load(const std::string& yaml_path, const std::vector<Override>& overrides, ConfigUse use) {
+  if (yaml_path.empty()) return load_from_string("", "<defaults>", overrides, use);
   std::error_code ec;
   if (!std::filesystem::exists(yaml_path, ec)) fail("config file not found: " + yaml_path);
   if (std::filesystem::is_directory(yaml_path, ec)) fail("config file " + yaml_path + " is a directory");
@@ -150,7 +150,7 @@ LoadedConfig load(const std::string& yaml_path, const std::vector<Override>& ove
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) fail("cannot read config file " + yaml_path);
-  return load_from_string(text.str(), yaml_path, overrides);
+  return load_from_string(text.str(), yaml_path, overrides, use);
 }
 
 }  // namespace config

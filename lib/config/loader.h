@@ -43,14 +43,19 @@ struct LoadedConfig {
   ConfigSources sources;
 };
 
+// What the config is loaded for. A memory plan (`--dry-run --plan-*`) reads no data, so it
+// needs no data.train_path; everything else is validated as for training.
+enum class ConfigUse { kTrain, kPlan };
+
 // Defaults < the YAML file at `yaml_path` (empty path: defaults only) < `overrides`, then
 // validate(). Throws fp8t::Error(kBadInput) naming the file, key and origin.
-LoadedConfig load(const std::string& yaml_path, const std::vector<Override>& overrides = {});
+LoadedConfig load(const std::string& yaml_path, const std::vector<Override>& overrides = {},
+                  ConfigUse use = ConfigUse::kTrain);
 
 // As load(), with the YAML given as text; `source_name` names it in messages ("<string>",
 // "configs/default.yaml", ...). Empty or whitespace-only text means defaults only.
 LoadedConfig load_from_string(const std::string& yaml_text, const std::string& source_name,
-                              const std::vector<Override>& overrides = {});
+                              const std::vector<Override>& overrides = {}, ConfigUse use = ConfigUse::kTrain);
 
 // The steps of load(), for callers that build a config in stages (no validation here).
 // Reads YAML text into `out` (keys not present keep their current values).

@@ -187,10 +187,10 @@ void check_dist_rules(const ExperimentConfig& c, const ConfigSources& s) {
 }
 
 // 3d. Rules of the data keys.
-void check_data_rules(const ExperimentConfig& c, const ConfigSources& s) {
+void check_data_rules(const ExperimentConfig& c, const ConfigSources& s, ConfigUse use) {
   const auto& m = c.model;
   const auto& d = c.data;
-  if (d.source != DataSource::kSynthetic && d.train_path.empty()) {
+  if (use == ConfigUse::kTrain && d.source != DataSource::kSynthetic && d.train_path.empty()) {
     fail(named(s, "data.train_path") + ": required when " + named(s, "data.source") + " is " + to_string(d.source) +
          "; pass --set data.train_path=PATH");
   }
@@ -206,7 +206,7 @@ void check_data_rules(const ExperimentConfig& c, const ConfigSources& s) {
 
 }  // namespace
 
-void validate(const ExperimentConfig& c, const ConfigSources& s) {
+void validate(const ExperimentConfig& c, const ConfigSources& s, ConfigUse use) {
   check_ranges(c, s);
   check_names(c, s);
   warn_unused_fp8_flags(c, s);
@@ -215,7 +215,7 @@ void validate(const ExperimentConfig& c, const ConfigSources& s) {
   check_moe_rules(c, s);
   check_train_rules(c, s);
   check_dist_rules(c, s);
-  check_data_rules(c, s);
+  check_data_rules(c, s, use);
 }
 
 }  // namespace config

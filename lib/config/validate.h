@@ -5,12 +5,14 @@
 #pragma once
 
 #include "lib/config/experiment.h"  // ExperimentConfig
-#include "lib/config/loader.h"      // ConfigSources
+#include "lib/config/loader.h"      // ConfigSources, ConfigUse
 
 namespace fp8t {
 namespace config {
 
-void validate(const ExperimentConfig& config, const ConfigSources& sources = ConfigSources());
+// `use` kPlan: a memory plan, which reads no data (data.train_path may be empty).
+void validate(const ExperimentConfig& config, const ConfigSources& sources = ConfigSources(),
+              ConfigUse use = ConfigUse::kTrain);
 
 }  // namespace config
 }  // namespace fp8t

@@ -7,6 +7,7 @@
 #include <algorithm>  // std::max
 #include <cstdlib>    // std::getenv
 #include <cstring>    // std::strcmp
+#include <memory>     // std::shared_ptr
 
 #include <ATen/ATen.h>            // at::empty, at::_fused_sdp_choice
 #include <ATen/SDPBackend.h>      // at::SDPBackend
@@ -16,6 +17,7 @@
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getDeviceProperties
 #endif
 
+#include "lib/fp8/recipes/scaling.h"       // fp8::make_scaling, Scaling::weight_parts, transposes_weight_codes
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy_chunk_rows
 #include "lib/plan/memory_plan.h"           // plan_memory, format_levers
 #include "lib/plan/moe_terms.h"             // moe_sizes, experts_per_rank, moe_kept_per_token, dispatch_buffer_bytes
@@ -114,6 +116,20 @@ double widest_run(double ends, double block, double layers, double k, double all
   return widest;
 }
 
+// What the recipe says of its FP8 weights (the recipe's state class answers; it allocates nothing
+// before it is finalized): the FP8 copies each FP8 Linear's weight cache keeps (its E4M3 weight and
+// its transpose; 1 with train.recompute casts where the recipe transposes the codes in the
+// backward), and whether ZeRO-3 gathers them as FP8 codes (Scaling::WeightParts::fp8_gather).
+struct Fp8Weights {
+  double cached_copies = 2.0;
+  bool gathered_as_codes = true;
+};
+Fp8Weights fp8_weights(const ExperimentConfig& cfg) {
+  const std::shared_ptr<fp8::Scaling> recipe = fp8::make_scaling(cfg.fp8);
+  const bool transposes = cfg.train.recompute == Recompute::kCasts && recipe->transposes_weight_codes();
+  return {transposes ? 1.0 : 2.0, recipe->weight_parts().fp8_gather};
+}
+
 // ZeRO-3 (the header's table): everything sharded over W ranks, plus the gathered units and the
 // full gradient buffers of two units.
 void estimate_zero3(const ExperimentConfig& cfg, const ModelSizes& s, double moment_bytes, MemoryEstimate& e) {
@@ -124,7 +140,13 @@ void estimate_zero3(const ExperimentConfig& cfg, const ModelSizes& s, double mom
   e.fp8_bytes_per_param = 0.0;
   const double compute = cfg.precision == Precision::kFp32 ? 4.0 : 2.0;
   // FP8 block Linears: the gathered E4M3 weight and its transpose; the head stays high precision.
-  const double block_bytes = cfg.precision == Precision::kFp8 ? 2.0 : compute;
+  // A recipe whose weights are not gathered as codes (rowwise) gathers them in the compute dtype
+  // like the rest, and each layer keeps its own FP8 weight cache: copies on every rank, unsharded.
+  const bool fp8 = cfg.precision == Precision::kFp8;
+  const Fp8Weights fp8_weight = fp8 ? fp8_weights(cfg) : Fp8Weights{};
+  const bool codes = fp8 && fp8_weight.gathered_as_codes;
+  if (fp8 && !codes) e.fp8_bytes_per_param = fp8_weight.cached_copies * s.layers * s.block / e.parameters;
+  const double block_bytes = codes ? 2.0 : compute;
   const double head = cfg.model.tie_embeddings ? 0.0 : s.embedding;  // a tied head is the embedding's tensor
   const double all_gathered = compute * (s.embedding + head) + block_bytes * s.block_matrices;
   const double units = s.layers + (cfg.model.tie_embeddings ? 1.0 : 2.0);
@@ -152,10 +174,15 @@ void estimate_replicated(const ExperimentConfig& cfg, const ModelSizes& s, doubl
   // The block Linears run in FP8 (the head stays high precision by default): an E4M3 copy and
   // its transpose of each of their weights. bf16/fp16: autocast's 2-byte copy of every Linear
   // weight (head included), kept for the backward.
-  // recompute casts: the transposes are made in the backward, one block at a time.
-  const double block_matrices = s.block_matrices - (s.moe.experts - experts_per_rank(cfg, s.moe, e.world_size));
-  const double fp8_copies = cfg.train.recompute == Recompute::kCasts ? 1.0 : 2.0;
-  if (cfg.precision == Precision::kFp8) e.fp8_bytes_per_param = fp8_copies * block_matrices / e.parameters;
+  // recompute casts: the transposes are made in the backward, one block at a time (where the
+  // recipe can transpose the codes: not rowwise, whose cache keeps both layouts). A mixture of
+  // experts' grouped layers always keep both copies (moe_terms.h), of this rank's experts.
+  const double experts_held = experts_per_rank(cfg, s.moe, e.world_size);
+  const double block_matrices = s.block_matrices - (s.moe.experts - experts_held);
+  if (cfg.precision == Precision::kFp8) {
+    e.fp8_bytes_per_param =
+        (fp8_weights(cfg).cached_copies * (block_matrices - experts_held) + 2.0 * experts_held) / e.parameters;
+  }
   if (cfg.precision == Precision::kBf16 || cfg.precision == Precision::kFp16) {
     e.fp8_bytes_per_param = 2.0 * (block_matrices + s.embedding) / e.parameters;
   }

@@ -13,17 +13,20 @@
 //   optimizer    8  (AdamW's two float32 moments; 4 with train.moments_dtype bf16; divided by W
 //                with dist.zero 1, ZeRO-1)
 //   copies       precision fp8: 2 per weight of an FP8 Linear (E4M3 copy and its transpose; 1
-//                with train.recompute casts, which makes the transpose in the backward);
+//                with train.recompute casts, which makes the transpose in the backward, where
+//                the recipe transposes codes: not rowwise, Scaling::transposes_weight_codes);
 //                bf16/fp16: 2 per Linear weight (autocast's copy, kept for the backward)
 // dist.zero 3 (ZeRO-3) shards over W = dist.shard_group_size ranks (0: all of them): weights
 // 4 / W, gradients 4 / W (the FP32 shard, accumulated over the micro-batches), optimizer 8 / W
-// (4 / W), no persistent copies; and counted as bytes, for units (the embeddings, each block,
-// the head, in forward order):
+// (4 / W), no persistent copies (but for a recipe whose FP8 weights are not gathered as codes,
+// Scaling::WeightParts::fp8_gather false, rowwise: each FP8 Linear keeps its own weight cache, the
+// copies above, unsharded); and counted as bytes, for units (the embeddings, each block, the head,
+// in forward order):
 //   gathered weights   the unit computing and dist.prefetch more, the widest such run of units:
 //                      1 byte per FP8 Linear weight under precision fp8 plus its transpose made
-//                      after the gather (2 in all), the compute dtype for the rest (2 bytes; 4
-//                      under fp32); dist.reshard_after_forward false: every unit (from its
-//                      forward to its backward)
+//                      after the gather (2 in all; rowwise: gathered as the rest), the compute
+//                      dtype for the rest (2 bytes; 4 under fp32); dist.reshard_after_forward
+//                      false: every unit (from its forward to its backward)
 //   gradient buffers   the full-size FP32 gradients of two units (the one being reduced, the one
 //                      being produced; dist.reduce_dtype bf16 adds a 2-byte copy of each)
 // plus, under bf16 and fp8 with dist.zero 0 or 1, the chunked head's FP32 weight gradient

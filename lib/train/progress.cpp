@@ -50,6 +50,7 @@ void Progress::restore(const nlohmann::json& meta, int64_t at_step) {
   if (meta.contains("tokens")) tokens = meta["tokens"].get<int64_t>();
   if (meta.contains("elapsed_s")) elapsed_before = meta["elapsed_s"].get<double>();
   if (meta.contains("skipped_steps")) skipped_steps = meta["skipped_steps"].get<int64_t>();
+  log_window = meta.value("log_window", nlohmann::json());
   if (meta.contains("best_val_loss") && !meta["best_val_loss"].is_null()) {
     best_val = meta["best_val_loss"].get<double>();
   }

@@ -32,13 +32,17 @@ struct Progress {
   int64_t skipped_steps = 0;  // non-finite steps skipped, over all invocations (as of the last read)
   int64_t diverged_at = 0;    // the step where the run of skips that stopped it began (0: none)
   bool in_loop = false;       // the loop is training step `step` (a failure counts it as begun)
+  // The log window the resumed checkpoint carried (its meta "log_window"; null: none), for the
+  // StepLogger (lib/train/log_window.h).
+  nlohmann::json log_window;
 
   double elapsed_s() const { return elapsed_before + wall.seconds(); }
 
   // The fields a checkpoint stores to continue the totals: best_val_loss, tokens, elapsed_s,
   // skipped_steps.
   nlohmann::json checkpoint_meta() const;
-  // The inverse, for a checkpoint written at `step` (missing fields keep their defaults).
+  // The inverse, for a checkpoint written at `step` (missing fields keep their defaults), and
+  // the log window it carried.
   void restore(const nlohmann::json& meta, int64_t step);
 
   void record_eval(double val_loss);

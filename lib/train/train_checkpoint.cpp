@@ -365,9 +365,9 @@ bool Checkpointer::resume(Progress& progress) {
 bool Checkpointer::due(int64_t step) const {
   const TrainSection& t = run_.cfg.train;
   bool by_time = t.checkpoint_every_min > 0 && since_save_.seconds() >= 60.0 * t.checkpoint_every_min;
-  if (run_.comm && run_.session->optimizer().sharded()) {
-    // ZeRO-1: all ranks write, so they must agree: rank 0's clock decides, read at log
-    // steps only (one small collective where the host syncs anyway).
+  if (run_.comm) {
+    // Every rank saves (ZeRO: its shard; all: its log window), so they must agree: rank 0's
+    // clock decides, read at log steps only (one small collective where the host syncs anyway).
     if (t.checkpoint_every_min <= 0 || step % t.log_interval != 0) {
       by_time = false;
     } else {
@@ -376,10 +376,8 @@ bool Checkpointer::due(int64_t step) const {
       run_.comm->all_reduce(flag, dist::ReduceOp::kMax);
       by_time = flag.item<float>() > 0;
     }
-    return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps || by_time;
   }
-  return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps ||
-         (by_time && run_.layout.is_rank0());
+  return (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || step == t.steps || by_time;
 }
 
 nlohmann::json Checkpointer::save_shards(int64_t step) {
@@ -446,7 +444,7 @@ std::string Checkpointer::unsafe_state(const step::StepHealth::Counts& health) c
   return "";
 }
 
-void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) {
+void Checkpointer::save(int64_t step, const Progress& progress, const LogWindow& window, bool scheduled) {
   const bool sharded = run_.session->optimizer().sharded() && run_.comm;
   // ZeRO-1: every rank decides the same (the counters and the weights are the same everywhere).
   const step::StepHealth::Counts health = run_.session->health().read();  // the host's read before a write
@@ -466,12 +464,15 @@ void Checkpointer::save(int64_t step, const Progress& progress, bool scheduled) 
     }
     return;
   }
+  // Every rank's log window (one collective in a job), so that the resumed run's next row is this one's.
+  const nlohmann::json log_window = log_window_meta(window, run_.comm.get(), run_.layout.rank, run_.layout.world_size);
   // Expert parallelism: every rank gathers its expert group's experts (collectives), rank 0 writes
   // them whole, so the checkpoint resumes on any layout.
   const std::map<std::string, at::Tensor> whole_experts = run_.session->whole_experts();
   checkpoint::Checkpoint ck;
   if (run_.layout.is_rank0()) {
     ck = make_checkpoint(run_, step, progress);
+    ck.meta["log_window"] = log_window;
     for (const auto& [key, t] : whole_experts) ck.tensors[key] = t;
     ck.meta["skipped_steps"] = health.skipped;  // up to this step (progress holds the last log step's count)
     ck.meta["data_files"] = data_record_;  // what it was trained on, for the resume's check

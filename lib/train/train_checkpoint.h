@@ -20,6 +20,7 @@
 
 #include "lib/checkpoint/checkpoint.h"  // Checkpoint
 #include "lib/checkpoint/history.h"  // CheckpointHistory
+#include "lib/train/log_window.h"  // LogWindow
 #include "lib/train/progress.h"    // Progress
 #include "lib/run/run_dir.h"       // RunDir
 #include "lib/train/run_setup.h"   // TrainingJob
@@ -54,21 +55,26 @@ class Checkpointer {
 
   // Whether the scheduled checkpoint falls after `step` (1-based: steps done): every
   // train.checkpoint_interval steps, when train.checkpoint_every_min minutes have passed since
-  // the last one (rank 0's clock), and after the last step.
+  // the last one (rank 0's clock; in a job read at log steps, so that every rank saves together),
+  // and after the last step.
   bool due(int64_t step) const;
 
-  // Writes checkpoint.pt after `step` steps done, with the totals of `progress` (rank 0 only; a
-  // no-op elsewhere); the one it replaces is kept as checkpoint.step-<S>.pt, up to
-  // train.keep_checkpoints in all (CheckpointHistory). Never from non-finite state: when the
+  // Writes checkpoint.pt after `step` steps done, with the totals of `progress` and the log
+  // window so far (every rank's: in a job all of them call it; rank 0 writes); the one it
+  // replaces is kept as checkpoint.step-<S>.pt, up to train.keep_checkpoints in all, and the
+  // newest known healthy one until a newer one is (CheckpointHistory). Never from non-finite state: when the
   // run has diverged (StepHealth) or a weight is not finite, nothing is written (a warning says
   // so). A `scheduled` checkpoint (due(), not the last step) is not written while steps are
   // being skipped either: it would hold the weights of the step before the streak again and
   // push an older checkpoint out. A write that fails (disk full, I/O error) throws
   // kTrainingFailed: the previous checkpoint is intact.
-  void save(int64_t step, const Progress& progress, bool scheduled = false);
+  void save(int64_t step, const Progress& progress, const LogWindow& window, bool scheduled = false);
 
   // The checkpoints this run can go back to.
   const checkpoint::CheckpointHistory& history() const { return history_; }
+  // The checkpoint of `step` was judged by its next step (lib/checkpoint/health.h): the rotation
+  // keeps the newest healthy one.
+  void judged(int64_t step, bool healthy) { history_.judged(step, healthy); }
 
  private:
   // Why the state must not be written ("" when it may).

@@ -82,16 +82,17 @@ StepLogger::StepLogger(TrainingJob& run, const run::RunDir& dir, Progress& progr
     : run_(run), progress_(progress), status_(run.cfg.run.quiet || !run.layout.is_rank0()) {
   if (run.layout.is_rank0()) metrics_.emplace(dir.metrics_path());
   if (run.layout.is_rank0() && run.cfg.run.tensorboard) tensorboard_.emplace(dir.path(), progress.start_step);
-  loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.device));
+  window_ = restore_log_window(progress.log_window, run.layout.rank, run.layout.world_size, run.device,
+                               progress.skipped_steps);
 }
 
 bool StepLogger::is_log_step(int64_t step) const {
   const TrainSection& t = run_.cfg.train;
-  return (step + 1) % t.log_interval == 0 || step + 1 == t.steps || step == progress_.start_step;
+  return (step + 1) % t.log_interval == 0 || step + 1 == t.steps || step == 0;
 }
 
 void StepLogger::count_step() {
-  loss_count_ += run_.cfg.train.grad_accum_steps;
+  window_.micro_batches += run_.cfg.train.grad_accum_steps;
   progress_.tokens += run_.tokens_per_step;
   window_tokens_ += run_.tokens_per_step;
 }
@@ -99,9 +100,10 @@ void StepLogger::count_step() {
 // The loss summed since the previous log step over all ranks. In a job the same collective
 // tells whether any rank received a signal, so that all of them stop after the same step.
 double StepLogger::read_loss(bool signal_pending, bool& stop_signal) {
-  if (!run_.comm) return loss_sum_.item<double>();  // the one host read
-  const at::Tensor flag = at::full({}, signal_pending ? 1.0f : 0.0f, loss_sum_.options());
-  at::Tensor packed = at::stack({loss_sum_, flag});
+  const at::Tensor& sum = window_.loss_sum;
+  if (!run_.comm) return sum.item<double>();  // the one host read
+  const at::Tensor flag = at::full({}, signal_pending ? 1.0f : 0.0f, sum.options());
+  at::Tensor packed = at::stack({sum, flag});
   run_.comm->all_reduce(packed, dist::ReduceOp::kSum);
   const at::Tensor host = packed.cpu();
   stop_signal = host[1].item<float>() > 0.0f;
@@ -115,17 +117,14 @@ LoggedStep StepLogger::log(const StepResult& result, bool signal_pending) {
   const double loss_total = read_loss(signal_pending, out.stop_signal);
   // The skip counters (one small read; identical on every rank, see Session::step).
   out.health = run_.session->health().read();
-  const int64_t skipped_now = out.health.skipped - progress_.skipped_steps;
+  const int64_t skipped_now = out.health.skipped - window_.skipped_before;
   progress_.skipped_steps = out.health.skipped;
-  // The mean over the applied steps' micro-batches (skipped steps add nothing to the sum).
-  const int64_t applied = loss_count_ - skipped_now * t.grad_accum_steps;
-  out.loss = loss_total / static_cast<double>(std::max<int64_t>(applied, 0) * run_.layout.world_size);
+  out.loss = window_mean(loss_total, skipped_now, run_.layout.world_size);
   out.grad_norm = result.grad_norm.item<double>();
-  loss_sum_.zero_();
-  loss_count_ = 0;
+  window_.reset(out.health.skipped);
   progress_.last_loss = out.loss;
-  const double tok_s = window_tokens_ / std::max(1e-9, window_.seconds());
-  window_.reset();
+  const double tok_s = window_tokens_ / std::max(1e-9, window_clock_.seconds());
+  window_clock_.reset();
   window_tokens_ = 0;
   nlohmann::json row = {{"step", step + 1}, {"loss", out.loss}, {"lr", result.lr}, {"grad_norm", out.grad_norm},
                         {"tokens_per_s", tok_s}, {"elapsed_s", progress_.elapsed_s()},
@@ -167,6 +166,24 @@ void StepLogger::add_routing_fields(nlohmann::json& row, run::StatusFields& stat
     }
   }
   row["moe"] = std::move(moe);
+}
+
+double StepLogger::window_mean(double loss_total, int64_t skipped, int ranks) const {
+  // The mean over the applied steps' micro-batches (skipped steps add nothing to the sum).
+  const int64_t applied = window_.micro_batches - skipped * run_.cfg.train.grad_accum_steps;
+  return loss_total / static_cast<double>(std::max<int64_t>(applied, 0) * ranks);
+}
+
+void StepLogger::show_status(const StepResult& result) {
+  if (!run_.layout.is_rank0() || run_.cfg.run.quiet) return;  // nothing to show: no host read
+  const TrainSection& t = run_.cfg.train;
+  const int64_t step = result.step;
+  const int64_t skipped = run_.session->health().read().skipped - window_.skipped_before;
+  const double loss = window_mean(window_.loss_sum.item<double>(), skipped, 1);
+  const double tok_s = window_tokens_ / std::max(1e-9, window_clock_.seconds());
+  const double per_step = progress_.wall.seconds() / static_cast<double>(step + 1 - progress_.start_step);
+  status_.update(run::StatusFields{step + 1, t.steps, loss, result.lr, result.grad_norm.item<double>(), tok_s,
+                                   (t.steps - step - 1) * per_step, std::nullopt, ""});
 }
 
 // The scale spread between ranks (in a job) and the per-slot statistics (fp8.stats).
@@ -238,6 +255,7 @@ TrainingLoop::TrainingLoop(TrainingJob& run, Progress& progress, StepLogger& log
     : run_(run), progress_(progress), logger_(logger), checkpointer_(checkpointer) {
   // The verdicts on the checkpoints of earlier invocations (a resume truncated the later rows).
   health_.load(run::RunDir::locate(run.cfg.run.out_dir, run.cfg.run.name).metrics_path());
+  for (const auto& [step, verdict] : health_.verdicts()) checkpointer_.judged(step, verdict.healthy);
 }
 
 void TrainingLoop::run() {
@@ -257,9 +275,11 @@ void TrainingLoop::run() {
       const LoggedStep logged = logger_.log(result, SignalGuard::received());
       if (run_.comm) stop_signal = logged.stop_signal;
       check_step(result, logged);
+    } else if (step == progress_.start_step) {
+      logger_.show_status(result);
     }
     evaluate_if_due(step);
-    if (checkpointer_.due(step + 1)) checkpointer_.save(step + 1, progress_, /*scheduled=*/true);
+    if (checkpointer_.due(step + 1)) checkpointer_.save(step + 1, progress_, logger_.window(), /*scheduled=*/true);
     if (stop_early(step, stop_signal)) {
       ++progress_.step;
       break;
@@ -299,6 +319,7 @@ void TrainingLoop::check_checkpoint(const StepResult& result, const at::Tensor& 
   const checkpoint::StepSample next{result.step + 1, loss, v[1], applied};
   const checkpoint::CheckpointVerdict& verdict = health_.judge_checkpoint(next);
   logger_.write({{"step", next.step}, {"checkpoint_check", verdict.to_json()}});
+  checkpointer_.judged(verdict.checkpoint, verdict.healthy);  // the way back the rotation keeps
 }
 
 namespace {
@@ -374,7 +395,7 @@ bool TrainingLoop::stop_early(int64_t step, bool stop_signal) {
                        : stop_signal                                                  ? "interrupted"
                                                                                       : nullptr;
   if (!status) return false;
-  checkpointer_.save(step + 1, progress_);
+  checkpointer_.save(step + 1, progress_, logger_.window());
   progress_.status = status;
   return true;
 }

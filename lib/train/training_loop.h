@@ -2,7 +2,9 @@
 // the checkpoint phase (lib/train/train_checkpoint.h). One iteration reads top to bottom:
 //   train_step   micro-batches (forward, backward), FP8 scale update, clip, optimizer step
 //   log          on log steps: read the loss on the host, build the metrics row, write it,
-//                update the status line, check_step (too many skipped steps in a row: diverged)
+//                update the status line, check_step (too many skipped steps in a row: diverged);
+//                the first step of a resumed run shows the status line only (its window, carried
+//                by the checkpoint, goes on to the uninterrupted run's next row: log_window.h)
 //   eval         on eval steps and after the last step
 //   checkpoint   Checkpointer::due, then the stop conditions (--stop-after, a signal)
 // The device is read on the host only on log, eval and checkpoint steps.
@@ -24,6 +26,7 @@
 #include "lib/step/step_health.h"        // StepHealth::Counts
 #include "lib/checkpoint/health.h"        // CheckpointHealth
 #include "lib/train/stop_signals.h"     // SignalGuard
+#include "lib/train/log_window.h"        // LogWindow
 #include "lib/train/train_checkpoint.h"  // Checkpointer
 #include "lib/util/timer.h"              // Stopwatch
 
@@ -39,29 +42,37 @@ struct StepResult {
 
 // What the log phase read on the host.
 struct LoggedStep {
-  double loss = 0.0;         // mean training loss of the applied steps since the previous log step, over all ranks
+  double loss = 0.0;         // mean training loss of the applied steps since the previous row, over all ranks
   double grad_norm = 0.0;    // the logged step's global gradient norm (read once, for the row and the health record)
   bool stop_signal = false;  // some rank received a stop signal (data-parallel jobs only)
   step::StepHealth::Counts health;  // the non-finite step counters
 };
 
-// The log phase: accumulates the loss on the device between log steps, and on log steps builds
-// the metrics row, writes it (metrics.jsonl on rank 0) and updates the status line.
+// The log phase: accumulates the loss on the device between log steps (the LogWindow), and on
+// log steps builds the metrics row, writes it (metrics.jsonl on rank 0) and updates the status
+// line.
 class StepLogger {
  public:
-  // Opens metrics.jsonl for appending (rank 0), after a resume has truncated it.
+  // Opens metrics.jsonl for appending (rank 0), after a resume has truncated it; the window
+  // goes on from the one the resumed checkpoint carried (Progress::log_window).
   StepLogger(TrainingJob& run, const run::RunDir& dir, Progress& progress);
 
-  // The first step of this invocation, every train.log_interval steps, and the last step.
+  // Every train.log_interval steps, the last step, and the first step of a new run (a resumed
+  // run's rows fall where the uninterrupted run's do).
   bool is_log_step(int64_t step) const;
   // The device-side sum the step adds its micro-batch losses to.
-  at::Tensor& loss_sum() { return loss_sum_; }
+  at::Tensor& loss_sum() { return window_.loss_sum; }
+  // What the next row averages so far (for the checkpoint).
+  const LogWindow& window() const { return window_; }
   // Counts a trained step's micro-batches and tokens.
   void count_step();
 
   // Reads the loss (and, in a job, whether any rank has `signal_pending`), builds the row,
   // writes it and updates the status line.
   LoggedStep log(const StepResult& result, bool signal_pending);
+  // The first step of a resumed run, not a log step: the status line shows this rank's window
+  // so far (rank 0; one host read), no row is written and the window goes on.
+  void show_status(const StepResult& result);
   // Before an evaluation after `step` steps of `batches` batches: the final one says that it
   // starts (it follows the last step's "ETA 0:00"); then eval_batch before each batch shows the
   // batches done, at most every eval_progress_seconds() (progress: nothing when quiet).
@@ -76,6 +87,8 @@ class StepLogger {
 
  private:
   double read_loss(bool signal_pending, bool& stop_signal);
+  // The mean loss of the window's applied micro-batches, from their sum over `ranks` ranks.
+  double window_mean(double loss_total, int64_t skipped, int ranks) const;
   void add_fp8_fields(nlohmann::json& row, int64_t step);
   void add_routing_fields(nlohmann::json& row, run::StatusFields& status);
 
@@ -84,9 +97,8 @@ class StepLogger {
   std::optional<run::MetricsWriter> metrics_;
   std::optional<run::TensorBoardWriter> tensorboard_;  // rank 0 with run.tensorboard
   run::StatusLine status_;
-  at::Tensor loss_sum_;  // summed on the device between log steps
-  int64_t loss_count_ = 0;
-  Stopwatch window_;     // throughput since the previous log step
+  LogWindow window_;     // the losses since the previous row, summed on the device
+  Stopwatch window_clock_;  // throughput since the previous log step
   int64_t window_tokens_ = 0;
   // The evaluation in progress: its step, batches, time so far and when progress last showed.
   int64_t eval_step_ = 0;

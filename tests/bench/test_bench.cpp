@@ -62,6 +62,7 @@ BenchResult fp8_result() {
   r.skipped_steps = 3;
   r.fp8_rewrite = "4 Linear layers -> Fp8Linear";
   r.phase_ms = {{"forward", 4.0}, {"backward", 8.5}};
+  r.phase_peak_bytes = {{"forward", 1LL << 30}, {"backward", 3LL << 29}};
   r.kernels = {KernelTime{"void k1<int>(float*, int)", 3.0, 2}, KernelTime{"(anonymous namespace)::k2(int)", 1.0, 1}};
   r.profiled_device_ms_per_step = 4.0;
   r.profiled_gpu = true;
@@ -100,6 +101,7 @@ TEST_CASE("bench table: phases and kernel profile sections, '-' without a bf16 r
   const auto lines = lines_of(fp8t::bench::format_bench_table(bench_config(), bench_options(), {fp8_result()}));
   CHECK(lines[4] == "fp8              16.00         16000       1.6          1.50         -      3.2000        3");
   CHECK(has_line(lines, "fp8 phases (median ms, synchronized after each): forward 4.00 backward 8.50"));
+  CHECK(has_line(lines, "fp8 phases' memory peaks (GiB, the largest over the steps): forward 1.00 backward 1.50"));
   CHECK(has_line(lines, "fp8 GPU kernels, per step (5 profiled steps; 4.00 ms in total):"));
   CHECK(has_line(lines, "        ms       %   calls  name"));
   // Return type and argument list dropped; '(anonymous namespace)' is part of the name.
@@ -134,6 +136,7 @@ TEST_CASE("bench JSON: settings, one row per precision, and fp8 over bf16", "[be
   CHECK(rows[1].at("skipped_steps") == 3);
   CHECK(rows[1].at("fp8_rewrite") == "4 Linear layers -> Fp8Linear");
   CHECK(rows[1].at("phase_ms").at("backward") == 8.5);
+  CHECK(rows[1].at("phase_peak_bytes").at("backward") == (3LL << 29));
   const auto& profile = rows[1].at("profile");
   CHECK(profile.at("steps") == 5);
   CHECK(profile.at("device_ms_per_step") == 4.0);

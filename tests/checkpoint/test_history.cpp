@@ -80,6 +80,56 @@ TEST_CASE("checkpoint history: keep_checkpoints 1 keeps checkpoint.pt alone; a r
   REQUIRE(TempDir::list(other.path()) == std::vector<std::string>{"checkpoint.step-1.pt"});
 }
 
+TEST_CASE("checkpoint history: the newest healthy checkpoint stays until a newer one is known healthy", "[checkpoint]") {
+  // keep 2 (the default): 1 is judged healthy by step 2, 2 unhealthy by step 3 (the run went bad).
+  TempDir dir("history_healthy");
+  CheckpointHistory h(dir.path(), 2, /*writer=*/true);
+  save(h, dir, 1);
+  h.judged(1, true);
+  save(h, dir, 2);
+  h.judged(2, false);
+  save(h, dir, 3);
+  save(h, dir, 4);
+  // Without the rule the rotation keeps 3 and 4 only, both trained after the bad update.
+  REQUIRE(TempDir::list(dir.path()) ==
+          std::vector<std::string>{"checkpoint.pt", "checkpoint.shard-0-of-1.step-1.pt",
+                                   "checkpoint.shard-0-of-1.step-3.pt", "checkpoint.shard-0-of-1.step-4.pt",
+                                   "checkpoint.step-1.pt", "checkpoint.step-3.pt"});
+  REQUIRE(read(dir / "checkpoint.step-1.pt") == "state 1");
+  REQUIRE(h.healthy_step() == 1);
+  REQUIRE(h.checkpoints().count(1) == 1);
+  // A verdict on a checkpoint the run cannot go back to (2: removed) changes nothing; a healthy
+  // one on a kept checkpoint (3) takes over at the next save.
+  h.judged(2, true);
+  REQUIRE(h.healthy_step() == 1);
+  h.judged(3, true);
+  REQUIRE(h.healthy_step() == 3);
+  REQUIRE(std::filesystem::exists(dir / "checkpoint.step-1.pt"));
+  save(h, dir, 5);
+  REQUIRE_FALSE(std::filesystem::exists(dir / "checkpoint.step-1.pt"));
+  REQUIRE(std::filesystem::exists(dir / "checkpoint.step-3.pt"));  // healthy, though older than keep 2 holds
+  REQUIRE(std::filesystem::exists(dir / "checkpoint.step-4.pt"));
+}
+
+TEST_CASE("checkpoint history: keep_checkpoints 1 keeps the healthy one before checkpoint.pt until its step", "[checkpoint]") {
+  TempDir dir("history_healthy_one");
+  CheckpointHistory h(dir.path(), 1, /*writer=*/true);
+  save(h, dir, 1);
+  h.judged(1, true);  // step 2 was healthy
+  save(h, dir, 2);    // checkpoint.pt is 2, whose next step is not known yet: 1 stays
+  REQUIRE(TempDir::list(dir.path()) ==
+          std::vector<std::string>{"checkpoint.pt", "checkpoint.shard-0-of-1.step-1.pt",
+                                   "checkpoint.shard-0-of-1.step-2.pt", "checkpoint.step-1.pt"});
+  REQUIRE(read(dir / "checkpoint.step-1.pt") == "state 1");
+  h.judged(2, true);  // step 3 was healthy: 1 goes at once, not at the next save
+  REQUIRE(TempDir::list(dir.path()) ==
+          std::vector<std::string>{"checkpoint.pt", "checkpoint.shard-0-of-1.step-2.pt"});
+  h.judged(3, false);  // nothing to keep for an unhealthy one
+  save(h, dir, 3);
+  REQUIRE(read(dir / "checkpoint.step-2.pt") == "state 2");
+  REQUIRE(h.checkpoints().size() == 2);
+}
+
 TEST_CASE("checkpoint history: --resume-from an older step continues it and retires the later ones", "[checkpoint]") {
   TempDir dir("history_rewind");
   {

@@ -29,6 +29,9 @@ assert "fp8_rewrite" in rows["fp8"] and "fp8_rewrite" not in rows["bf16"] and "f
 for r in rows.values():  # --breakdown: every phase timed
     assert set(r["phase_ms"]) == {"forward", "loss", "backward", "grad_sync", "fp8_update", "clip", "optimizer"}, r
     assert all(v >= 0 for v in r["phase_ms"].values()) and r["phase_ms"]["backward"] > 0
+    # and each phase's memory peak, within the row's (the largest of them is the row's peak or below)
+    assert list(r["phase_peak_bytes"]) == list(r["phase_ms"]), r
+    assert 0 < max(r["phase_peak_bytes"].values()) <= r["peak_memory_bytes"], r
 print("bench.json ok")
 PY
 # --profile: the operators of a profiled step, longest first, in the table and the JSON.

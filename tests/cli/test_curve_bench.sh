@@ -3,13 +3,20 @@
 # the rounds interleave (peer first in odd rounds, fp8train first in even ones), both sides get
 # the config's micro-batch and sequence, fp8train runs with and without GEMM autotuning, the
 # table prints median (range) and ratios to the digits their range allows; a peer that never
-# finishes compiling is stopped at --deadline and named as not run.
+# finishes compiling is stopped at --deadline and named as not run. The peers are named by their
+# framework (torchao-rowwise is torchao's recipe, --recipes rowwise fp8train's: both rows in the
+# table, side by side; the old name rowwise is taken with a note), and an unknown fp8train
+# recipe is refused with the registry's list before anything runs.
 source "$(dirname "$0")/lib.sh"
 export CALLS=$WORK/calls.txt
 # fp8train bench: one result per requested row; tokens/s = a base per row + the round number - 1
 # (round from the --json name ...-rN.json), 5 less without autotuning.
 cat > fake_fp8train.sh <<'SH'
 #!/usr/bin/env bash
+if [ "$1" = --fp8-recipe ] && [ "$3" = --print-config ]; then  # the recipe check, as fp8train answers it
+  case "$2" in delayed|current|block|rowwise) exit 0 ;; esac
+  echo "[error] fp8.recipe (--fp8-recipe): expected one of delayed, current, block, rowwise, got '$2'" >&2; exit 2
+fi
 echo "fp8train $*" >> "$CALLS"
 python3 - "$@" <<'PY'
 import json, re, sys
@@ -19,7 +26,7 @@ out = val("--json")
 r = int(re.search(r"-r(\d+)\.json$", out).group(1))
 off = "train.gemm_autotune=false" in args
 mb = int([a for a in args if a.startswith("train.micro_batch_size=")][0].split("=")[1])
-base = {"bf16": 80.0, "fp8:delayed": 110.0, "fp8:current": 114.0, "fp8:block": 105.0}
+base = {"bf16": 80.0, "fp8:delayed": 110.0, "fp8:current": 114.0, "fp8:block": 105.0, "fp8:rowwise": 95.0}
 precisions = val("--precisions").split(",")
 labels = (["bf16"] if "bf16" in precisions else []) + \
     (["fp8:" + x for x in val("--recipes").split(",")] if "fp8" in precisions else [])
@@ -137,4 +144,25 @@ FP8T_PYTHON=$WORK/fake_python.sh bash "$CURVE" --fp8train "$WORK/fake_fp8train.s
   > short.out 2>&1 || { cat short.out; fail "curve-bench.sh (short deadline) exited non-zero"; }
 grep -F "| gpt2-124m | torchao float8 rowwise (not started: " short/curve.md | grep -q "its compile takes about 45 s" \
   || { cat short/curve.md; fail "the skipped peer is not named with its reason"; }
+grep -q "is torchao's float8 rowwise recipe, the peer torchao-rowwise; fp8train's own rowwise recipe is --recipes rowwise" \
+  short.out || { cat short.out; fail "the old peer name rowwise is taken without the note"; }
+
+# torchao's rowwise and fp8train's rowwise, beside each other: two rows that say whose they are.
+FP8T_PYTHON=$WORK/fake_python.sh bash "$CURVE" --fp8train "$WORK/fake_fp8train.sh" --models gpt2-124m \
+  --peers torchao-rowwise --recipes block,rowwise --autotune on --repeats 1 --out "$WORK/rw" > rw.out 2>&1 \
+  || { cat rw.out; fail "curve-bench.sh --peers torchao-rowwise --recipes rowwise"; }
+[ -s rw/gpt2-124m/peer-torchao-rowwise.json ] || { ls rw/gpt2-124m; fail "no peer-torchao-rowwise.json"; }
+grep -F "| gpt2-124m | fp8train fp8:rowwise |" rw/curve.md | grep -qF "| 1.056× (one run each) torchao float8 rowwise |" \
+  || { cat rw/curve.md; fail "fp8train's rowwise row is not beside torchao's"; }
+grep -qF "| gpt2-124m | torchao float8 rowwise |" rw/curve.md || { cat rw/curve.md; fail "no torchao rowwise row"; }
+# fp8train's recipes are its registry's: the real program refuses an unknown one, before any run.
+: > "$CALLS"
+set +e
+FP8T_PYTHON=$WORK/fake_python.sh bash "$CURVE" --fp8train "$FP8TRAIN" --models gpt2-124m --recipes rowwise,nope \
+  --out "$WORK/nope" > nope.out 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "curve-bench.sh: --recipes: fp8.recipe (--fp8-recipe): expected one of delayed, current, block, rowwise, got 'nope'" nope.out \
+  || { cat nope.out; fail "an unknown recipe: exit $rc, expected 2 naming the registry's recipes"; }
+[ ! -s "$CALLS" ] || { cat "$CALLS"; fail "something ran before the unknown recipe was refused"; }
 echo "curve-bench: rounds interleaved, shapes shared, table medians/ranges/ratio digits, deadline honoured"

@@ -105,6 +105,19 @@ bad zero-2 "plan-zero" --dry-run --plan-zero 2
 bad shard-group "dist.shard_group_size 3 does not divide the 16 ranks" --dry-run --plan-world-size 16 --plan-zero 3 \
   --set dist.shard_group_size=3
 
+# A plan reads no data, so it needs no data.train_path (issue 62): the README's command as written,
+# a config whose data.source is tokens with no path, plans (exit 0 or 2 with a verdict). A dry run
+# that builds the job still needs the path.
+set +e
+"$FP8TRAIN" --config "$FP8T_SOURCE_DIR/configs/llama3-70b.yaml" --out-dir "$RUNS" --dry-run --plan-world-size 16 \
+  --plan-device-memory 80 >logs/no-data.out 2>logs/no-data.err
+RC[no-data]=$?
+set -e
+{ [ "${RC[no-data]}" = 0 ] || [ "${RC[no-data]}" = 2 ]; } && grep -q "^verdict: " logs/no-data.out \
+  || { cat logs/no-data.out logs/no-data.err; fail "a plan without data.train_path: exit ${RC[no-data]}, no verdict"; }
+! grep -q "data.train_path" logs/no-data.err || { cat logs/no-data.err; fail "a plan asked for data.train_path"; }
+bad build-needs-data "data.train_path" --dry-run --set data.source=tokens
+
 # Nothing was written: no run folder, no file in the working directory but this test's logs.
 [ ! -e "$RUNS" ] || fail "a planning dry run created $RUNS"
 [ "$(ls -A "$WORK")" = "logs" ] || fail "files appeared in the working directory: $(ls -A "$WORK")"

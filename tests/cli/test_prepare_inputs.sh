@@ -6,7 +6,10 @@
 #   - a null text is exit 2 naming the row, in .parquet as in .jsonl;
 #   - an empty validation input is exit 2 naming the file; an empty input among others is a warning
 #     naming it;
-#   - a failed run leaves no --out folder (nor the folders made above it).
+#   - a failed run leaves no --out folder (nor the folders made above it);
+#   - the default validation split suits a small corpus (issue 62: it took all of it, exit 2, after
+#     tokenizing): 1% of the documents' tokens, whole documents, the rest trains; a bad
+#     --val-fraction is refused before any work.
 source "$(dirname "$0")/lib.sh"
 PY="$FP8T_SOURCE_DIR/.venv/bin/python3"
 [ -x "$PY" ] || PY=$(command -v python3)
@@ -91,6 +94,23 @@ done
 printf 'not xz data' > broken.txt.xz
 expect_rc 2 "a corrupt .xz" "${PREPARE[@]}" --out bad broken.txt.xz
 out_has "broken.txt.xz"
+
+# ---- the default validation split ------------------------------------------------------------
+expect_rc 0 "the defaults on a small corpus" "${PREPARE[@]}" --out dflt --txt-docs blank-line book.txt
+"$PY" - <<'PY' || fail "the default validation split"
+import json
+m = json.load(open("dflt/manifest.json"))
+val, train = m["shards"][0], m["shards"][1:]
+total = m["tokens"]
+# The first whole document past 1% of the tokens ends it: at least one document, and no more
+# tokens than 1% plus the longest document (a document is never cut).
+assert val["split"] == "val" and val["documents"] >= 1, val
+assert train and all(s["split"] == "train" for s in train) and sum(s["tokens"] for s in train) > 0, m["shards"]
+assert val["tokens"] < 0.05 * total, (val["tokens"], total)
+print(f"validation: {val['documents']} of {m['documents']} documents, {val['tokens']} of {total} tokens")
+PY
+expect_rc 2 "--val-fraction 1" "${PREPARE[@]}" --out bad --val-fraction 1 book.txt
+out_has "--val-fraction must be in (0, 1)"
 
 # ---- null texts, empty files, and what a failed run leaves -----------------------------------
 "$PY" -c "import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.table({'text': ['one', 'two', None, 'four']}), 'null.parquet')"

@@ -209,6 +209,31 @@ TEST_CASE("resources: ZeRO-3 gathers FP8 block weights in 1 byte plus their tran
   CHECK(estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4)).gradient_bucket_bytes == 4325376.0);
 }
 
+TEST_CASE("resources: rowwise weights travel in the compute dtype under ZeRO-3, each layer keeping its FP8 copies",
+          "[plan]") {
+  // The rowwise recipe's WeightParts::fp8_gather is false: its FP8 Linears' weights are gathered as
+  // the rest (bf16: 2 bytes, as the codes and their transpose are: the gathered bytes stay
+  // 1441792), and each layer casts and caches its own E4M3 weight in both layouts, unsharded on
+  // every rank: 2 bytes x the two blocks' 393216 parameters.
+  ExperimentConfig c = zero3_config();
+  c.precision = Precision::kFp8;
+  c.fp8.kind = fp8::RecipeKind::kRowwise;
+  const auto rowwise = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4));
+  CHECK(rowwise.gathered_weight_bytes == 1441792.0);
+  CHECK(rowwise.fp8_bytes_per_param == 2.0 * 393216 / 1441792);
+  c.fp8.kind = fp8::RecipeKind::kDelayed;
+  const auto codes = estimate_training_memory(c, ParallelLayout::of(c.dist, 0, 4));
+  // (bytes/parameter x parameters: equal up to the rounding of the division, 1e-12 relative)
+  CHECK(rowwise.state_bytes == Approx(codes.state_bytes + 2.0 * 393216).epsilon(1e-12));
+  // train.recompute casts drops the cached transpose where the recipe transposes codes (delayed,
+  // under DDP: 1 copy), not under rowwise, whose cache keeps both layouts.
+  c.train.recompute = Recompute::kCasts;
+  c.dist.zero = ZeroStage::kNone;
+  CHECK(estimate_training_memory(c).fp8_bytes_per_param == 1.0 * 393216 / 1441792);
+  c.fp8.kind = fp8::RecipeKind::kRowwise;
+  CHECK(estimate_training_memory(c).fp8_bytes_per_param == 2.0 * 393216 / 1441792);
+}
+
 TEST_CASE("resources: ZeRO-3 shards within dist.shard_group_size ranks; bf16 moments; a tied head", "[plan]") {
   ExperimentConfig c = zero3_config();
   c.dist.shard_group_size = 2;
