@@ -1,6 +1,7 @@
 # fp8train export and model.init_from end to end:
-#  - a tiny GPT-2 and a tiny LLaMA (RoPE, GQA, RMSNorm, SwiGLU, no bias, tied head), exported with
-#    Hugging Face names, load in transformers and give fp8train's logits within 1e-4 relative;
+#  - a tiny GPT-2, a tiny LLaMA (RoPE, GQA, RMSNorm, SwiGLU, no bias, tied head) and a tiny OLMoE
+#    (a mixture of experts), exported with Hugging Face names, load in transformers and give
+#    fp8train's logits within 1e-4 relative;
 #  - the HF export read back through model.init_from and exported again with fp8train's names is
 #    bit for bit the run's own fp8train-names export (one update of lr 1e-30 cannot move an FP32 weight);
 #  - a file for another shape is refused with exit 2, naming the tensor.
@@ -41,6 +42,11 @@ EOF
 
 check_family gpt2 GPT2LMHeadModel
 check_family llama LlamaForCausalLM "${LLAMA[@]}"
+# A mixture of experts (OLMoE's layout: q/k norms, a softmax router, 4 experts, top-2), exported as
+# OlmoeForCausalLM with per-expert names (the published checkpoints' layout, which transformers
+# also loads into its fused expert weights).
+check_family olmoe OlmoeForCausalLM "${LLAMA[@]}" --set model.tie_embeddings=false --set model.qk_norm=true \
+  --set moe.experts=4 --set moe.top_k=2 --set moe.d_ff=32
 
 # bf16 export: every tensor BF16, config.json says so.
 "$FP8TRAIN" export --run runs/llama --out llama-bf16.safetensors --dtype bf16 || fail "export --dtype bf16"
