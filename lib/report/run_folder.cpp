@@ -74,6 +74,23 @@ void add_fp8_row(Fp8History& h, int64_t step, const nlohmann::json& rows) {
   }
 }
 
+// The least balanced MoE layer of a row's "moe" record (tokens_max / tokens_mean).
+void add_moe_row(RunFolder& run, const nlohmann::json& moe) {
+  run.expert_max_over_mean.reset();
+  for (const auto& [layer, s] : moe.items()) {
+    if (!s.is_object() || !s.value("tokens_mean", nlohmann::json()).is_number() ||
+        !s.value("tokens_max", nlohmann::json()).is_number()) {
+      continue;
+    }
+    const double mean = s["tokens_mean"].get<double>(), max = s["tokens_max"].get<double>();
+    if (mean <= 0.0) continue;
+    if (!run.expert_max_over_mean || max / mean > *run.expert_max_over_mean) {
+      run.expert_max_over_mean = max / mean;
+      run.expert_layer = layer;
+    }
+  }
+}
+
 void add_metrics_row(RunFolder& run, const nlohmann::json& r) {
   if (!r.is_object() || !r.contains("step") || !r["step"].is_number()) return;
   const int64_t step = r["step"].get<int64_t>();
@@ -84,6 +101,7 @@ void add_metrics_row(RunFolder& run, const nlohmann::json& r) {
   push(run.grad_norm, step, r.value("grad_norm", nlohmann::json()));
   push(run.tokens_per_s, step, r.value("tokens_per_s", nlohmann::json()));
   if (r.contains("fp8") && r["fp8"].is_array()) add_fp8_row(run.fp8, step, r["fp8"]);
+  if (r.contains("moe") && r["moe"].is_object()) add_moe_row(run, r["moe"]);
 }
 
 void read_metrics(RunFolder& run, const std::string& text) {

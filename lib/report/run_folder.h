@@ -7,6 +7,7 @@
 #include <cstdint>     // int64_t
 #include <filesystem>  // std::filesystem::path
 #include <map>         // std::map
+#include <optional>    // std::optional
 #include <string>      // std::string
 #include <vector>      // std::vector
 
@@ -47,6 +48,10 @@ struct RunFolder {
   nlohmann::json summary;                     // summary.json, or null
   Series loss, val_loss, lr, grad_norm, tokens_per_s;
   Fp8History fp8;
+  // A mixture of experts: the least balanced layer of the last log row's "moe" record, its most
+  // loaded expert's tokens over the mean ("h3.mlp", 1.31); empty for a dense run.
+  std::string expert_layer;
+  std::optional<double> expert_max_over_mean;
 };
 
 // Reads config.yaml, summary.json and metrics.jsonl of `dir`. A torn last line of

@@ -75,6 +75,13 @@ Cell memory_cell(std::optional<double> bytes) {
   return Cell{printf_text("%.1f MiB", *bytes / (1024.0 * 1024.0)), bytes};
 }
 
+// A mixture of experts at its last log row: "h3.mlp 1.31x", the least balanced layer's most loaded
+// expert over the mean; empty for a dense run.
+Cell expert_balance_cell(const RunFolder& run) {
+  if (!run.expert_max_over_mean) return Cell{};
+  return Cell{run.expert_layer + " " + printf_text("%.2fx", *run.expert_max_over_mean), run.expert_max_over_mean};
+}
+
 Cell steps_cell(const RunFolder& run) {
   std::optional<double> steps = summary_number(run, "steps");
   if (!steps && !run.loss.step.empty()) steps = static_cast<double>(run.loss.step.back());
@@ -95,6 +102,7 @@ std::vector<Cell> outcome_cells(const RunFolder& run) {
       memory_cell(summary_number(run, "peak_memory_bytes")),
       worst_slot_cell(run, "most_saturated", &SlotSeries::saturated),
       worst_slot_cell(run, "most_underflow", &SlotSeries::underflow),
+      expert_balance_cell(run),
   };
 }
 
@@ -103,7 +111,8 @@ std::vector<Cell> outcome_cells(const RunFolder& run) {
 const std::vector<std::string>& outcome_columns() {
   static const std::vector<std::string> cols = {"status",       "steps",       "best_val_loss",
                                                 "final_val_loss", "final_loss", "tokens_per_s",
-                                                "peak_memory",  "most_saturated", "most_underflow"};
+                                                "peak_memory",  "most_saturated", "most_underflow",
+                                                "expert_balance"};
   return cols;
 }
 

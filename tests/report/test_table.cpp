@@ -78,3 +78,22 @@ TEST_CASE("the table formats: text, markdown, tsv, json", "[report]") {
   REQUIRE(json[0]["most_saturated"]["slot"] == "h0.fc1.input");
   REQUIRE(json[0]["path"] == (tmp / "a").string());
 }
+
+TEST_CASE("expert_balance: the last row's least balanced MoE layer; empty for a dense run", "[report]") {
+  TempDir tmp("report");
+  fp8t::test::write_run(tmp / "dense", "dense", 0, "0.001");
+  fp8t::test::write_run(tmp / "moe", "moe", 1, "0.001");
+  // Two log rows of a mixture of experts: the second one counts (h1.mlp: 96 / 64 = 1.5).
+  fp8t::test::write_file(
+      tmp / "moe" / "metrics.jsonl",
+      "{\"step\":10,\"loss\":3.5,\"moe\":{\"h0.mlp\":{\"tokens_mean\":64.0,\"tokens_max\":200.0}}}\n"
+      "{\"step\":20,\"loss\":2.5,\"moe\":{\"h0.mlp\":{\"tokens_mean\":64.0,\"tokens_max\":80.0},"
+      "\"h1.mlp\":{\"tokens_mean\":64.0,\"tokens_max\":96.0}}}\n");
+  const Table t = build_table({read_run_folder(tmp / "dense"), read_run_folder(tmp / "moe")});
+  const size_t col = t.columns.size() - 1;
+  REQUIRE(t.columns[col].key == "expert_balance");
+  CHECK(t.rows[0][col].missing());
+  CHECK(t.rows[1][col].text == "h1.mlp 1.50x");
+  REQUIRE(t.rows[1][col].number.has_value());
+  CHECK(*t.rows[1][col].number == 1.5);
+}
