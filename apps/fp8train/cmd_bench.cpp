@@ -102,9 +102,11 @@ config::LoadedConfig load_for_recipes(const BenchArgs& args, const std::vector<c
 }
 
 void run_bench_command(BenchArgs& args) {
-  // The benchmark feeds random tokens itself: the config's data section is not read.
+  // The benchmark feeds random tokens itself: the config's data section is not read (a study
+  // config's data.order sequential, which synthetic data refuses, included).
   std::vector<config::Override> overrides = args.overrides;
   overrides.push_back(config::Override{"data.source", "synthetic", "bench"});
+  overrides.push_back(config::Override{"data.order", "random", "bench"});
   args.options.precisions = parse_precisions(args.precisions);
   args.options.recipes = parse_recipes(args.recipes);
   // Each row sets its own precision; with an fp8 row the fp8 keys are checked as under precision fp8.

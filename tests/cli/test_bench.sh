@@ -34,6 +34,13 @@ for r in rows.values():  # --breakdown: every phase timed
     assert 0 < max(r["phase_peak_bytes"].values()) <= r["peak_memory_bytes"], r
 print("bench.json ok")
 PY
+# A study config reads token shards in sequential order; bench draws random tokens instead and
+# must not refuse the config for it (configs/moe-140m.yaml: data.order sequential; a tiny MoE).
+"$FP8TRAIN" bench --config "$FP8T_SOURCE_DIR/configs/moe-140m.yaml" --precisions fp32,fp8 --bench-steps 1 \
+  --bench-warmup 0 --micro-batches 1 --set model.n_layer=1 --set model.d_model=64 --set model.n_head=2 \
+  --set model.n_kv_head=0 --set model.d_ff=64 --set model.vocab_size=256 --set model.seq_len=32 \
+  --set train.micro_batch_size=2 --json moe.json > moe.txt 2> moe.log || { cat moe.log; fail "bench of a sequential-order MoE config"; }
+grep -q "^fp8 " moe.txt || { cat moe.txt; fail "bench of the MoE config: no fp8 row"; }
 # --profile: the operators of a profiled step, longest first, in the table and the JSON.
 "$FP8TRAIN" bench --config "$CONFIG" --precisions fp8 --bench-steps 1 --bench-warmup 0 --profile 2 \
   --set model.n_layer=1 --json prof.json > prof.txt 2> prof.log || { cat prof.log; fail "bench --profile failed"; }
