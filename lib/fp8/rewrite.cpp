@@ -33,35 +33,32 @@ bool name_listed(const std::string& name, const std::vector<std::string>& list) 
   return false;
 }
 
-std::string skip_reason(const model::Linear& l, const std::string& name, const Scaling& scaling) {
-  const Recipe& r = scaling.recipe();
+// The rules every layer kind shares: listed in fp8.skip_layers, features not multiples of 16,
+// in*out below fp8.min_features_product. "" when none applies.
+std::string shared_skip_reason(int64_t in, int64_t out, const std::string& name, const Recipe& r) {
   if (name_listed(name, r.skip_layers)) return "listed in fp8.skip_layers";
-  if (l.in_features % 16 != 0 || l.out_features % 16 != 0) {
-    return "features " + std::to_string(l.in_features) + "x" + std::to_string(l.out_features) +
-           " not multiples of 16 (FP8 GEMM requirement)";
+  if (in % 16 != 0 || out % 16 != 0) {
+    return "features " + std::to_string(in) + "x" + std::to_string(out) + " not multiples of 16 (FP8 GEMM requirement)";
   }
-  if (l.in_features * l.out_features < r.min_features_product) {
-    return "in*out " + std::to_string(l.in_features * l.out_features) + " below fp8.min_features_product " +
+  if (in * out < r.min_features_product) {
+    return "in*out " + std::to_string(in * out) + " below fp8.min_features_product " +
            std::to_string(r.min_features_product);
   }
-  return scaling.unsupported_linear(l.in_features, l.out_features);
+  return "";
+}
+
+std::string skip_reason(const model::Linear& l, const std::string& name, const Scaling& scaling) {
+  const std::string shared = shared_skip_reason(l.in_features, l.out_features, name, scaling.recipe());
+  return shared.empty() ? scaling.unsupported_linear(l.in_features, l.out_features) : shared;
 }
 
 // A grouped layer runs whole in FP8 or whole in high precision.
 std::string grouped_skip_reason(const model::GroupedLinear& l, const std::string& name, const Scaling& scaling) {
-  const Recipe& r = scaling.recipe();
-  if (name_listed(name, r.skip_layers)) return "listed in fp8.skip_layers";
-  if (l.in_features % 16 != 0 || l.out_features % 16 != 0) {
-    return "features " + std::to_string(l.in_features) + "x" + std::to_string(l.out_features) +
-           " not multiples of 16 (FP8 GEMM requirement)";
-  }
-  const auto& o = r.override_linear_precision;
+  const std::string shared = shared_skip_reason(l.in_features, l.out_features, name, scaling.recipe());
+  if (!shared.empty()) return shared;
+  const auto& o = scaling.recipe().override_linear_precision;
   if (o.fprop || o.dgrad || o.wgrad) {
     return "fp8.override_linear_precision is set: a grouped layer's GEMMs run all in FP8 or all in high precision";
-  }
-  if (l.in_features * l.out_features < r.min_features_product) {
-    return "in*out " + std::to_string(l.in_features * l.out_features) + " below fp8.min_features_product " +
-           std::to_string(r.min_features_product);
   }
   return scaling.unsupported_grouped_linear();
 }

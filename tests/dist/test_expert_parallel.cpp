@@ -1,8 +1,8 @@
-// Expert parallelism (dist.expert_parallel: lib/dist/expert_parallel.h, wired by
-// lib/step/session.cpp) against plain data parallelism on 2 and 4 Gloo ranks in one process
-// (threads): the same tiny mixture-of-experts model, the same starting weights (each rank's experts
-// cut from the same whole tensors) and the same batches; the losses and the final weights (the
-// experts gathered back) are compared.
+// Expert parallelism (dist.expert_parallel: lib/dist/expert_parallel.h, wired by lib/step/session.cpp;
+// whole experts for checkpoints by lib/step/session_experts.cpp) against plain data parallelism on 2
+// and 4 Gloo ranks in one process (threads): the same tiny mixture-of-experts model, the same starting
+// weights (each rank's experts cut from the same whole tensors) and the same batches; the losses and
+// the final weights (the experts gathered back by Session::whole_experts) are compared.
 #include "lib/dist/expert_parallel.h"
 
 #include <torch/torch.h>  // torch::NoGradGuard
@@ -19,6 +19,7 @@
 #include "tests/catch.h"
 #include "tests/dist/dist_test_util.h"  // run_ranks
 #include "tests/dist/session_runs.h"    // rank_batch, max_relative
+#include "tests/model/moe_test_config.h"  // test::tiny_moe
 
 using namespace fp8t;
 
@@ -29,17 +30,8 @@ constexpr int kSteps = 3;
 ExperimentConfig moe_run_config(Precision precision) {
   ExperimentConfig c;
   c.precision = precision;
-  c.model.n_layer = 2;
-  c.model.d_model = 32;
-  c.model.n_head = 2;
+  c.model = test::tiny_moe(/*d_model=*/32, /*d_ff=*/32, /*experts=*/4);
   c.model.seq_len = 16;
-  c.model.norm = NormKind::kRMSNorm;
-  c.model.activation = Activation::kSwiGLU;
-  c.model.position = PositionKind::kRope;
-  c.model.bias = false;
-  c.model.moe.experts = 4;
-  c.model.moe.top_k = 2;
-  c.model.moe.d_ff = 32;
   c.model.moe.first_k_dense = 1;  // a dense block too: its weights stay data-parallel
   c.train.micro_batch_size = 2;
   c.train.grad_accum_steps = 2;

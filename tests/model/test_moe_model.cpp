@@ -11,28 +11,14 @@
 #include <vector>  // std::vector
 
 #include "lib/model/layers.h"  // GroupedLinear
+#include "tests/model/moe_test_config.h"  // test::tiny_moe
 #include "tests/catch.h"
 
 using namespace fp8t;
 
 namespace {
 
-ModelSection tiny_moe() {
-  ModelSection m;
-  m.vocab_size = 64;
-  m.seq_len = 8;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 16;
-  m.norm = NormKind::kRMSNorm;
-  m.activation = Activation::kSwiGLU;
-  m.position = PositionKind::kRope;
-  m.bias = false;
-  m.moe.experts = 4;
-  m.moe.top_k = 2;
-  m.moe.d_ff = 24;
-  return m;
-}
+ModelSection tiny_moe() { return test::tiny_moe(/*d_model=*/16, /*d_ff=*/24, /*experts=*/4); }
 
 at::Tensor weight_of(const std::shared_ptr<model::GroupedModule>& m) {
   return std::static_pointer_cast<model::GroupedLinear>(m)->weight;

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>  // torch::autograd::Function
 
+#include "lib/fp8/layers/saved_operand.h"  // save_operand, saved_operand
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::autocast_dtype_or, to_ivalue, from_ivalue
 
@@ -56,19 +57,6 @@ class Fp8GroupedLinearFunction : public torch::autograd::Function<Fp8GroupedLine
                .to(at::kFloat);
     }
     return {dx, dw, at::Tensor(), at::Tensor()};
-  }
-
- private:
-  static void save_operand(torch::autograd::AutogradContext* ctx, const std::string& name, const Fp8Operand& op) {
-    ctx->saved_data[name + "_codes"] = op.codes;
-    ctx->saved_data[name + "_sinv"] = op.scale_inv;
-    ctx->saved_data[name + "_fmt"] = static_cast<int64_t>(op.format);
-    ctx->saved_data[name + "_layout"] = static_cast<int64_t>(op.scale_layout);
-  }
-  static Fp8Operand saved_operand(torch::autograd::AutogradContext* ctx, const std::string& name) {
-    return Fp8Operand{ctx->saved_data[name + "_codes"].toTensor(), ctx->saved_data[name + "_sinv"].toTensor(),
-                      static_cast<Format>(ctx->saved_data[name + "_fmt"].toInt()),
-                      static_cast<ScaleLayout>(ctx->saved_data[name + "_layout"].toInt())};
   }
 };
 

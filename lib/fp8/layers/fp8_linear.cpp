@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>  // torch::autograd::Function
 
+#include "lib/fp8/layers/saved_operand.h"  // save_operand, saved_operand
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::autocast_dtype_or
 
@@ -161,12 +162,6 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     if (transpose) ctx->saved_data["w_transpose"] = true;
   }
 
-  static void save_operand(torch::autograd::AutogradContext* ctx, const std::string& name, const Fp8Operand& op) {
-    ctx->saved_data[name + "_col"] = op.codes;
-    ctx->saved_data[name + "_col_sinv"] = op.scale_inv;
-    ctx->saved_data[name + "_fmt"] = static_cast<int64_t>(op.format);
-    ctx->saved_data[name + "_layout"] = static_cast<int64_t>(op.scale_layout);
-  }
 
   // wgrad's x^T: kept from the forward, or cast now from the value the activation handed over or
   // from x (saved_x) with the forward's scale (same codes: the recipe's cast under NoRecordScope
@@ -238,11 +233,6 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     return ctx->saved_data.count("w_transpose") != 0 ? transposed(w) : w;
   }
 
-  static Fp8Operand saved_operand(torch::autograd::AutogradContext* ctx, const std::string& name) {
-    return Fp8Operand{ctx->saved_data[name + "_col"].toTensor(), ctx->saved_data[name + "_col_sinv"].toTensor(),
-                      static_cast<Format>(ctx->saved_data[name + "_fmt"].toInt()),
-                      static_cast<ScaleLayout>(ctx->saved_data[name + "_layout"].toInt())};
-  }
 
   // The output gradient in high precision and in FP8 (with dbias when has_bias).
   struct GradInput {

@@ -13,6 +13,7 @@
 #include "lib/model/model.h"          // model::build
 #include "lib/ops/grouped_linear.h"   // ops::grouped_linear_per_group
 #include "tests/catch.h"
+#include "tests/model/moe_test_config.h"  // test::tiny_moe
 
 using namespace fp8t;
 using namespace fp8t::fp8;
@@ -120,19 +121,7 @@ TEST_CASE("fp8 grouped linear: every slot is E4M3 under HYBRID", "[fp8]") {
 }
 
 TEST_CASE("fp8 rewrite: a mixture of experts' grouped layers, in FP8 or kept with the reason", "[fp8]") {
-  ModelSection m;
-  m.vocab_size = 64;
-  m.seq_len = 8;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 32;
-  m.norm = NormKind::kRMSNorm;
-  m.activation = Activation::kSwiGLU;
-  m.position = PositionKind::kRope;
-  m.bias = false;
-  m.moe.experts = 4;
-  m.moe.top_k = 2;
-  m.moe.d_ff = 32;
+  const ModelSection m = test::tiny_moe(/*d_model=*/32, /*d_ff=*/32, /*experts=*/4);
   for (const RecipeKind kind : {RecipeKind::kDelayed, RecipeKind::kCurrent, RecipeKind::kBlock, RecipeKind::kRowwise}) {
     CAPTURE(to_string(kind));
     torch::manual_seed(1);

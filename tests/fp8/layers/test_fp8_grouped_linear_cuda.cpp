@@ -1,4 +1,5 @@
-// Fp8GroupedLinear on the CUDA backend (at::_scaled_grouped_mm) against the CPU emulation, under
+// Fp8GroupedLinear on the CUDA backend (at::_scaled_grouped_mm: lib/fp8/backends/grouped_gemm_cuda.cpp)
+// against the CPU emulation, under
 // every recipe with a grouped GEMM: the same weights, inputs and group ends on both sides; and a
 // mixture-of-experts model's step on the GPU (routing, dispatch and the grouped GEMMs) captured as
 // one CUDA graph.
@@ -11,6 +12,7 @@
 #include "lib/config/fields.h"                  // config::to_string
 #include "lib/step/session.h"                   // step::Session
 #include "tests/catch.h"
+#include "tests/model/moe_test_config.h"  // test::tiny_moe
 
 using namespace fp8t;
 using namespace fp8t::fp8;
@@ -82,19 +84,11 @@ TEST_CASE("a mixture-of-experts step on CUDA runs as one CUDA graph and repeats 
     CAPTURE(config::to_string(precision));
     ExperimentConfig c;
     c.precision = precision;
+    c.model = test::tiny_moe(/*d_model=*/128, /*d_ff=*/128, /*experts=*/8);
     c.model.vocab_size = 128;
     c.model.seq_len = 64;
-    c.model.n_layer = 2;
     c.model.n_head = 4;
-    c.model.d_model = 128;
-    c.model.norm = NormKind::kRMSNorm;
-    c.model.activation = Activation::kSwiGLU;
-    c.model.position = PositionKind::kRope;
-    c.model.bias = false;
     c.model.qk_norm = true;
-    c.model.moe.experts = 8;
-    c.model.moe.top_k = 2;
-    c.model.moe.d_ff = 128;
     c.train.micro_batch_size = 4;
     const at::Device gpu(at::kCUDA, 0);
     auto run = [&](bool graphs) {
