@@ -145,6 +145,37 @@ ExperimentConfig run_config(const ExperimentConfig& base, const BenchRun& run, c
   return cfg;
 }
 
+// --breakdown: `steps` more steps with a mark after each phase (synchronizing there), each phase's
+// median time and its memory peak above `baseline` into r; returns the largest of those peaks.
+int64_t time_phases(step::Session& session, const std::function<data::Batch()>& next, double lr, at::Tensor& loss_sum,
+                    int64_t steps, const at::Device& device, int64_t baseline, BenchResult& r) {
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<double>> per_phase;
+  std::map<std::string, int64_t> phase_peak;
+  int64_t peak = 0;
+  Stopwatch watch;
+  for (int64_t i = 0; i < steps; ++i) {
+    synchronize(device);
+    reset_peak_memory(device);
+    watch.lap();
+    session.step(next, lr, loss_sum, [&](const char* name) {
+      synchronize(device);
+      const double t = watch.lap() * 1e3;
+      if (per_phase.find(name) == per_phase.end()) names.emplace_back(name);
+      per_phase[name].push_back(t);
+      const int64_t bytes = peak_memory_bytes(device) - baseline;
+      phase_peak[name] = std::max(phase_peak[name], bytes);
+      peak = std::max(peak, bytes);
+      reset_peak_memory(device);
+    });
+  }
+  for (const auto& n : names) {
+    r.phase_ms.emplace_back(n, median(per_phase[n]));
+    r.phase_peak_bytes.emplace_back(n, phase_peak[n]);
+  }
+  return peak;
+}
+
 BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const BenchOptions& options,
                       const at::Device& device, const std::shared_ptr<dist::Communicator>& comm) {
   const ExperimentConfig cfg = run_config(base, run, options);
@@ -196,30 +227,7 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   r.skipped_steps = session.health().read().skipped;  // warm-up and timed steps
   // The row's peak so far (the breakdown below resets the allocator's peak at every phase).
   int64_t peak = peak_memory_bytes(device) - baseline;
-  if (options.breakdown) {
-    std::vector<std::string> names;
-    std::map<std::string, std::vector<double>> per_phase;
-    std::map<std::string, int64_t> phase_peak;
-    for (int64_t i = 0; i < options.steps; ++i) {
-      synchronize(device);
-      reset_peak_memory(device);
-      watch.lap();
-      session.step(next, lr, loss_sum, [&](const char* name) {
-        synchronize(device);
-        const double t = watch.lap() * 1e3;
-        if (per_phase.find(name) == per_phase.end()) names.emplace_back(name);
-        per_phase[name].push_back(t);
-        const int64_t bytes = peak_memory_bytes(device) - baseline;
-        phase_peak[name] = std::max(phase_peak[name], bytes);
-        peak = std::max(peak, bytes);
-        reset_peak_memory(device);
-      });
-    }
-    for (const auto& n : names) {
-      r.phase_ms.emplace_back(n, median(per_phase[n]));
-      r.phase_peak_bytes.emplace_back(n, phase_peak[n]);
-    }
-  }
+  if (options.breakdown) peak = std::max(peak, time_phases(session, next, lr, loss_sum, options.steps, device, baseline, r));
   if (options.profile_steps > 0) {
     r.kernels = profile_kernels([&] { session.step(next, lr, loss_sum); }, options.profile_steps, device);
     for (const auto& k : r.kernels) r.profiled_device_ms_per_step += k.ms_per_step;

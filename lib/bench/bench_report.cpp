@@ -213,63 +213,67 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
   return s.str();
 }
 
+// One row of the JSON's "results".
+nlohmann::json result_json(const BenchResult& r, const BenchOptions& options) {
+  nlohmann::json row = {{"precision", r.precision},
+                        {"tokens_per_step", r.tokens_per_step},
+                        {"median_step_ms", r.median_step_ms},
+                        {"min_step_ms", r.min_step_ms},
+                        {"max_step_ms", r.max_step_ms},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"model_tflops", r.tflops},
+                        {"peak_memory_bytes", r.peak_memory_bytes},
+                        {"final_loss", r.final_loss},
+                        {"skipped_steps", r.skipped_steps},
+                        {"cuda_graph", r.cuda_graph},
+                        {"memory_estimate",
+                         {{"bytes_per_parameter",
+                           {{"weights", r.memory.weight_bytes_per_param},
+                            {"gradients", r.memory.grad_bytes_per_param},
+                            {"optimizer", r.memory.optimizer_bytes_per_param},
+                            {"weight_copies", r.memory.fp8_bytes_per_param},
+                            {"total", r.memory.state_bytes_per_param()}}},
+                          {"parameters", r.memory.parameters},
+                          {"gradient_bucket_bytes", r.memory.gradient_bucket_bytes},
+                          {"state_bytes", r.memory.state_bytes},
+                          {"shard_ranks", r.memory.shard_ranks},
+                          {"gathered_weight_bytes", r.memory.gathered_weight_bytes},
+                          {"head_gradient_bytes", r.memory.head_gradient_bytes},
+                          {"activation_bytes", r.memory.activation_bytes},
+                          {"total_bytes", r.memory.total_bytes()}}}};
+  if (!r.recipe.empty()) row["recipe"] = r.recipe;
+  if (!r.fp8_rewrite.empty()) row["fp8_rewrite"] = r.fp8_rewrite;
+  if (!r.cuda_graph_off_reason.empty()) row["cuda_graph_off_reason"] = r.cuda_graph_off_reason;
+  if (r.gemm_plans_tuned > 0) {
+    row["gemm_autotune"] = {{"plans_tuned", r.gemm_plans_tuned},
+                            {"plans_changed", r.gemm_plans_changed},
+                            {"heuristic_ms", r.gemm_heuristic_ms},
+                            {"chosen_ms", r.gemm_chosen_ms}};
+  }
+  if (!r.phase_ms.empty()) {
+    nlohmann::json phases = nlohmann::json::object();
+    for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;
+    row["phase_ms"] = phases;
+    nlohmann::json peaks = nlohmann::json::object();
+    for (const auto& [name, bytes] : r.phase_peak_bytes) peaks[name] = bytes;
+    row["phase_peak_bytes"] = peaks;
+  }
+  if (!r.kernels.empty()) {
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const auto& k : r.kernels) {
+      kernels.push_back({{"name", k.name}, {"ms_per_step", k.ms_per_step}, {"calls_per_step", k.calls_per_step}});
+    }
+    row["profile"] = {{"steps", options.profile_steps},
+                      {"device_ms_per_step", r.profiled_device_ms_per_step},
+                      {"kernels", kernels}};
+  }
+  return row;
+}
+
 nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& options,
                              const std::vector<BenchResult>& results) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : results) {
-    rows.push_back({{"precision", r.precision},
-                    {"tokens_per_step", r.tokens_per_step},
-                    {"median_step_ms", r.median_step_ms},
-                    {"min_step_ms", r.min_step_ms},
-                    {"max_step_ms", r.max_step_ms},
-                    {"tokens_per_s", r.tokens_per_s},
-                    {"model_tflops", r.tflops},
-                    {"peak_memory_bytes", r.peak_memory_bytes},
-                    {"final_loss", r.final_loss},
-                    {"skipped_steps", r.skipped_steps},
-                    {"cuda_graph", r.cuda_graph},
-                    {"memory_estimate",
-                     {{"bytes_per_parameter",
-                       {{"weights", r.memory.weight_bytes_per_param},
-                        {"gradients", r.memory.grad_bytes_per_param},
-                        {"optimizer", r.memory.optimizer_bytes_per_param},
-                        {"weight_copies", r.memory.fp8_bytes_per_param},
-                        {"total", r.memory.state_bytes_per_param()}}},
-                      {"parameters", r.memory.parameters},
-                      {"gradient_bucket_bytes", r.memory.gradient_bucket_bytes},
-                      {"state_bytes", r.memory.state_bytes},
-                      {"shard_ranks", r.memory.shard_ranks},
-                      {"gathered_weight_bytes", r.memory.gathered_weight_bytes},
-                      {"head_gradient_bytes", r.memory.head_gradient_bytes},
-                      {"activation_bytes", r.memory.activation_bytes},
-                      {"total_bytes", r.memory.total_bytes()}}}});
-    if (!r.recipe.empty()) rows.back()["recipe"] = r.recipe;
-    if (!r.fp8_rewrite.empty()) rows.back()["fp8_rewrite"] = r.fp8_rewrite;
-    if (!r.cuda_graph_off_reason.empty()) rows.back()["cuda_graph_off_reason"] = r.cuda_graph_off_reason;
-    if (r.gemm_plans_tuned > 0) {
-      rows.back()["gemm_autotune"] = {{"plans_tuned", r.gemm_plans_tuned},
-                                      {"plans_changed", r.gemm_plans_changed},
-                                      {"heuristic_ms", r.gemm_heuristic_ms},
-                                      {"chosen_ms", r.gemm_chosen_ms}};
-    }
-    if (!r.phase_ms.empty()) {
-      nlohmann::json phases = nlohmann::json::object();
-      for (const auto& [name, ms] : r.phase_ms) phases[name] = ms;
-      rows.back()["phase_ms"] = phases;
-      nlohmann::json peaks = nlohmann::json::object();
-      for (const auto& [name, bytes] : r.phase_peak_bytes) peaks[name] = bytes;
-      rows.back()["phase_peak_bytes"] = peaks;
-    }
-    if (!r.kernels.empty()) {
-      nlohmann::json kernels = nlohmann::json::array();
-      for (const auto& k : r.kernels) {
-        kernels.push_back({{"name", k.name}, {"ms_per_step", k.ms_per_step}, {"calls_per_step", k.calls_per_step}});
-      }
-      rows.back()["profile"] = {{"steps", options.profile_steps},
-                                {"device_ms_per_step", r.profiled_device_ms_per_step},
-                                {"kernels", kernels}};
-    }
-  }
+  for (const auto& r : results) rows.push_back(result_json(r, options));
   const BenchResult* bf16 = find(results, "bf16");
   const BenchResult* fp8 = find(results, "fp8");
   nlohmann::json out = {
@@ -284,7 +288,8 @@ nlohmann::json bench_to_json(const ExperimentConfig& cfg, const BenchOptions& op
       {"micro_batches_per_step", options.micro_batches},
       {"timed_steps", options.steps},
       {"warmup_steps", options.warmup},
-      {"flops_per_token_formula", "6 * non-embedding params + 12 * n_layer * seq_len * d_model"},
+      {"flops_per_token_formula",
+       "6 * non-embedding params (a mixture of experts: those a token passes through) + 12 * n_layer * seq_len * d_model"},
       {"results", rows},
   };
   if (bf16 && fp8 && bf16->tokens_per_s > 0) out["fp8_over_bf16"] = fp8->tokens_per_s / bf16->tokens_per_s;
