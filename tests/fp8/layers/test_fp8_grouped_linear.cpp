@@ -14,9 +14,12 @@
 #include "lib/ops/grouped_linear.h"   // ops::grouped_linear_per_group
 #include "tests/catch.h"
 #include "tests/model/moe_test_config.h"  // test::tiny_moe
+#include "tests/tensor_compare.h"  // test::rel_err
 
 using namespace fp8t;
 using namespace fp8t::fp8;
+
+using fp8t::test::rel_err;
 
 namespace {
 
@@ -47,10 +50,6 @@ Fp8Operand rows_of(const Fp8Operand& op, int64_t begin, int64_t n) {
   out.codes = op.codes.narrow(0, begin, n);
   if (op.scale_layout == ScaleLayout::kRowwise) out.scale_inv = op.scale_inv.narrow(0, begin, n);
   return out;
-}
-
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
-  return ((a.to(at::kDouble) - ref.to(at::kDouble)).norm() / ref.to(at::kDouble).norm()).item<double>();
 }
 
 // x [64, 32]: the third group's 16 rows are padding (zeros), as a dispatch buffer's would be.

@@ -13,16 +13,14 @@
 #include "lib/step/session.h"                   // step::Session
 #include "tests/catch.h"
 #include "tests/model/moe_test_config.h"  // test::tiny_moe
+#include "tests/tensor_compare.h"  // test::rel_err
 
 using namespace fp8t;
 using namespace fp8t::fp8;
 
-namespace {
+using fp8t::test::rel_err;
 
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
-  const at::Tensor a64 = a.detach().cpu().to(at::kDouble), r64 = ref.detach().cpu().to(at::kDouble);
-  return ((a64 - r64).norm() / r64.norm()).item<double>();
-}
+namespace {
 
 struct Side {
   std::shared_ptr<Scaling> scaling;

@@ -8,8 +8,11 @@
 #include "lib/fp8/layers/fp8_activation.h"  // Fp8Gelu
 #include "lib/fp8/recipes/scaling.h"        // make_scaling
 #include "tests/catch.h"
+#include "tests/tensor_compare.h"  // test::rel_err
 
 using namespace fp8t::fp8;
+
+using fp8t::test::rel_err;
 
 namespace {
 
@@ -19,10 +22,6 @@ at::Tensor fake_quant64(const at::Tensor& x, float scale, Format f) {
   at::Tensor codes = at::empty(xf.sizes(), at::kByte);
   for (int64_t i = 0; i < xf.numel(); ++i) codes.data_ptr<uint8_t>()[i] = encode(xf.data_ptr<float>()[i] * scale, f);
   return decode_codes(codes, f).to(at::kDouble) / static_cast<double>(scale);
-}
-
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
-  return ((a.to(at::kDouble) - ref.to(at::kDouble)).norm() / ref.to(at::kDouble).norm()).item<double>();
 }
 
 struct Fixture {

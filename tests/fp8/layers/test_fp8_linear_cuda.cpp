@@ -4,15 +4,13 @@
 #include "lib/fp8/layers/fp8_linear.h"  // Fp8Linear
 #include "lib/fp8/recipes/scaling.h"    // make_scaling
 #include "tests/catch.h"
+#include "tests/tensor_compare.h"  // test::rel_err
 
 using namespace fp8t::fp8;
 
-namespace {
+using fp8t::test::rel_err;
 
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
-  const at::Tensor a64 = a.detach().cpu().to(at::kDouble), r64 = ref.detach().cpu().to(at::kDouble);
-  return ((a64 - r64).norm() / r64.norm()).item<double>();
-}
+namespace {
 
 struct Side {
   std::shared_ptr<DelayedScaling> scaling;

@@ -7,6 +7,7 @@
 #include "lib/fp8/recipes/block_scaling.h"  // BlockScaling
 #include "lib/fp8/layers/fp8_linear.h"      // Fp8Linear
 #include "tests/catch.h"
+#include "tests/tensor_compare.h"  // test::rel_err
 #if defined(FP8T_WITH_CUDA)
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
 
@@ -19,12 +20,9 @@
 
 using namespace fp8t::fp8;
 
-namespace {
+using fp8t::test::rel_err;
 
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
-  const at::Tensor a64 = a.detach().cpu().to(at::kDouble), r64 = ref.detach().cpu().to(at::kDouble);
-  return ((a64 - r64).norm() / r64.norm()).item<double>();
-}
+namespace {
 
 struct Side {
   std::shared_ptr<BlockScaling> scaling;

@@ -11,17 +11,15 @@
 #include "lib/fp8/layers/fp8_linear.h"          // Fp8Linear
 #include "lib/fp8/recipes/rowwise_scaling.h"    // RowwiseScaling
 #include "tests/catch.h"
+#include "tests/tensor_compare.h"  // test::rel_err
 #include "tests/kernels/cuda_test_util.h"  // require_gpu, reporting
 
 using namespace fp8t::fp8;
 
 #if defined(FP8T_WITH_CUDA)
-namespace {
+using fp8t::test::rel_err;
 
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
-  const at::Tensor a64 = a.detach().cpu().to(at::kDouble), r64 = ref.detach().cpu().to(at::kDouble);
-  return ((a64 - r64).norm() / r64.norm()).item<double>();
-}
+namespace {
 
 void require_same(const Fp8Operand& got, const Fp8Operand& want) {
   REQUIRE(got.scale_layout == ScaleLayout::kRowwise);
