@@ -39,6 +39,9 @@
 #                        of the effective speedup (default 0: none; the table reads every
 #                        DIR/bench/bench-r*.json there is)
 #   --bench-steps N, --bench-warmup N  timed and untimed steps of each bench row (default 20, 5)
+#   --stats-seed S       the FP8 runs of seed S also record fp8.stats (--fp8-stats: per-slot amax,
+#                        scale, saturation and underflow in metrics.jsonl; the log steps then run
+#                        without CUDA graphs, the same arithmetic); default: none
 #
 # Runs: DIR/runs/<label>-s<seed> (label bf16, fp8 or fp8-<recipe>, fp16, fp32) with its output in
 # DIR/runs/<label>-s<seed>.log, trained seed by seed (every label of seed 1, then of seed 2, ...)
@@ -93,6 +96,7 @@ DEADLINE=
 BENCH_ROUNDS=0
 BENCH_STEPS=20
 BENCH_WARMUP=5
+STATS_SEED=
 SETS=()
 EXTRA=()
 if [ $# -ge 1 ] && [ "${1:0:1}" != - ]; then  # TEXT_FILE: the character-level config on a book
@@ -112,6 +116,7 @@ while [ $# -gt 0 ]; do
     --bench-rounds) need "$@"; BENCH_ROUNDS="$2"; shift 2 ;;
     --bench-steps) need "$@"; BENCH_STEPS="$2"; shift 2 ;;
     --bench-warmup) need "$@"; BENCH_WARMUP="$2"; shift 2 ;;
+    --stats-seed) need "$@"; STATS_SEED="$2"; shift 2 ;;
     --out) need "$@"; OUTDIR="$2"; shift 2 ;;
     --precisions) need "$@"; PRECISIONS="$2"; shift 2 ;;
     --recipes) need "$@"; RECIPES="$2"; shift 2 ;;
@@ -135,6 +140,8 @@ positive --jobs "$JOBS"; positive --seeds "$SEEDS"; positive --knob-steps "$KNOB
 [[ "$BENCH_ROUNDS" =~ ^[0-9]+$ ]] || bad "--bench-rounds expects a whole number, got '$BENCH_ROUNDS'"
 [[ "$BENCH_WARMUP" =~ ^[0-9]+$ ]] || bad "--bench-warmup expects a whole number, got '$BENCH_WARMUP'"
 [ -z "$STEPS" ] || positive --steps "$STEPS"
+[ -z "$STATS_SEED" ] || positive --stats-seed "$STATS_SEED"
+[ -z "$STATS_SEED" ] || [ "$STATS_SEED" -le "$SEEDS" ] || bad "--stats-seed $STATS_SEED: the study has seeds 1..$SEEDS"
 [ -z "$DEADLINE" ] || [[ "$DEADLINE" =~ ^[0-9]+$ ]] || bad "--deadline expects seconds since 1970 (date +%s), got '$DEADLINE'"
 python3 -c "import sys, math; t = float(sys.argv[1]); sys.exit(not (math.isfinite(t) and t >= 0))" "$TARGET" 2>/dev/null \
   || bad "--target expects a non-negative number (percent of bf16's mean), got '$TARGET'"
@@ -171,6 +178,7 @@ common=(--config "$CONFIG" "${SETS[@]}" --out-dir "$OUTDIR/runs" --quiet --overw
 run_cmd() {  # run_cmd LABEL SEED: CMD=(fp8train with the flags of one run)
   # shellcheck disable=SC2206  # FLAGS holds words
   CMD=("$APP" "${common[@]}" --run-name "$1-s$2" ${FLAGS[$1]} --seed "$2" "${EXTRA[@]}")
+  [[ "$1" != fp8* || "$2" != "$STATS_SEED" ]] || CMD+=(--fp8-stats)
 }
 # Bad flags or data are exit 2 before anything trains: every label's first run, --dry-run.
 if [ "$TRAIN" = 1 ]; then

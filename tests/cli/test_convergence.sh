@@ -13,7 +13,8 @@
 #   bench of another step size), bf16 first in odd rounds and last in even ones, from a config
 #   file of data.order sequential (bench refuses that order: convergence.sh gives bench a random
 #   one, as configs/llama-125m.yaml needs); their tokens/s in convergence.json; --skip-done keeps
-#   them, --deadline stops the ones not started.
+#   them, --deadline stops the ones not started;
+# - --stats-seed: fp8.stats in the FP8 runs of that seed alone.
 #   (tests/cli/test_convergence_table.sh checks the arithmetic on a study made by hand.)
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1  # a tiny model: one thread per run is fastest (and kind to a shared machine)
@@ -32,7 +33,7 @@ conv() { bash "$FP8T_SOURCE_DIR/scripts/convergence.sh" --fp8train "$FP8TRAIN" -
 run_rc() { set +e; "$@" > out.txt 2>&1; rc=$?; set -e; }
 
 # A passing study; the windows each run trained on are appended to windows.rank0, run after run.
-FP8TRAIN_TEST_WINDOWS=$WORK/windows run_rc conv --out "$WORK/pass"
+FP8TRAIN_TEST_WINDOWS=$WORK/windows run_rc conv --out "$WORK/pass" --stats-seed 2
 [ "$rc" = 0 ] || { cat out.txt; fail "the passing study: exit $rc, expected 0"; }
 grep -q "^| fp8-delayed | 2/2 | [0-9.]* ± [0-9.]* | [0-9.]* ± [0-9.]* | [-+][0-9.]* ± [0-9.]* (.*%) | .* | pass: " out.txt \
   || { cat out.txt; fail "no 'mean ± sd' row with a passing verdict for fp8-delayed"; }
@@ -62,6 +63,14 @@ for run in bf16-s1 bf16-s2 fp8-delayed-s1 fp8-delayed-s2; do
   [ ! -e "pass/runs/$run/checkpoint.pt" ] || fail "$run: the checkpoint was not deleted"
   grep -q "\"$run\"" pass/convergence.html || fail "the HTML page lacks $run"
 done
+# --stats-seed 2: the FP8 run of seed 2 alone logs per-slot FP8 statistics.
+python3 - pass/runs <<'PY' || fail "--stats-seed 2: fp8.stats in fp8-delayed-s2 alone"
+import json, sys
+def fp8_rows(run):
+    return sum("fp8" in r for r in map(json.loads, open(f"{sys.argv[1]}/{run}/metrics.jsonl")))
+counts = {run: fp8_rows(run) for run in ("bf16-s2", "fp8-delayed-s1", "fp8-delayed-s2")}
+assert counts["bf16-s2"] == 0 and counts["fp8-delayed-s1"] == 0 and counts["fp8-delayed-s2"] >= 8, counts  # 40 steps, a log row every 5
+PY
 # Seed-major order: bf16-s1, fp8-delayed-s1, bf16-s2, fp8-delayed-s2, 40 steps x 8 rows each.
 python3 - windows.rank0 <<'PY' || fail "the training windows"
 import sys
@@ -130,4 +139,6 @@ run_rc conv --out "$WORK/bad" --deadline soon
 [ "$rc" = 2 ] && grep -q "deadline expects" out.txt || { cat out.txt; fail "a bad deadline: exit $rc"; }
 run_rc conv --out "$WORK/bad" --bench-rounds two
 [ "$rc" = 2 ] && grep -q "bench-rounds expects a whole number" out.txt || { cat out.txt; fail "a bad --bench-rounds: exit $rc"; }
+run_rc conv --out "$WORK/bad" --stats-seed 3
+[ "$rc" = 2 ] && grep -q "stats-seed 3: the study has seeds 1..2" out.txt || { cat out.txt; fail "--stats-seed beyond --seeds: exit $rc"; }
 echo "test_convergence: ok"
