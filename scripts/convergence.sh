@@ -40,8 +40,8 @@
 #                        DIR/bench/bench-r*.json there is)
 #   --bench-steps N, --bench-warmup N  timed and untimed steps of each bench row (default 20, 5)
 #   --stats-seed S       the FP8 runs of seed S also record fp8.stats (--fp8-stats: per-slot amax,
-#                        scale, saturation and underflow in metrics.jsonl; the log steps then run
-#                        without CUDA graphs, the same arithmetic); default: none
+#                        scale, saturation and underflow in metrics.jsonl; those runs then train
+#                        without CUDA graphs: the same kernels, launched one by one); default: none
 #
 # Runs: DIR/runs/<label>-s<seed> (label bf16, fp8 or fp8-<recipe>, fp16, fp32) with its output in
 # DIR/runs/<label>-s<seed>.log, trained seed by seed (every label of seed 1, then of seed 2, ...)
