@@ -58,6 +58,7 @@ const std::vector<ConfigFlag>& config_flags() {
       {"--fp8-swiglu-wgrad-copy", "fp8.swiglu_wgrad_copy", false},
       {"--fp8-override-linear-precision", "fp8.override_linear_precision", false},
       {"--fp8-stats", "fp8.stats", true},
+      {"--fp8-attention", "fp8.attention", true},
       {"--zero", "dist.zero", false},
       {"--recompute", "train.recompute", false},
       {"--moments-dtype", "train.moments_dtype", false},

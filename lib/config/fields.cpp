@@ -341,6 +341,10 @@ std::vector<Field> build_table() {
                         [](auto& c) -> auto& { return c.fp8.min_features_product; }, at_least(0)));
   t.push_back(bool_field("fp8.stats", "per-layer FP8 saturation/underflow statistics on log steps",
                          [](auto& c) -> auto& { return c.fp8.stats; }));
+  t.push_back(bool_field("fp8.attention",
+                         "attention in FP8 (Q, K, V, O, dO and the softmax P, dP): cuDNN's fused FP8 attention on the "
+                         "GPU, its emulation on the CPU; no dropout",
+                         [](auto& c) -> auto& { return c.fp8.attention; }));
   return t;
 }
 

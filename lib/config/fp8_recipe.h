@@ -68,6 +68,9 @@ struct Recipe {
   int64_t min_features_product = 0;
   // Per-layer FP8 health statistics (saturation and underflow fractions) on log steps.
   bool stats = false;
+  // Attention in FP8 (Q, K, V, O, dO, P, dP; lib/fp8/layers/fp8_attention.h): cuDNN's fused FP8
+  // attention on the GPU, its emulation on the CPU. false: attention in the compute dtype.
+  bool attention = false;
 
   Format forward_format() const { return Format::kE4M3; }
   Format backward_format() const { return fp8_format == RecipeFormat::kHybrid ? Format::kE5M2 : Format::kE4M3; }

@@ -158,6 +158,11 @@ void check_train_rules(const ExperimentConfig& c, const ConfigSources& s) {
          named(s, "model.dropout") + " = " + num(m.dropout) +
          ": expected model.dropout 0 with recompute (or train.recompute none)");
   }
+  if (c.precision == Precision::kFp8 && c.fp8.attention && m.dropout > 0.0) {
+    // The FP8 attention (lib/fp8/layers/fp8_attention.h) has no dropout of the probabilities.
+    fail(named(s, "fp8.attention") + " = true with " + named(s, "model.dropout") + " = " + num(m.dropout) +
+         ": the FP8 attention has no attention dropout; expected model.dropout 0 (or fp8.attention false)");
+  }
   if (t.moments_dtype == MomentsDtype::kBf16 && t.beta2 > 0.99) {
     // bf16 keeps 8 significant bits: a value moves only by changes above half its spacing, 2^-9
     // to 2^-8 of it. v = beta2 * v + (1 - beta2) * g^2 moves v by (1 - beta2) of (g^2 - v).
