@@ -47,27 +47,35 @@ std::optional<double> min_value(const Series& s) {
   return best;
 }
 
-// The slot with the largest fraction of `field` over the run: summary.json "fp8_worst" when
-// the run finished, else the metrics history.
+// The slot with the largest fraction of `field` over the run and the first log step that showed
+// it: summary.json "fp8_worst" when the run finished (the step when the summary has one), else
+// the metrics history.
 Cell worst_slot_cell(const RunFolder& run, const char* summary_list, const std::vector<double> SlotSeries::*field) {
   std::string slot;
   std::optional<double> frac;
+  std::optional<int64_t> step;
   if (run.summary.is_object() && run.summary.contains("fp8_worst")) {
     const auto& list = run.summary["fp8_worst"].value(summary_list, nlohmann::json::array());
     if (!list.empty() && list[0].is_object()) {
       slot = list[0].value("slot", "");
       if (list[0].contains("fraction") && list[0]["fraction"].is_number()) frac = list[0]["fraction"].get<double>();
+      if (list[0].contains("step") && list[0]["step"].is_number_integer()) step = list[0]["step"].get<int64_t>();
     }
   } else {
     for (const auto& s : run.fp8.slots) {
-      for (double v : s.*field) {
-        if (std::isfinite(v) && (!frac || v > *frac)) frac = v, slot = s.slot;
+      const std::vector<double>& series = s.*field;
+      for (size_t i = 0; i < series.size(); ++i) {
+        if (!std::isfinite(series[i]) || (frac && series[i] <= *frac)) continue;
+        frac = series[i], slot = s.slot;
+        step = i < run.fp8.steps.size() ? std::optional<int64_t>(run.fp8.steps[i]) : std::nullopt;
       }
     }
   }
   if (!frac) return Cell{};
   if (*frac == 0.0) return Cell{"none (0%)", 0.0};  // no slot to single out
-  return Cell{slot + " " + printf_text("%.3g%%", *frac * 100.0), *frac, slot};
+  std::string text = slot + " " + printf_text("%.3g%%", *frac * 100.0);
+  if (step) text += " (step " + std::to_string(*step) + ")";
+  return Cell{text, *frac, slot};
 }
 
 Cell memory_cell(std::optional<double> bytes) {

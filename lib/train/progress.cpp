@@ -22,23 +22,31 @@ nlohmann::json optional_json(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
-// The slots with the largest saturation and underflow fractions seen over the run.
-nlohmann::json worst_offenders(const nlohmann::json& worst_by_slot) {
-  std::vector<std::pair<double, std::string>> sat, under;
+}  // namespace
+
+nlohmann::json worst_fp8_slots(const nlohmann::json& worst_by_slot) {
+  struct Entry {
+    double fraction;
+    int64_t step;
+    std::string slot;
+  };
+  std::vector<Entry> sat, under;
   for (const auto& [slot, v] : worst_by_slot.items()) {
-    sat.emplace_back(v.at("saturated").get<double>(), slot);
-    under.emplace_back(v.at("underflow").get<double>(), slot);
+    sat.push_back({v.at("saturated").get<double>(), v.value("saturated_step", int64_t{0}), slot});
+    under.push_back({v.at("underflow").get<double>(), v.value("underflow_step", int64_t{0}), slot});
   }
-  auto top = [](std::vector<std::pair<double, std::string>> v) {
-    std::sort(v.rbegin(), v.rend());
+  auto top = [](std::vector<Entry> v) {
+    std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) {
+      return a.fraction != b.fraction ? a.fraction > b.fraction : a.slot > b.slot;
+    });
     nlohmann::json out = nlohmann::json::array();
-    for (size_t i = 0; i < v.size() && i < 5; ++i) out.push_back({{"slot", v[i].second}, {"fraction", v[i].first}});
+    for (size_t i = 0; i < v.size() && i < 5; ++i) {
+      out.push_back({{"slot", v[i].slot}, {"fraction", v[i].fraction}, {"step", v[i].step}});
+    }
     return out;
   };
   return {{"most_saturated", top(sat)}, {"most_underflow", top(under)}};
 }
-
-}  // namespace
 
 nlohmann::json Progress::checkpoint_meta() const {
   return {{"best_val_loss", optional_json(best_val)}, {"tokens", tokens}, {"elapsed_s", elapsed_s()},
@@ -61,12 +69,14 @@ void Progress::record_eval(double val_loss) {
   if (!best_val || val_loss < *best_val) best_val = val_loss;
 }
 
-void Progress::record_fp8_stats(const nlohmann::json& rows) {
+void Progress::record_fp8_stats(const nlohmann::json& rows, int64_t at_step) {
   for (const auto& s : rows) {
     auto& w = worst_fp8[s["slot"].get<std::string>()];
-    if (w.is_null()) w = {{"saturated", 0.0}, {"underflow", 0.0}};
-    w["saturated"] = std::max(w.value("saturated", 0.0), s["saturated"].get<double>());
-    w["underflow"] = std::max(w.value("underflow", 0.0), s["underflow"].get<double>());
+    if (w.is_null()) w = {{"saturated", 0.0}, {"underflow", 0.0}, {"saturated_step", at_step}, {"underflow_step", at_step}};
+    for (const char* key : {"saturated", "underflow"}) {
+      const double v = s[key].get<double>();
+      if (v > w.value(key, 0.0)) w[key] = v, w[std::string(key) + "_step"] = at_step;
+    }
   }
 }
 
@@ -104,7 +114,7 @@ nlohmann::json Progress::summary(const TrainingJob& run) const {
     out["tokens_per_epoch"] = run.data.tokens_per_epoch();
   }
   if (auto floor = run.data.entropy_floor_nats()) out["entropy_floor"] = *floor;
-  if (run.scaling() && run.cfg.fp8.stats) out["fp8_worst"] = worst_offenders(worst_fp8);
+  if (run.scaling() && run.cfg.fp8.stats) out["fp8_worst"] = worst_fp8_slots(worst_fp8);
   if (run.scaling()) out["fp8"] = fp8_summary(run, *this);
   if (run.scaling() && run.comm) out["fp8_max_scale_spread_across_ranks"] = max_scale_spread;
   return out;
@@ -150,10 +160,13 @@ void add_scale_range(const fp8::Scaling& scaling, nlohmann::json& out) {
 
 std::string percent(double fraction) { return fmt::format("{:.3g}%", 100.0 * fraction); }
 
-// "h1.attn.c_proj:weight 0.0061%" for the first entry of fp8_worst's list, or "none (0%)".
+// "h1.attn.c_proj:weight 0.0061% (step 40)" for the first entry of fp8_worst's list (the step
+// when the summary has one), or "none".
 std::string worst_text(const nlohmann::json& list) {
   if (list.empty() || list[0].at("fraction").get<double>() == 0.0) return "none";
-  return list[0].at("slot").get<std::string>() + " " + percent(list[0].at("fraction").get<double>());
+  std::string text = list[0].at("slot").get<std::string>() + " " + percent(list[0].at("fraction").get<double>());
+  if (list[0].contains("step")) text += fmt::format(" (step {})", list[0]["step"].get<int64_t>());
+  return text;
 }
 
 }  // namespace
@@ -168,7 +181,7 @@ nlohmann::json fp8_summary(const TrainingJob& run, const Progress& progress) {
                         {"scaled_tensors", scaling->num_slots()}};
   if (const fp8::RewriteReport* report = run.session->rewrite()) add_linears(*report, out);
   add_scale_range(*scaling, out);
-  if (recipe.stats) out["worst"] = worst_offenders(progress.worst_fp8);
+  if (recipe.stats) out["worst"] = worst_fp8_slots(progress.worst_fp8);
   return out;
 }
 

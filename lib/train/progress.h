@@ -27,7 +27,7 @@ struct Progress {
   double last_loss = std::numeric_limits<double>::quiet_NaN();
   // "completed", "stopped" (--stop-after), "interrupted" (a signal), "diverged", "failed".
   std::string status = "completed";
-  nlohmann::json worst_fp8 = nlohmann::json::object();  // slot -> {saturated, underflow}
+  nlohmann::json worst_fp8 = nlohmann::json::object();  // slot -> {saturated, underflow, saturated_step, underflow_step}
   double max_scale_spread = 0.0;
   int64_t skipped_steps = 0;  // non-finite steps skipped, over all invocations (as of the last read)
   int64_t diverged_at = 0;    // the step where the run of skips that stopped it began (0: none)
@@ -46,8 +46,9 @@ struct Progress {
   void restore(const nlohmann::json& meta, int64_t step);
 
   void record_eval(double val_loss);
-  // Keeps the largest saturation/underflow fraction per slot of a metrics row's "fp8" array.
-  void record_fp8_stats(const nlohmann::json& rows);
+  // Keeps the largest saturation/underflow fraction per slot of a metrics row's "fp8" array, and
+  // the first log step (`step`) that showed it.
+  void record_fp8_stats(const nlohmann::json& rows, int64_t step);
   // Keeps the largest scale difference between ranks. With `expect_identical` (fp8.reduce_amax)
   // it warns the first time the scales differ: the amax reduction is broken.
   void record_scale_spread(double spread, int64_t step, bool expect_identical);
@@ -57,6 +58,12 @@ struct Progress {
   // summary.json of a run that failed ("diverged" or "failed") with `error`.
   nlohmann::json failure_summary(const std::string& error) const;
 };
+
+// The five slots with the largest saturation and the five with the largest underflow over the run,
+// from Progress::worst_fp8: {"most_saturated": [{slot, fraction, step}], "most_underflow": [...]},
+// the step the first log step that showed the fraction (a delayed run's first step casts with
+// scale 1: its gradients' underflow shows there). summary.json's "fp8_worst".
+nlohmann::json worst_fp8_slots(const nlohmann::json& worst_by_slot);
 
 // What FP8 did in a run (summary.json's "fp8"; null unless precision fp8): the recipe and format,
 // the Linear layers whose GEMMs ran in FP8 and the share of the Linear FLOPs that is, the layers

@@ -198,7 +198,7 @@ void StepLogger::add_fp8_fields(nlohmann::json& row, int64_t step) {
   }
   if (scaling && run_.cfg.fp8.stats) {
     row["fp8"] = fp8_stats_json(*scaling);
-    progress_.record_fp8_stats(row["fp8"]);
+    progress_.record_fp8_stats(row["fp8"], step + 1);
   }
 }
 

@@ -97,3 +97,31 @@ TEST_CASE("expert_balance: the last row's least balanced MoE layer; empty for a 
   REQUIRE(t.rows[1][col].number.has_value());
   CHECK(*t.rows[1][col].number == 1.5);
 }
+
+TEST_CASE("the worst-slot columns name the first log step that showed the fraction", "[report]") {
+  TempDir tmp("report");
+  // A finished run whose summary carries the steps (summaries written before carry none: the
+  // test above reads one without).
+  fp8t::test::write_run(tmp / "a", "a", 0, "0.001");
+  fp8t::test::write_file(tmp / "a" / "summary.json",
+                         "{\"status\": \"completed\", \"run\": \"a\", \"steps\": 20, \"fp8_worst\": {\"most_saturated\": "
+                         "[{\"slot\": \"h0.fc1.input\", \"fraction\": 0.125, \"step\": 10}], \"most_underflow\": "
+                         "[{\"slot\": \"h0.fc2.grad\", \"fraction\": 0.5, \"step\": 1}]}}\n");
+  // A run still writing its folder (no summary.json): the metrics history, whose rows at steps 10
+  // and 20 hold the same fractions, so the first one counts.
+  fp8t::test::write_run(tmp / "b", "b", 0, "0.001");
+  std::filesystem::remove(tmp / "b" / "summary.json");
+  const Table t = build_table({read_run_folder(tmp / "a"), read_run_folder(tmp / "b")});
+  auto column = [&t](const std::string& key) {
+    for (size_t i = 0; i < t.columns.size(); ++i) {
+      if (t.columns[i].key == key) return i;
+    }
+    FAIL("no column " << key);
+    return size_t{0};
+  };
+  const size_t sat = column("most_saturated"), under = column("most_underflow");
+  CHECK(t.rows[0][sat].text == "h0.fc1.input 12.5% (step 10)");
+  CHECK(t.rows[0][under].text == "h0.fc2.grad 50% (step 1)");
+  CHECK(t.rows[1][sat].text == "h0.fc1.input 12.5% (step 10)");
+  CHECK(t.rows[1][under].text == "h0.fc2.grad 50% (step 10)");
+}

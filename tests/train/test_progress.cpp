@@ -37,3 +37,27 @@ TEST_CASE("fp8_summary_line names the worst slots of --fp8-stats", "[train]") {
         "fp8 (delayed scaling, E4M3 everywhere): 8 of 9 Linear layers in FP8 (75.0% of the Linear GEMM FLOPs; "
         "kept: lm_head), 24 scaled tensors; most saturated none, most underflow h1.attn.c_attn:grad_output 88.8%");
 }
+
+TEST_CASE("worst_fp8_slots keeps each slot's largest fraction and the first log step that showed it", "[train]") {
+  fp8t::train::Progress p;
+  auto row = [](const char* slot, double saturated, double underflow) {
+    return nlohmann::json{{"slot", slot}, {"saturated", saturated}, {"underflow", underflow}};
+  };
+  // Step 1: a delayed run's first casts use scale 1, so its gradients underflow there.
+  p.record_fp8_stats({row("h0.a:grad_output", 0.0, 0.9), row("h0.b:input", 0.002, 0.1)}, 1);
+  p.record_fp8_stats({row("h0.a:grad_output", 0.0, 0.001), row("h0.b:input", 0.003, 0.1)}, 10);
+  p.record_fp8_stats({row("h0.a:grad_output", 0.0, 0.0), row("h0.b:input", 0.001, 0.95)}, 20);
+  const nlohmann::json w = fp8t::train::worst_fp8_slots(p.worst_fp8);
+  const nlohmann::json& under = w["most_underflow"];
+  REQUIRE(under.size() == 2);
+  CHECK(under[0] == nlohmann::json{{"slot", "h0.b:input"}, {"fraction", 0.95}, {"step", 20}});
+  CHECK(under[1] == nlohmann::json{{"slot", "h0.a:grad_output"}, {"fraction", 0.9}, {"step", 1}});
+  // b's saturation grew at step 10 and fell after; a never saturated: its entry is its first step's.
+  CHECK(w["most_saturated"][0] == nlohmann::json{{"slot", "h0.b:input"}, {"fraction", 0.003}, {"step", 10}});
+  CHECK(w["most_saturated"][1] == nlohmann::json{{"slot", "h0.a:grad_output"}, {"fraction", 0.0}, {"step", 1}});
+
+  nlohmann::json fp8 = delayed_cpu_run();
+  fp8["worst"] = w;
+  CHECK_THAT(fp8_summary_line(fp8),
+             FP8T_CONTAINS("; most saturated h0.b:input 0.3% (step 10), most underflow h0.b:input 95% (step 20)"));
+}
