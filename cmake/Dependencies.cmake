@@ -165,6 +165,41 @@ if(_fp8t_wheel_lib_dirs)
 endif()
 message(STATUS "fp8train: CUDA kernels ${FP8T_HAVE_NVCC}, CUDA backend ${FP8T_WITH_CUDA}")
 
+# ---- cudnn-frontend (optional): fp8.attention's cuDNN graphs ------------------------------
+# lib/fp8/backends/attention_cuda.cpp builds cuDNN's FP8 attention with cudnn-frontend, a
+# header-only C++ library: the PyPI package nvidia-cudnn-frontend ships it as
+# site-packages/include/cudnn_frontend.h (scripts/setup.sh installs it into .venv;
+# scripts/device-test.sh unpacks a wheel from .whl/). cudnn.h and libcudnn come with the PyTorch
+# wheel's nvidia-cudnn package. Without them the build works and `fp8.attention` on CUDA is
+# refused at startup.
+set(FP8T_HAVE_CUDNN_FRONTEND OFF)
+if(FP8T_WITH_CUDA)
+  get_filename_component(_fp8t_site "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)
+  find_path(FP8T_CUDNN_FRONTEND_INCLUDE cudnn_frontend.h
+            PATHS "${_fp8t_site}/include" "${_fp8t_site}/nvidia/cudnn_frontend/include"
+                  "${PROJECT_SOURCE_DIR}/.whl/cudnn_frontend/include"
+            DOC "The folder of cudnn_frontend.h (pip install nvidia-cudnn-frontend)" NO_DEFAULT_PATH)
+  find_path(FP8T_CUDNN_INCLUDE cudnn.h PATHS "${_fp8t_site}/nvidia/cudnn/include" DOC "The folder of cudnn.h")
+  find_library(FP8T_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 PATHS "${_fp8t_site}/nvidia/cudnn/lib"
+               DOC "libcudnn (the PyTorch wheel's nvidia-cudnn package)")
+  set(_fp8t_cudnn_missing "")
+  foreach(_what FP8T_CUDNN_FRONTEND_INCLUDE FP8T_CUDNN_INCLUDE FP8T_CUDNN_LIBRARY)
+    if(NOT ${_what})
+      list(APPEND _fp8t_cudnn_missing ${_what})
+    endif()
+  endforeach()
+  if(_fp8t_cudnn_missing)
+    string(REPLACE ";" ", " _fp8t_cudnn_missing "${_fp8t_cudnn_missing}")
+    message(STATUS "fp8train: cuDNN FP8 attention OFF: not found: ${_fp8t_cudnn_missing} (cudnn_frontend.h: "
+                   "pip install nvidia-cudnn-frontend into .venv, or -DFP8T_CUDNN_FRONTEND_INCLUDE=<dir>); "
+                   "fp8.attention is refused on CUDA")
+  else()
+    set(FP8T_HAVE_CUDNN_FRONTEND ON)
+    message(STATUS "fp8train: cuDNN FP8 attention ON: cudnn-frontend ${FP8T_CUDNN_FRONTEND_INCLUDE}, "
+                   "cuDNN ${FP8T_CUDNN_LIBRARY}")
+  endif()
+endif()
+
 # ---- c10d backends for data-parallel training (lib/dist) ---------------------------------
 # The wheel's LibTorch contains ProcessGroupGloo and ProcessGroupNCCL but not the headers of
 # gloo and NCCL that their headers include. gloo's come from the OS (Debian: libgloo-dev; only

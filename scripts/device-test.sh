@@ -70,6 +70,21 @@ fi
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
 } | tee "$OUT/environment.txt"
 
+# fp8.attention's cuDNN graphs need cudnn-frontend's headers. The GPU machine has no internet: a
+# wheel placed in .whl/ (pip download --no-deps nvidia-cudnn-frontend -d .whl) is unpacked and its
+# include folder handed to CMake; without one, CMake looks in the venv and else builds without.
+CUDNN_FE_ARGS=()
+fe_wheel=$(ls .whl/nvidia_cudnn_frontend-*.whl 2>/dev/null | tail -1)
+if [ -n "$fe_wheel" ]; then
+  rm -rf .whl/cudnn_frontend && mkdir -p .whl/cudnn_frontend
+  if "$PY" -m zipfile -e "$fe_wheel" .whl/cudnn_frontend >/dev/null 2>&1 && [ -f .whl/cudnn_frontend/include/cudnn_frontend.h ]; then
+    CUDNN_FE_ARGS=(-DFP8T_CUDNN_FRONTEND_INCLUDE="$PWD/.whl/cudnn_frontend/include")
+    log "cudnn-frontend headers from $fe_wheel"
+  else
+    log "warning: $fe_wheel holds no include/cudnn_frontend.h; building without cuDNN FP8 attention"
+  fi
+fi
+
 TESTS="$BUILD_DIR/tests/fp8t_tests"
 APP="$BUILD_DIR/fp8train"
 
@@ -78,7 +93,7 @@ if want build; then
   t0=$(date +%s)
   log "configure + build in $BUILD_DIR (ninja -j$JOBS)"
   if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
-       >"$OUT/configure.log" 2>&1; then
+       "${CUDNN_FE_ARGS[@]}" >"$OUT/configure.log" 2>&1; then
     # The tests first: the GPU checks need only them; fp8train is needed for bench-gemm.
     # FP8T_BUILD_APP_ONLY=1: fp8train alone (a benchmark-only call).
     rc_tests=0
