@@ -8,9 +8,11 @@
 #include "lib/fp8/layers/fp8_grouped_linear.h"  // Fp8GroupedLinear
 #include "lib/fp8/layers/fp8_linear.h"      // Fp8Linear
 #include "lib/fp8/layers/fp8_norm.h"        // Fp8Norm
+#include "lib/fp8/layers/fp8_attention.h"   // Fp8Attention
 #include "lib/config/fp8_recipe_fields.h"   // recipe_summary
 #include "lib/model/model.h"                // Model::recompute (train.recompute activation)
 #include "lib/model/layers.h"               // SlotModule, Linear, Norm
+#include "lib/util/error.h"                 // FP8T_INPUT_CHECK
 
 namespace fp8t {
 namespace fp8 {
@@ -222,6 +224,25 @@ void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linear
   }
 }
 
+// Pass 4 (fp8.attention): every attention of the tree (model::AttentionHost) runs Fp8Attention.
+// On CUDA the build must have cuDNN's FP8 attention: a startup error naming the key otherwise.
+void convert_attention(torch::nn::Module& root, const std::shared_ptr<Scaling>& scaling, const at::Device& device,
+                       RewriteReport& report) {
+  if (device.is_cuda()) {
+    const std::string missing = cudnn_attention_unavailable();
+    FP8T_INPUT_CHECK(missing.empty(), "fp8.attention = true on CUDA needs cuDNN's FP8 attention, which ", missing,
+                     "; set fp8.attention false (or drop --fp8-attention)");
+  }
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    auto host = std::dynamic_pointer_cast<model::AttentionHost>(item.value());
+    if (!host) continue;
+    host->set_attention_kernel(std::make_shared<Fp8Attention>(item.key(), scaling));
+    report.layers.push_back(LayerDecision{item.key() + ".sdpa", "Attention", "", true,
+                                          device.is_cuda() ? "cuDNN FP8 attention" : "FP8 attention (emulated)", 0.0});
+    ++report.converted_attention;
+  }
+}
+
 }  // namespace
 
 RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, const at::Device& device) {
@@ -241,6 +262,7 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
                    result.scaling->traits().per_tensor_scales &&
                        recipe.swiglu_wgrad_copy == SwigluWgradCopy::kBackward,
                    result.report);
+  if (recipe.attention) convert_attention(root, result.scaling, device, result.report);
   result.scaling->finalize(device);
   return result;
 }

@@ -17,6 +17,10 @@
 // when either neighbour is an Fp8Linear: the activation runs inside the FP8 cast of c_proj's
 // input and of c_fc's output gradient (lib/fp8/layers/fp8_activation.h).
 //
+// fp8.attention: every attention (model::AttentionHost) runs Fp8Attention
+// (lib/fp8/layers/fp8_attention.h); on CUDA a build without cuDNN's FP8 attention refuses it
+// (kBadInput naming the key).
+//
 // A model::Model's train.recompute (Model::recompute) decides which FP8 copies the backward casts again instead of keeping:
 // activation: the activation's copy for c_proj's wgrad; casts: that, every Linear's transposed
 // weight (Fp8Linear::set_transposes_weight), and the wgrad input copy of every Linear whose model
@@ -37,7 +41,7 @@ namespace fp8 {
 
 struct LayerDecision {
   std::string name;
-  std::string kind;      // "Linear", "Grouped", "LayerNorm", "RMSNorm", "GELU", "SwiGLU"
+  std::string kind;      // "Linear", "Grouped", "LayerNorm", "RMSNorm", "GELU", "SwiGLU", "Attention"
   std::string shape;     // "768x3072" (in x out) for Linear, "64x768x3072" (groups x in x out) for
                          // grouped layers, "768" for norms, "" for activations
   bool converted = false;
@@ -51,6 +55,7 @@ struct RewriteReport {
   int converted_grouped = 0;  // grouped layers (a mixture of experts' experts) now Fp8GroupedLinear
   int converted_norms = 0;
   int fused_activations = 0;  // GELUs fused into the casts of the FP8 Linears around them
+  int converted_attention = 0;  // attentions running Fp8Attention (fp8.attention)
   double fp8_gemm_share = 0.0;  // share of Linear GEMM work (per token) now in FP8
   std::string recipe_line;      // the recipe and the fields that take effect under it
   std::string to_string() const;

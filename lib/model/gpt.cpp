@@ -89,6 +89,9 @@ at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
 
 at::Tensor CausalSelfAttention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t B,
                                        int64_t T, int64_t C) {
+  if (kernel_) {  // a replacement kernel (the FP8 rewrite's Fp8Attention under fp8.attention)
+    return resid_drop_->forward(c_proj->forward(kernel_->forward(q, k, v).transpose(1, 2).reshape({B, T, C})));
+  }
   // enable_gqa: query head h reads K/V head h / (n_head / n_kv_head), without materialising copies.
   const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
                                                         /*is_causal=*/true, /*scale=*/std::nullopt,

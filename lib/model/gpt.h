@@ -28,6 +28,7 @@
 #include <vector>      // std::vector
 
 #include "lib/config/experiment.h"  // ModelSection, Recompute
+#include "lib/model/attention_kernel.h"  // AttentionHost, AttentionKernel
 #include "lib/model/layers.h"       // Linear, Norm, SlotModule
 #include "lib/model/model.h"        // Model
 #include "lib/model/rope.h"         // Rotary
@@ -37,11 +38,14 @@
 namespace fp8t {
 namespace model {
 
-class CausalSelfAttention : public SlotModule {
+class CausalSelfAttention : public SlotModule, public AttentionHost {
  public:
   // rotary: the model's shared RoPE tables, or null for learned positions.
   CausalSelfAttention(const ModelSection& cfg, std::shared_ptr<Rotary> rotary);
   at::Tensor forward(const at::Tensor& x);
+  // A kernel in place of at::scaled_dot_product_attention (null: that one again).
+  void set_attention_kernel(std::shared_ptr<AttentionKernel> kernel) override { kernel_ = std::move(kernel); }
+  bool has_attention_kernel() const override { return kernel_ != nullptr; }
   // Fused: c_attn d -> (n_head + 2 n_kv_head) * head_dim, rows [q | k | v]. Separate: q_proj,
   // k_proj, v_proj (the others null).
   std::shared_ptr<UnaryModule> c_attn;
@@ -57,6 +61,7 @@ class CausalSelfAttention : public SlotModule {
   int64_t n_kv_head_;
   int64_t head_dim_;
   std::shared_ptr<Rotary> rotary_;
+  std::shared_ptr<AttentionKernel> kernel_;
   double dropout_;
   torch::nn::Dropout resid_drop_{nullptr};
 };

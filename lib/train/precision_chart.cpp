@@ -160,7 +160,13 @@ ChartRow compute_row(const step::Session& s) {
     }
   }
   for (const auto& item : s.model().named_modules("", /*include_self=*/false)) {
-    if (dynamic_cast<const model::CausalSelfAttention*>(item.value().get()) != nullptr) {
+    const auto* attn = dynamic_cast<const model::CausalSelfAttention*>(item.value().get());
+    if (attn == nullptr) continue;
+    if (attn->has_attention_kernel()) {  // fp8.attention: the rewrite's Fp8Attention
+      row.add("FP8", std::string("FP8 attention: Q, K, V, P E4M3, dO and dS in the gradient format, FP32 math") +
+                         (cpu ? "; emulated on the CPU" : "; cuDNN's fused FP8 attention"),
+              item.key());
+    } else {
       row.add(hp, "attention QK^T and AV (scaled_dot_product_attention)", item.key());
     }
   }

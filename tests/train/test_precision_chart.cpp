@@ -171,3 +171,15 @@ TEST_CASE("precision chart: names compress over block indices", "[train]") {
   REQUIRE(train::compress_names({"a", "b", "c"}, 2) == "a, b, and 1 more");
   REQUIRE(train::compress_names({}).empty());
 }
+
+TEST_CASE("precision chart: fp8.attention puts every attention in the FP8 group", "[train]") {
+  ExperimentConfig cfg = tiny(Precision::kFp8);
+  cfg.fp8.attention = true;
+  step::Session session(cfg, at::Device(at::kCPU));
+  const train::PrecisionChart chart = train::precision_chart(session);
+  const ChartRow& compute = chart.row("compute_gemm");
+  const ChartGroup attn = group(compute, "FP8", "FP8 attention");
+  REQUIRE(attn.names == std::vector<std::string>{"h0.attn", "h1.attn"});
+  REQUIRE(attn.detail.find("emulated on the CPU") != std::string::npos);
+  for (const ChartGroup& g : compute.groups) REQUIRE(g.detail.find("scaled_dot_product_attention") == std::string::npos);
+}

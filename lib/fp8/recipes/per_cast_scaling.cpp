@@ -27,6 +27,19 @@ void PerCastScaling::record_range(int slot, const at::Tensor& st) {
   scale_inv_[slot] = at::reciprocal(st[3]);
 }
 
+Fp8Tensor PerCastScaling::quantize_per_tensor(int slot, const CastSource& src, const CastOptions& opt) {
+  const Format format = slot_format(slot);
+  Backend& backend = backend_for(src.x.device());
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(src.x.device());
+  const at::Tensor amax = at::zeros({}, f32), scale = at::ones({}, f32), scale_inv = at::ones({}, f32);
+  backend.current_amax_scale(src, opt.known_amax, amax, scale, scale_inv, at::zeros({2}, f32.dtype(at::kInt)),
+                             format_max(format), /*two_pow_margin=*/1.0f, /*may_write_value=*/false);
+  const SlotRef ref{scale, amax, format, slot};
+  Fp8Tensor out = backend.quantize(src, ref, {opt.rowwise, opt.columnwise, nullptr, {}});
+  if (recording(opt.record) && collect_stats()) add_stats(slot, backend.saturation_stats(materialize(src), ref));
+  return out;
+}
+
 std::vector<SlotStats> PerCastScaling::read_stats() {
   const at::Tensor amax = amax_.cpu(), scale = scale_.cpu(), sums = stats_sums().cpu();
   const at::Tensor lo = interval_min_.cpu(), hi = interval_max_.cpu();

@@ -26,6 +26,9 @@ class PerCastScaling : public Scaling {
   int64_t weight_epoch() const override { return steps_ended_; }
 
   std::vector<SlotStats> read_stats() override;
+  // Current scaling of the whole tensor (Scaling::quantize_per_tensor): these recipes' many
+  // scales per tensor do not fit a consumer that takes one.
+  Fp8Tensor quantize_per_tensor(int slot, const CastSource& src, const CastOptions& opt) override;
 
   // [1, S] / [S] / [S]: the amax, the largest scale and its inverse of each slot's last measured
   // cast (zeros and ones until statistics are collected).

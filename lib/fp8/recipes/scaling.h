@@ -131,6 +131,13 @@ class Scaling {
   // what the recipe records (delayed: the amax into the history; current: the amax and scale of
   // this cast) and, while statistics are collected, the slot's saturation/underflow.
   virtual Fp8Tensor quantize(int slot, const CastSource& src, const CastOptions& opt) = 0;
+  // quantize() with ONE scale for the whole tensor (Fp8Operand::scale_layout kTensor), for a
+  // consumer that takes no other (cuDNN's FP8 attention, lib/fp8/layers/fp8_attention.h): the
+  // recipe's own cast where its scales are per tensor (delayed, current); block and rowwise:
+  // current scaling of the tensor (its amax, then fp8_max / amax), recording nothing but stats.
+  virtual Fp8Tensor quantize_per_tensor(int slot, const CastSource& src, const CastOptions& opt) {
+    return quantize(slot, src, opt);
+  }
   // A producer that can write FP8 in its own kernel (the norm) asks for a per-tensor scale that is
   // known before its kernel runs: delayed gives the slot (the producer then records its stats with
   // add_stats); recipes whose scale depends on the value itself give nullopt, and the producer
