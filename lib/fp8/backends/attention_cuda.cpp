@@ -1,10 +1,8 @@
 // cuDNN's fused FP8 attention through cudnn-frontend's graph API (attention.h): one forward and
 // one backward graph per shape, built on first use and cached (refusals too, so a shape cuDNN
-// refuses is asked once). The only file that includes cudnn_frontend.h. Without its headers
-// (FP8T_HAVE_CUDNN_FRONTEND unset: CMake's FP8T_CUDNN_FRONTEND_INCLUDE) the functions say so.
+// refuses is asked once). The only file that includes cudnn_frontend.h; compiled only where CMake
+// found its headers (FP8T_CUDNN_FRONTEND_INCLUDE), attention_absent.cpp otherwise.
 #include "lib/fp8/backends/attention.h"
-
-#if FP8T_HAVE_CUDNN_FRONTEND
 
 #include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream, getCurrentDeviceProperties
 #include <ATen/cudnn/Handle.h>      // at::native::getCudnnHandle
@@ -339,33 +337,3 @@ std::optional<AttentionGrads> cudnn_attention_backward(const AttentionBackwardIn
 
 }  // namespace fp8
 }  // namespace fp8t
-
-#else  // no cudnn-frontend headers in this build
-
-namespace fp8t {
-namespace fp8 {
-
-std::string cudnn_attention_unavailable() {
-  return "this build has no cudnn-frontend headers (CMake's FP8T_CUDNN_FRONTEND_INCLUDE: pip install "
-         "nvidia-cudnn-frontend into .venv, or pass the folder of cudnn_frontend.h, then reconfigure)";
-}
-bool cudnn_attention_needs_fp8_outputs(const at::Device& /*device*/) { return false; }
-std::string cudnn_attention_refusal(const AttentionShape&, double, at::ScalarType, Format, bool) {
-  return cudnn_attention_unavailable();
-}
-std::optional<AttentionForward> cudnn_attention_forward(const AttentionOperand&, const AttentionOperand&,
-                                                        const AttentionOperand&, double, at::ScalarType,
-                                                        const SlotRef*, std::string* refused) {
-  *refused = cudnn_attention_unavailable();
-  return std::nullopt;
-}
-std::optional<AttentionGrads> cudnn_attention_backward(const AttentionBackwardInputs&, const AttentionGradScales&,
-                                                       double, at::ScalarType, std::string* refused) {
-  *refused = cudnn_attention_unavailable();
-  return std::nullopt;
-}
-
-}  // namespace fp8
-}  // namespace fp8t
-
-#endif

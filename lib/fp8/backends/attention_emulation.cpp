@@ -109,29 +109,3 @@ AttentionGrads emulate_attention_backward(const AttentionBackwardInputs& in, con
 
 }  // namespace fp8
 }  // namespace fp8t
-
-#if !FP8T_WITH_CUDA
-// A build without CUDA has no cuDNN path (attention_cuda.cpp is a CUDA-only source).
-namespace fp8t {
-namespace fp8 {
-
-std::string cudnn_attention_unavailable() { return "this build has no CUDA"; }
-bool cudnn_attention_needs_fp8_outputs(const at::Device& /*device*/) { return false; }
-std::string cudnn_attention_refusal(const AttentionShape&, double, at::ScalarType, Format, bool) {
-  return cudnn_attention_unavailable();
-}
-std::optional<AttentionForward> cudnn_attention_forward(const AttentionOperand&, const AttentionOperand&,
-                                                        const AttentionOperand&, double, at::ScalarType,
-                                                        const SlotRef*, std::string* refused) {
-  *refused = cudnn_attention_unavailable();
-  return std::nullopt;
-}
-std::optional<AttentionGrads> cudnn_attention_backward(const AttentionBackwardInputs&, const AttentionGradScales&,
-                                                       double, at::ScalarType, std::string* refused) {
-  *refused = cudnn_attention_unavailable();
-  return std::nullopt;
-}
-
-}  // namespace fp8
-}  // namespace fp8t
-#endif
