@@ -71,7 +71,7 @@ fi
 } | tee "$OUT/environment.txt"
 
 # fp8.attention's cuDNN graphs need cudnn-frontend's headers. The GPU machine has no internet: a
-# wheel placed in .whl/ (pip download --no-deps nvidia-cudnn-frontend -d .whl) is unpacked and its
+# wheel placed in .whl/ (pip download --no-deps nvidia-cudnn-frontend==1.32.0 -d .whl) is unpacked and its
 # include folder handed to CMake; without one, CMake looks in the venv and else builds without.
 CUDNN_FE_ARGS=()
 fe_wheel=$(ls .whl/nvidia_cudnn_frontend-*.whl 2>/dev/null | tail -1)

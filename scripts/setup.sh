@@ -90,11 +90,12 @@ if [ "$PY" = "$ROOT/.venv/bin/python3" ] && ! "$PY" -c 'import tokenizers, pyarr
 fi
 
 # fp8.attention on CUDA builds cuDNN's FP8 attention with cudnn-frontend's C++ headers, which the
-# PyPI package nvidia-cudnn-frontend ships (CMake finds them in the venv). Optional: without them
+# PyPI package nvidia-cudnn-frontend ships (CMake finds them in the venv; the version this was
+# built and tested with, 1.32.0). Optional: without them
 # the build works and fp8.attention is refused on CUDA.
 if [ "$PY" = "$ROOT/.venv/bin/python3" ] && ! ls "$ROOT"/.venv/lib/python3*/site-packages/include/cudnn_frontend.h >/dev/null 2>&1; then
   log "installing nvidia-cudnn-frontend into .venv (headers for fp8.attention on CUDA)"
-  "$PY" -m pip install -q --no-deps nvidia-cudnn-frontend ||
+  "$PY" -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0 ||
     log "warning: could not install nvidia-cudnn-frontend; fp8.attention will be refused on CUDA"
 fi
 
