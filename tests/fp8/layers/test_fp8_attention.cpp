@@ -119,6 +119,9 @@ TEST_CASE("fp8.attention: the rewrite installs Fp8Attention in every attention a
   CHECK(slot_named(*p.scaling, "h1.attn.sdpa:q") < 0);
 }
 
+// Runs in a build whose cuDNN half is lib/fp8/backends/attention_absent.cpp (no CUDA, or no
+// cudnn-frontend headers): its reason must reach the user with the key. A build with the headers
+// compiles attention_cuda.cpp instead and SKIPs.
 TEST_CASE("fp8.attention on CUDA is refused at startup, naming the key, when the build lacks cuDNN's FP8 attention",
           "[fp8]") {
   const std::string missing = fp8::cudnn_attention_unavailable();
