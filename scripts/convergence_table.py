@@ -261,6 +261,30 @@ def effective_speedup(ref_tokens, ref_bench, tt, bench):
             "throughput_ratio": bench["tokens_per_s"] / ref_bench["tokens_per_s"]}
 
 
+def mean_curve(curves):
+    """The seeds' mean curve: at each evaluation's tokens that every seed's curve has, the mean
+    of their val losses; None without a curve or a shared evaluation."""
+    if not curves:
+        return None
+    shared = set.intersection(*({t for t, _ in c} for c in curves))
+    if not shared:
+        return None
+    by_tokens = [dict(c) for c in curves]
+    return [(t, statistics.fmean(c[t] for c in by_tokens)) for t in sorted(shared)]
+
+
+def mean_curve_speedup(ref_tokens, ref_bench, tokens, bench):
+    """The effective speedup of a mean curve's tokens to target; its range: the ends of both
+    tokens/s ranges alone (one curve, no seed spread). None when not reached or not benched."""
+    if tokens is None or ref_bench is None or bench is None or ref_tokens is None:
+        return None
+    def speedup(ref_tps, tps):
+        return (ref_tokens / ref_tps) / (tokens / tps)
+    return {"value": speedup(ref_bench["tokens_per_s"], bench["tokens_per_s"]),
+            "low": speedup(ref_bench["high"], bench["low"]), "high": speedup(ref_bench["low"], bench["high"]),
+            "tokens_ratio": ref_tokens / tokens}
+
+
 def time_to_loss(out, runs, stats, bench_paths):
     """labels' tokens to target, bench tokens/s and effective speedup, and the target itself."""
     usable_runs = [r for r in runs if usable(r)]
@@ -277,7 +301,12 @@ def time_to_loss(out, runs, stats, bench_paths):
     for label in stats:
         lab_runs = [r for r in usable_runs if r["label"] == label]
         tt = tokens_to_target(label, lab_runs, curves, target) if target is not None else None
-        labels[label] = {"tokens_to_target": tt, "bench": bench.get(label)}
+        mc = mean_curve([curves[r["run"]] for r in lab_runs])
+        labels[label] = {"tokens_to_target": tt, "bench": bench.get(label),
+                         "mean_curve": {"final_val_loss": mc[-1][1] if mc else None,
+                                        "tokens_to_target": (mc[-1][0] if label == REFERENCE else
+                                                             first_crossing(mc, target)) if mc and target is not None
+                                        else None, "effective_speedup": None}}
     ref_tt = labels.get(REFERENCE, {}).get("tokens_to_target")
     ends = sorted(set(ref_tt["per_seed"].values())) if ref_tt else []
     if len(ends) > 1:
@@ -294,6 +323,9 @@ def time_to_loss(out, runs, stats, bench_paths):
             entry["time_to_target_s"] = tt["mean"] / b["tokens_per_s"]
         if label != REFERENCE:
             entry["effective_speedup"] = effective_speedup(ref_tokens, labels[REFERENCE]["bench"], tt, b)
+            mc = entry["mean_curve"]
+            mc["effective_speedup"] = mean_curve_speedup(ref_tokens, labels[REFERENCE]["bench"],
+                                                         mc["tokens_to_target"], b)
     return {"target_val_loss": target, "reference_tokens": ref_tokens, "bench_files": list(bench_paths),
             "labels": labels}
 
@@ -374,7 +406,29 @@ def time_to_loss_table(ttl):
               "`fp8train bench` (median over the rounds); its range: the extremes over each seed's tokens to target "
               "and the ends of both tokens/s ranges (the rounds', or one round's timed steps). A label not reached "
               "by every seed has no mean and no speedup."]
+    lines += ["", "On the seeds' mean curve (at each evaluation the mean of the seeds' val losses): the tokens at which it "
+              "reaches the target, the same interpolation, and the effective speedup it gives; defined when the "
+              "mean curve reaches the target, also where a seed does not. Its range: the tokens/s ranges alone.", "",
+              "| run | mean curve's final val loss | tokens to target | effective speedup (range) |", "|---|---|---|---|"]
+    for label, e in ttl["labels"].items():
+        lines.append(f"| {label} | {fmt_mean_curve(label, e['mean_curve'], e['bench'])} |")
     return lines
+
+
+def fmt_mean_curve(label, mc, bench):
+    """The cells after the label of a mean-curve row."""
+    tokens = mc["tokens_to_target"]
+    reach = "-" if mc["final_val_loss"] is None else (
+        fmt_tokens(tokens) + (" (the target's run length)" if label == REFERENCE else "") if tokens is not None
+        else "not reached")
+    if label == REFERENCE:
+        speed = "reference"
+    elif mc["effective_speedup"] is not None:
+        sp = mc["effective_speedup"]
+        speed = f"{sp['value']:.2f}\u00d7 ({sp['low']:.2f}\u2013{sp['high']:.2f})"
+    else:
+        speed = "- (not reached)" if tokens is None else ("- (not benched)" if bench is None else "-")
+    return f"{fmt_num(mc['final_val_loss'], '.4f')} | {reach} | {speed}"
 
 
 def tables(res, target_pct, seeds):

@@ -11,6 +11,8 @@
 #   reached by every seed (1 of 2)", no mean, no speedup.
 # - fp8-rowwise: s1 is below the target at its first evaluation (10,000, no earlier point), s2
 #   crosses between 2.6 and 2.3: 13,333.33; no bench row: no speedup.
+# - The seeds' mean curves: worked out where the JSON is checked (fp8-delayed's crosses at 19,375;
+#   fp8-block's does not, though its seed 1 does).
 # Bench, three rounds (files): bf16 1000, 1100, 1050 tokens/s (median 1050, range 1000-1100),
 # fp8-delayed 1500, 1400, 1450 (median 1450, range 1400-1500). Effective speedup of fp8-delayed:
 # (40000/1050) / (21500/1450) = 2.56921..., range (40000/1100)/(28000/1400) = 1.81818...
@@ -123,6 +125,27 @@ close(r["per_seed"]["1"], 10000)  # below the target at the first evaluation
 close(r["per_seed"]["2"], 10000 + 0.1 / 0.3 * 10000)
 assert L["fp8-rowwise"]["bench"] is None and L["fp8-rowwise"]["effective_speedup"] is None
 assert L["fp8-rowwise"]["time_to_target_s"] is None
+# The seeds' mean curves (steps 10..40): bf16 4.0, 3.05, 2.65, 2.5 (the target at 40,000);
+# fp8-delayed 3.25, 2.45, 2.5, 2.375: first at or below 2.5 at 20,000, from 3.25 at 10,000:
+# 10,000 + 0.75/0.8 x 10,000 = 19,375 (not the seeds' mean 21,500); fp8-current ends at 2.75 and
+# fp8-block at 2.525 (though its seed 1 reaches the target): not reached; fp8-rowwise starts at
+# 2.5: 10,000, no bench row.
+m = {k: L[k]["mean_curve"] for k in L}
+close(m["bf16"]["final_val_loss"], 2.5)
+close(m["bf16"]["tokens_to_target"], 40000)
+assert m["bf16"]["effective_speedup"] is None
+close(m["fp8-delayed"]["final_val_loss"], 2.375)
+close(m["fp8-delayed"]["tokens_to_target"], 19375)
+sm = m["fp8-delayed"]["effective_speedup"]
+close(sm["value"], (40000 / 1050) / (19375 / 1450))  # 2.851
+close(sm["low"], (40000 / 1100) / (19375 / 1400))    # the tokens/s ranges' ends alone
+close(sm["high"], (40000 / 1000) / (19375 / 1500))
+close(sm["tokens_ratio"], 40000 / 19375)
+assert m["fp8-current"]["tokens_to_target"] is None and m["fp8-current"]["effective_speedup"] is None
+close(m["fp8-block"]["final_val_loss"], 2.525)
+assert m["fp8-block"]["tokens_to_target"] is None and m["fp8-block"]["effective_speedup"] is None
+close(m["fp8-rowwise"]["tokens_to_target"], 10000)
+assert m["fp8-rowwise"]["effective_speedup"] is None
 print("convergence.json: tokens to target and the effective speedup ok")
 PY
 expect_line() {  # expect_line FILE LINE: the exact line is in FILE
@@ -133,6 +156,10 @@ expect_line study/convergence.md "| fp8-delayed | s1 28,000, s2 15,000 | 21,500 
 expect_line study/convergence.md "| fp8-current | s1 not reached, s2 not reached | not reached | 1,600 (1,600–1,600; 3 rounds) | - | - (not reached) |"
 expect_line study/convergence.md "| fp8-block | s1 40,000, s2 not reached | not reached by every seed (1 of 2) | 1,550 (1,500–1,600; 3 rounds) | - | - (not reached) |"
 expect_line study/convergence.md "| fp8-rowwise | s1 10,000, s2 13,333 | 11,667 ± 2,357 | - (not benched) | - | - (not benched) |"
+expect_line study/convergence.md "| fp8-delayed | 2.3750 | 19,375 | 2.85× (2.63–3.10) |"
+expect_line study/convergence.md "| fp8-block | 2.5250 | not reached | - (not reached) |"
+expect_line study/convergence.md "| fp8-rowwise | 2.0500 | 10,000 | - (not benched) |"
+expect_line study/convergence.md "| bf16 | 2.5000 | 40,000 (the target's run length) | reference |"
 grep -q "^Tokens to bf16's final validation loss (the target: the mean of bf16's final val losses, 2.5000, reached by bf16 at 40,000 tokens)" study/convergence.md \
   || { cat study/convergence.md; fail "convergence.md: the target line"; }
 # The page of the tables alone (no report page given): the same rows as HTML.
