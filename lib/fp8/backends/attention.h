@@ -9,10 +9,12 @@
 //             that scale never saturates; cuDNN's "scale_s"), O = P8 V, in FP32; O leaves in the
 //             compute dtype; stats = logsumexp of each row of S (FP32), for the backward.
 //   backward  with O and dO the FP8 copies of the output and its gradient:
-//             dV = P8^T dO, dP = dO V^T, Delta = rowsum(dO * O), dS = P * (dP - Delta),
-//             dS8 = dS rounded to the gradient format with the dS scale (cuDNN's "dP" scale),
-//             dQ = attn_scale * dS8 K, dK = attn_scale * dS8^T Q; dK and dV summed over the
-//             query heads of each K/V head. P is recomputed from stats.
+//             dV = P8^T dO, dP = dO V^T, Delta = rowsum(dO * O),
+//             dS = attn_scale * P * (dP - Delta) (the gradient of Q K^T: attn_scale inside, as
+//             cuDNN quantizes it; its amax, measured on an H100, is attn_scale times that of
+//             P * (dP - Delta)), dS8 = dS rounded to the gradient format with the dS scale
+//             (cuDNN's "dP" scale), dQ = dS8 K, dK = dS8^T Q; dK and dV summed over the query
+//             heads of each K/V head. P is recomputed from stats.
 // cuDNN quantizes P and dS inside its kernels, so their scales must be known before it runs
 // (AttentionGradScales); the emulation rounds them the same way, with the same scales.
 #pragma once

@@ -97,10 +97,11 @@ AttentionGrads emulate_attention_backward(const AttentionBackwardInputs& in, con
   const at::Tensor dp = at::matmul(dout, v.transpose(-2, -1));
   const at::Tensor delta = (dout * o).sum(-1, /*keepdim=*/true);
   const SlotRef ds_slot = on_cpu(scales.ds);
-  const at::Tensor ds8 = round_fp8(p * (dp - delta), ds_slot);
+  // dS with attn_scale inside, as cuDNN rounds it (attention.h).
+  const at::Tensor ds8 = round_fp8(p * (dp - delta) * attn_scale, ds_slot);
   give_back_amax(ds_slot, scales.ds);
-  const at::Tensor dq = at::matmul(ds8, k) * attn_scale;
-  const at::Tensor dk = at::matmul(ds8.transpose(-2, -1), q) * attn_scale;
+  const at::Tensor dq = at::matmul(ds8, k);
+  const at::Tensor dk = at::matmul(ds8.transpose(-2, -1), q);
   const bool fp8 = scales.fp8_outputs;
   return AttentionGrads{gradient_output(dq, fp8, scales.dq, out_dtype),
                         gradient_output(sum_heads(dk, KV), fp8, scales.dk, out_dtype),
