@@ -69,14 +69,24 @@ AttentionGradScales grad_scales(Fp8AttentionState& st, bool fp8_outputs, const a
   return s;
 }
 
+// `amax` into the state's tensor in place (a copy on the first): a replayed CUDA graph reads the
+// tensors it captured, so the next step's scale must come from the same tensor every step.
+void keep_amax(at::Tensor& kept, const at::Tensor& amax) {
+  if (kept.defined()) {
+    kept.copy_(amax);
+  } else {
+    kept = amax.clone();
+  }
+}
+
 // Outside delayed scaling: keep this backward's amaxes for the next one's scales.
 void keep_measured(Fp8AttentionState& st, const AttentionGradScales& s) {
   if (st.scaling->fused_cast_slot(st.slot_ds, true)) return;
-  st.measured_amax[0] = s.ds.amax;
+  keep_amax(st.measured_amax[0], s.ds.amax);
   if (!s.fp8_outputs) return;
-  st.measured_amax[1] = s.dq.amax;
-  st.measured_amax[2] = s.dk.amax;
-  st.measured_amax[3] = s.dv.amax;
+  keep_amax(st.measured_amax[1], s.dq.amax);
+  keep_amax(st.measured_amax[2], s.dk.amax);
+  keep_amax(st.measured_amax[3], s.dv.amax);
 }
 
 bool needs_measuring(const Fp8AttentionState& st, bool fp8_outputs) {
@@ -99,11 +109,11 @@ AttentionForward forward_with_o(Fp8AttentionState& st, const AttentionOperand& q
   if (!delayed && !st.measured_amax[4].defined()) {
     const SlotRef once = produced_slot(st, st.slot_o, 4, device, /*scale_one=*/true, record);
     run_forward(q8, k8, v8, attn_scale, dtype, &once);  // only its amax is kept
-    st.measured_amax[4] = once.amax;
+    keep_amax(st.measured_amax[4], once.amax);
   }
   const SlotRef o = produced_slot(st, st.slot_o, 4, device, /*scale_one=*/false, record);
   AttentionForward f = run_forward(q8, k8, v8, attn_scale, dtype, &o);
-  if (!delayed && record) st.measured_amax[4] = o.amax;
+  if (!delayed && record) keep_amax(st.measured_amax[4], o.amax);
   return f;
 }
 

@@ -41,7 +41,8 @@ struct Fp8AttentionState : torch::CustomClassHolder {
   int slot_q = -1, slot_k = -1, slot_v = -1, slot_o = -1, slot_grad = -1;
   int slot_ds = -1, slot_dq = -1, slot_dk = -1, slot_dv = -1;
   // The scales of what the kernels quantize themselves, outside delayed scaling: the amax each
-  // slot's last kernel measured (0-d float32; undefined before the first).
+  // slot's last kernel measured (0-d float32; undefined before the first, then updated in place,
+  // the same tensor every step, as CUDA graph replay needs).
   at::Tensor measured_amax[5];  // ds, dq, dk, dv, o
 };
 

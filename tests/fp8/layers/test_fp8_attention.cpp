@@ -102,6 +102,30 @@ TEST_CASE("Fp8Attention on the CPU: close to attention in FP32, gradients for q,
   }
 }
 
+TEST_CASE("Fp8Attention outside delayed scaling: the measured amaxes stay in the same tensors, updated each step",
+          "[fp8]") {
+  // A replayed CUDA graph reads the tensors it captured: the amax that scales the next dS must be
+  // written into the tensor the last step read, not into a new one.
+  auto scaling = fp8::make_scaling(recipe_of(fp8::RecipeKind::kCurrent));
+  fp8::Fp8Attention layer("h0.attn", scaling);
+  scaling->finalize(at::Device(at::kCPU));
+  auto step = [&](uint64_t seed, double grad_size) {
+    const Qkv x = random_qkv(4, 2, seed);
+    const at::Tensor out = layer.forward(x.q, x.k, x.v);
+    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed + 100);
+    out.backward(at::randn(out.sizes(), g, at::TensorOptions().dtype(at::kFloat)) * grad_size);
+  };
+  step(1, 1.0);
+  const at::Tensor first = layer.state().measured_amax[0];
+  REQUIRE(first.defined());
+  const void* where = first.data_ptr();
+  const float first_amax = first.item<float>();
+  step(2, 8.0);  // a gradient 8 times larger: a dS amax about 8 times larger
+  const at::Tensor second = layer.state().measured_amax[0];
+  CHECK(second.data_ptr() == where);
+  CHECK(second.item<float>() > 4.0f * first_amax);
+}
+
 TEST_CASE("fp8.attention: the rewrite installs Fp8Attention in every attention and reports it", "[fp8]") {
   ExperimentConfig c = tiny_llama(fp8::RecipeKind::kCurrent);
   auto model = model::build(c.model);
