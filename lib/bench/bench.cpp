@@ -225,6 +225,7 @@ BenchResult bench_one(const ExperimentConfig& base, const BenchRun& run, const B
   r.final_loss = loss_sum.item<double>() / static_cast<double>(options.micro_batches);
   record_cuda_graph(session, r);
   r.skipped_steps = session.health().read().skipped;  // warm-up and timed steps
+  r.fp8_attention = session.fp8_attention_summary();   // after the steps: a refused shape shows
   // The row's peak so far (the breakdown below resets the allocator's peak at every phase).
   int64_t peak = peak_memory_bytes(device) - baseline;
   if (options.breakdown) peak = std::max(peak, time_phases(session, next, lr, loss_sum, options.steps, device, baseline, r));

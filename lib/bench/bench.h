@@ -83,6 +83,7 @@ struct BenchResult {
   // scale backing off; see lib/step/loss_scaler.h). A skipped step still counts as timed.
   int64_t skipped_steps = 0;
   std::string fp8_rewrite;          // the rewrite summary, fp8 only
+  std::string fp8_attention;        // fp8.attention: what the attention layers ran (Session::fp8_attention_summary)
   // Whether the timed steps were replayed from a captured CUDA graph (train.cuda_graphs,
   // lib/step/step_graph.h), and if not why.
   bool cuda_graph = false;

@@ -174,6 +174,9 @@ std::string format_bench_table(const ExperimentConfig& cfg, const BenchOptions& 
   }
   s << cuda_graphs_line(results);
   for (const auto& r : results) {
+    if (!r.fp8_attention.empty()) s << "fp8.attention (" << r.label() << "): " << r.fp8_attention << "\n";
+  }
+  for (const auto& r : results) {
     if (r.gemm_plans_tuned == 0) continue;
     s << "GEMM autotune (" << r.label() << "): " << r.gemm_plans_tuned << " plans timed, " << r.gemm_plans_changed
       << " kept another algorithm than the heuristic's first; one call of each: " << std::setprecision(3)
@@ -243,6 +246,7 @@ nlohmann::json result_json(const BenchResult& r, const BenchOptions& options) {
                           {"total_bytes", r.memory.total_bytes()}}}};
   if (!r.recipe.empty()) row["recipe"] = r.recipe;
   if (!r.fp8_rewrite.empty()) row["fp8_rewrite"] = r.fp8_rewrite;
+  if (!r.fp8_attention.empty()) row["fp8_attention"] = r.fp8_attention;
   if (!r.cuda_graph_off_reason.empty()) row["cuda_graph_off_reason"] = r.cuda_graph_off_reason;
   if (r.gemm_plans_tuned > 0) {
     row["gemm_autotune"] = {{"plans_tuned", r.gemm_plans_tuned},

@@ -227,7 +227,7 @@ void fuse_activations(const Containers& containers, const Fp8Linears& fp8_linear
 // Pass 4 (fp8.attention): every attention of the tree (model::AttentionHost) runs Fp8Attention.
 // On CUDA the build must have cuDNN's FP8 attention: a startup error naming the key otherwise.
 void convert_attention(torch::nn::Module& root, const std::shared_ptr<Scaling>& scaling, const at::Device& device,
-                       RewriteReport& report) {
+                       RewriteReport& report, std::vector<std::shared_ptr<Fp8Attention>>& installed) {
   if (device.is_cuda()) {
     const std::string missing = cudnn_attention_unavailable();
     FP8T_INPUT_CHECK(missing.empty(), "fp8.attention = true on CUDA needs cuDNN's FP8 attention, which ", missing,
@@ -236,7 +236,8 @@ void convert_attention(torch::nn::Module& root, const std::shared_ptr<Scaling>& 
   for (const auto& item : root.named_modules("", /*include_self=*/false)) {
     auto host = std::dynamic_pointer_cast<model::AttentionHost>(item.value());
     if (!host) continue;
-    host->set_attention_kernel(std::make_shared<Fp8Attention>(item.key(), scaling));
+    installed.push_back(std::make_shared<Fp8Attention>(item.key(), scaling));
+    host->set_attention_kernel(installed.back());
     report.layers.push_back(LayerDecision{item.key() + ".sdpa", "Attention", "", true,
                                           device.is_cuda() ? "cuDNN FP8 attention" : "FP8 attention (emulated)", 0.0});
     ++report.converted_attention;
@@ -262,7 +263,7 @@ RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, cons
                    result.scaling->traits().per_tensor_scales &&
                        recipe.swiglu_wgrad_copy == SwigluWgradCopy::kBackward,
                    result.report);
-  if (recipe.attention) convert_attention(root, result.scaling, device, result.report);
+  if (recipe.attention) convert_attention(root, result.scaling, device, result.report, result.attention);
   result.scaling->finalize(device);
   return result;
 }

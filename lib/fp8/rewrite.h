@@ -61,9 +61,12 @@ struct RewriteReport {
   std::string to_string() const;
 };
 
+class Fp8Attention;
+
 struct RewriteResult {
   std::shared_ptr<Scaling> scaling;  // the recipe's state class (make_scaling), finalized on `device`
   RewriteReport report;
+  std::vector<std::shared_ptr<Fp8Attention>> attention;  // fp8.attention: the kernels installed
 };
 
 RewriteResult rewrite_to_fp8(torch::nn::Module& root, const Recipe& recipe, const at::Device& device);

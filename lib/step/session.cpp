@@ -11,6 +11,7 @@
 #include "lib/dist/expert_parallel.h"         // dist::ExpertParallel
 #include "lib/dist/fully_sharded.h"           // dist::FullyShardedModel
 #include "lib/dist/grad_sync.h"               // dist::GradientSync
+#include "lib/fp8/layers/fp8_attention.h"     // fp8::Fp8Attention, fp8::attention_summary
 #include "lib/fp8/recipes/delayed_scaling.h"  // fp8::DelayedScaling
 #include "lib/fp8/rewrite.h"                  // fp8::rewrite_to_fp8
 #include "lib/model/attention_backend.h"      // model::select_attention_backend
@@ -140,6 +141,7 @@ void Session::build() {
     scaling_ = rewritten.scaling;
     rewrite_report_ = rewritten.report.to_string();
     rewrite_ = std::make_shared<const fp8::RewriteReport>(std::move(rewritten.report));
+    attention_ = std::move(rewritten.attention);
   }
   if (cfg_.precision == Precision::kFp16) {
     loss_scaler_ = std::make_unique<LossScaler>(LossScalerOptions::from(cfg_.train), device_);
@@ -178,6 +180,8 @@ StepHealth& Session::health() {
   FP8T_CHECK(health_, "Session::prepare_training was not called");
   return *health_;
 }
+
+std::string Session::fp8_attention_summary() const { return fp8::attention_summary(attention_); }
 
 const optim::AdamW& Session::optimizer() const {
   FP8T_CHECK(opt_, "Session::prepare_training was not called");

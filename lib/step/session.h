@@ -25,6 +25,7 @@ class FullyShardedModel;
 class GradientSync;
 }  // namespace dist
 namespace fp8 {
+class Fp8Attention;
 class Scaling;
 struct RewriteReport;
 }  // namespace fp8
@@ -112,6 +113,8 @@ class Session {
   const std::string& rewrite_report() const { return rewrite_report_; }
   // The rewrite decisions, layer by layer (fp8 only; null otherwise).
   const fp8::RewriteReport* rewrite() const { return rewrite_.get(); }
+  // fp8.attention: what the attention layers ran so far (fp8::attention_summary); "" without it.
+  std::string fp8_attention_summary() const;
   // Expert parallelism (dist.expert_parallel; lib/dist/expert_parallel.h) as checkpoints see it,
   // so that a checkpoint holds whole parameters whatever the layout (session_experts.cpp):
   // whole_experts() gathers this expert group's experts, weights and AdamW moments, into whole
@@ -181,6 +184,7 @@ class Session {
   std::shared_ptr<fp8::Scaling> scaling_;
   std::string rewrite_report_;
   std::shared_ptr<const fp8::RewriteReport> rewrite_;
+  std::vector<std::shared_ptr<fp8::Fp8Attention>> attention_;
   std::unique_ptr<LossScaler> loss_scaler_;
   c10::ScalarType autocast_dtype_;
   std::vector<at::Tensor> params_;

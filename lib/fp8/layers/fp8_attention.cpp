@@ -196,6 +196,7 @@ at::Tensor Fp8Attention::forward(const at::Tensor& q, const at::Tensor& k, const
       checked_shape_ = q.sizes().vec();
     } else {
       fell_back_ = true;
+      fallback_reason_ = why;
       if (!warned_fallback.exchange(true)) {
         std::ostringstream shape;
         shape << q.sizes();
@@ -207,6 +208,20 @@ at::Tensor Fp8Attention::forward(const at::Tensor& q, const at::Tensor& k, const
   }
   if (fell_back_) return high_precision_attention(q, k, v);
   return Fp8AttentionFunction::apply(q, k, v, state_, at::GradMode::is_enabled());
+}
+
+std::string attention_summary(const std::vector<std::shared_ptr<Fp8Attention>>& layers) {
+  if (layers.empty()) return "";
+  size_t fell_back = 0;
+  std::string reason;
+  for (const auto& l : layers) {
+    if (!l->fell_back()) continue;
+    if (fell_back++ == 0) reason = l->fallback_reason();
+  }
+  std::ostringstream s;
+  s << layers.size() - fell_back << " of " << layers.size() << " attention layers in FP8";
+  if (fell_back > 0) s << "; " << fell_back << " in the compute dtype (cuDNN: " << reason << ")";
+  return s.str();
 }
 
 at::Tensor high_precision_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -51,8 +51,9 @@ class Fp8Attention : public model::AttentionKernel {
   // name: the attention module's full name ("h0.attn"); registers the slots on `scaling`.
   Fp8Attention(const std::string& name, std::shared_ptr<Scaling> scaling);
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
-  // Whether this layer runs attention in the compute dtype (cuDNN refused its shape).
+  // Whether this layer runs attention in the compute dtype (cuDNN refused its shape), and why.
   bool fell_back() const { return fell_back_; }
+  const std::string& fallback_reason() const { return fallback_reason_; }
   const Fp8AttentionState& state() const { return *state_; }
 
  private:
@@ -61,7 +62,13 @@ class Fp8Attention : public model::AttentionKernel {
   c10::intrusive_ptr<Fp8AttentionState> state_;
   std::vector<int64_t> checked_shape_;  // the shape refusal() last accepted
   bool fell_back_ = false;
+  std::string fallback_reason_;
 };
+
+// What the installed FP8 attentions ran, for reports: "" without any; else "N of M attention
+// layers in FP8", and where cuDNN refused a shape, how many
+// ran in the compute dtype and the first refusal's reason. Meaningful after a forward.
+std::string attention_summary(const std::vector<std::shared_ptr<Fp8Attention>>& layers);
 
 // The attention in the compute dtype (the fallback): causal, scale 1/sqrt(D), grouped heads.
 at::Tensor high_precision_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
