@@ -21,7 +21,7 @@
 #include "lib/fp8/layers/fp8_linear.h"  // fp8::Fp8Linear
 #include "lib/model/moe_layer.h"        // model::Router
 #include "lib/fp8/rewrite.h"            // fp8::RewriteReport
-#include "lib/model/gpt.h"              // model::CausalSelfAttention
+#include "lib/model/attention_kernel.h"  // model::AttentionHost
 #include "lib/model/model.h"            // model::Model
 #include "lib/model/layers.h"           // model::Linear
 #include "lib/step/loss_scaler.h"       // LossScaler
@@ -160,7 +160,8 @@ ChartRow compute_row(const step::Session& s) {
     }
   }
   for (const auto& item : s.model().named_modules("", /*include_self=*/false)) {
-    const auto* attn = dynamic_cast<const model::CausalSelfAttention*>(item.value().get());
+    // Any family's attention module that takes a kernel (model::AttentionHost), not one class.
+    const auto* attn = dynamic_cast<const model::AttentionHost*>(item.value().get());
     if (attn == nullptr) continue;
     if (attn->has_attention_kernel()) {  // fp8.attention: the rewrite's Fp8Attention
       row.add("FP8", std::string("FP8 attention: Q, K, V, P E4M3, dO and dS in the gradient format, FP32 math") +
