@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>  // std::find
+#include <sstream>    // std::ostringstream
 #include <vector>     // std::vector
 
 namespace fp8t::model {
@@ -44,10 +45,26 @@ int compute_capability_major([[maybe_unused]] const at::Device& device) {
 
 }  // namespace
 
-AttentionBackend resolve_attention_backend(AttentionBackend requested, const at::Device& device) {
-  if (!device.is_cuda()) return AttentionBackend::kMath;
-  if (requested != AttentionBackend::kAuto) return requested;
-  return compute_capability_major(device) >= 9 ? AttentionBackend::kCudnn : AttentionBackend::kFlash;
+AttentionChoice choose_attention_backend(AttentionBackend requested, int cc_major, int64_t seq_len, bool cuda_graphs) {
+  const bool whole_tiles = seq_len % kCudnnGraphSeqMultiple == 0;
+  if (requested == AttentionBackend::kAuto) {
+    return {cc_major >= 9 && whole_tiles ? AttentionBackend::kCudnn : AttentionBackend::kFlash, ""};
+  }
+  if (requested == AttentionBackend::kCudnn && cuda_graphs && !whole_tiles) {
+    std::ostringstream why;
+    why << "train.attention_backend cudnn: flash runs the attention instead, because model.seq_len " << seq_len
+        << " is not a multiple of " << kCudnnGraphSeqMultiple
+        << ", where LibTorch's cuDNN attention backward reads out of bounds when a CUDA graph replays it (an "
+           "illegal memory access); train.cuda_graphs=false keeps cudnn";
+    return {AttentionBackend::kFlash, why.str()};
+  }
+  return {requested, ""};
+}
+
+AttentionChoice resolve_attention_backend(AttentionBackend requested, const at::Device& device, int64_t seq_len,
+                                          bool cuda_graphs) {
+  if (!device.is_cuda()) return {AttentionBackend::kMath, ""};
+  return choose_attention_backend(requested, compute_capability_major(device), seq_len, cuda_graphs);
 }
 
 std::vector<int64_t> attention_priority_order(AttentionBackend first) {
@@ -62,10 +79,11 @@ std::vector<int64_t> attention_priority_order(AttentionBackend first) {
   return order;
 }
 
-std::string select_attention_backend(AttentionBackend requested, const at::Device& device) {
-  const AttentionBackend chosen = resolve_attention_backend(requested, device);
-  if (device.is_cuda()) at::globalContext().setSDPPriorityOrder(attention_priority_order(chosen));
-  return backend_name(chosen);
+SelectedAttention select_attention_backend(AttentionBackend requested, const at::Device& device, int64_t seq_len,
+                                           bool cuda_graphs) {
+  const AttentionChoice chosen = resolve_attention_backend(requested, device, seq_len, cuda_graphs);
+  if (device.is_cuda()) at::globalContext().setSDPPriorityOrder(attention_priority_order(chosen.backend));
+  return {backend_name(chosen.backend), chosen.replaced};
 }
 
 }  // namespace fp8t::model

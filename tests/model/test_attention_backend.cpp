@@ -32,9 +32,40 @@ TEST_CASE("attention backend: the chosen backend first, the rest in LibTorch's d
 
 TEST_CASE("attention backend: the CPU resolves to math and its order is left alone", "[model]") {
   const auto before = at::globalContext().sDPPriorityOrder();
-  CHECK(model::resolve_attention_backend(AttentionBackend::kCudnn, at::Device(at::kCPU)) == AttentionBackend::kMath);
-  CHECK(model::select_attention_backend(AttentionBackend::kCudnn, at::Device(at::kCPU)) == "math");
+  const at::Device cpu(at::kCPU);
+  CHECK(model::resolve_attention_backend(AttentionBackend::kCudnn, cpu, 1024, true).backend == AttentionBackend::kMath);
+  const model::SelectedAttention s = model::select_attention_backend(AttentionBackend::kCudnn, cpu, 64, true);
+  CHECK(s.name == "math");
+  CHECK(s.replaced.empty());
   CHECK(at::globalContext().sDPPriorityOrder() == before);
+}
+
+TEST_CASE("attention backend: cudnn only at sequence lengths a CUDA graph can replay it at", "[model]") {
+  using B = AttentionBackend;
+  // auto: cudnn on Hopper at whole multiples of 128, flash elsewhere and below compute capability 9.
+  CHECK(model::choose_attention_backend(B::kAuto, 9, 1024, true).backend == B::kCudnn);
+  CHECK(model::choose_attention_backend(B::kAuto, 9, 8192, false).backend == B::kCudnn);
+  CHECK(model::choose_attention_backend(B::kAuto, 10, 128, true).backend == B::kCudnn);
+  CHECK(model::choose_attention_backend(B::kAuto, 8, 1024, true).backend == B::kFlash);
+  for (int64_t t : {32, 64, 96, 127, 160, 192, 200}) {
+    INFO("seq_len " << t);
+    const model::AttentionChoice a = model::choose_attention_backend(B::kAuto, 9, t, true);
+    CHECK(a.backend == B::kFlash);
+    CHECK(a.replaced.empty());  // auto chose; nothing the user asked for was replaced
+    // An explicit cudnn: replaced, with the reason, where a graph replays it; kept eagerly.
+    const model::AttentionChoice c = model::choose_attention_backend(B::kCudnn, 9, t, true);
+    CHECK(c.backend == B::kFlash);
+    CHECK_THAT(c.replaced, FP8T_CONTAINS("train.attention_backend cudnn") &&
+                               FP8T_CONTAINS("model.seq_len " + std::to_string(t)) &&
+                               FP8T_CONTAINS("train.cuda_graphs=false"));
+    CHECK(model::choose_attention_backend(B::kCudnn, 9, t, false).backend == B::kCudnn);
+  }
+  CHECK(model::choose_attention_backend(B::kCudnn, 9, 256, true).backend == B::kCudnn);
+  CHECK(model::choose_attention_backend(B::kCudnn, 9, 256, true).replaced.empty());
+  // The other explicit backends are kept as asked.
+  CHECK(model::choose_attention_backend(B::kFlash, 9, 64, true).backend == B::kFlash);
+  CHECK(model::choose_attention_backend(B::kEfficient, 9, 64, true).backend == B::kEfficient);
+  CHECK(model::choose_attention_backend(B::kMath, 9, 64, true).backend == B::kMath);
 }
 
 TEST_CASE("attention backend: cudnn against flash, forward and backward (bf16, GQA, causal)", "[model][cuda]") {
@@ -47,7 +78,7 @@ TEST_CASE("attention backend: cudnn against flash, forward and backward (bf16, G
   const at::Tensor q0 = at::randn({2, 24, 1024, 128}, opts), k0 = at::randn({2, 8, 1024, 128}, opts);
   const at::Tensor v0 = at::randn({2, 8, 1024, 128}, opts), dy = at::randn({2, 24, 1024, 128}, opts);
   auto run = [&](AttentionBackend b) {
-    model::select_attention_backend(b, dev);
+    model::select_attention_backend(b, dev, 1024, /*cuda_graphs=*/false);
     at::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
     const at::Tensor y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, true);
     y.backward(dy);
