@@ -80,8 +80,10 @@ TEST_CASE("fp8 attention on cuDNN: forward and backward match the CPU emulation 
   // (that would be a factor), but the E4M3 values of O differ by about one step in many elements.
   // The emulation rounds the normalized P = exp(S - lse); a flash kernel rounds exp(S - m) with a
   // running row maximum m and divides by the row sum at the end. The WARN below gives the error
-  // against that variant too, so that the next GPU run says which the kernel does (then the
-  // emulation follows it and this bound tightens). Bound: 6e-2, above the 0.045 seen.
+  // against that variant too. The second H100 run (7d2c93e) answered: 0.0446 and 0.0453 against
+  // the emulation, 0.0063 and 0.0080 against exp(S - rowmax) rounded, so the kernel rounds the
+  // unnormalized P; the emulation's forward is to follow it (not done yet), and then this bound
+  // tightens to about 1e-2. Bound: 6e-2, above the 0.045 seen.
   const double fwd_err = test::rel_err(gpu->out, cpu.out);
   WARN("forward: rel_err " << fwd_err << " against the emulation (normalized P); "
        << max_relative_p_error(gpu->out, q, k, v, attn_scale, fp8_grads ? 64.0f : 0.0f) << " against P = exp(S - rowmax) rounded");
@@ -112,14 +114,16 @@ TEST_CASE("fp8 attention on cuDNN: forward and backward match the CPU emulation 
   // their own rounding. The first H100 run (bb59959) found cuDNN's dS amax attn_scale = 1/sqrt(128)
   // times the emulation's, which then rounded P (dP - Delta) without attn_scale: every dS element
   // at another point of the E5M2 grid, dq and dk 0.096 off, dv (no dS) within 5e-2. The emulation
-  // now rounds attn_scale P (dP - Delta) as the kernel does (attention.h). Expected below 5e-2,
-  // not yet run since.
+  // now rounds attn_scale P (dP - Delta) as the kernel does (attention.h). The second H100 run
+  // (7d2c93e): dS amax within 0.03% (7.77143e-3 against 7.77002e-3), dq 0.011 and 0.018, dk 0.0097
+  // and 0.017, dv 0.0097 and 0.014 for the two shapes (a second process: within 1e-3 of these).
+  // Bound: 3e-2, 1.7x the largest seen.
   const double dq_err = test::rel_err(got->dq, want.dq), dk_err = test::rel_err(got->dk, want.dk),
                dv_err = test::rel_err(got->dv, want.dv);
   WARN("backward: rel_err dq " << dq_err << ", dk " << dk_err << ", dv " << dv_err << "; dS amax "
        << gpu_scales.ds.amax.item<float>() << " (cuDNN), " << cpu_scales.ds.amax.item<float>() << " (emulation)");
-  CHECK(dq_err < 5e-2);
-  CHECK(dk_err < 5e-2);
-  CHECK(dv_err < 5e-2);
-  CHECK(gpu_scales.ds.amax.item<float>() == Approx(cpu_scales.ds.amax.item<float>()).epsilon(0.05));
+  CHECK(dq_err < 3e-2);
+  CHECK(dk_err < 3e-2);
+  CHECK(dv_err < 3e-2);
+  CHECK(gpu_scales.ds.amax.item<float>() == Approx(cpu_scales.ds.amax.item<float>()).epsilon(0.005));  // seen: 3e-4
 }
