@@ -4,11 +4,14 @@
 //
 // Causal attention of q [B, H, T, D] over k, v [B, KV, T, D] (KV divides H: query head h reads
 // K/V head h / (H / KV), grouped-query attention). With Q, K, V the dequantized FP8 operands:
-//   forward   S = attn_scale * Q K^T (masked above the diagonal), P = softmax(S),
-//             P8 = P rounded to E4M3 with the fixed scale fp8_max(E4M3) (P lies in [0, 1], so
-//             that scale never saturates; cuDNN's "scale_s"), O = P8 V, in FP32; O leaves in the
-//             compute dtype; stats = logsumexp of each row of S (FP32), for the backward.
+//   forward   S = attn_scale * Q K^T (masked above the diagonal), E = exp(S - rowmax(S)),
+//             E8 = E rounded to E4M3 with the fixed scale fp8_max(E4M3) (E lies in [0, 1], so
+//             that scale never saturates; cuDNN's "scale_s"), O = E8 V / rowsum(E), in FP32
+//             (the kernel rounds the unnormalized E, and divides by the unrounded row sum after
+//             the product: measured on an H100, docs/fp8.md); O leaves in the compute dtype;
+//             stats = logsumexp of each row of S (FP32), for the backward.
 //   backward  with O and dO the FP8 copies of the output and its gradient:
+//             P = exp(S - stats) recomputed (normalized), P8 = P rounded like E8,
 //             dV = P8^T dO, dP = dO V^T, Delta = rowsum(dO * O),
 //             dS = attn_scale * P * (dP - Delta) (the gradient of Q K^T: attn_scale inside, as
 //             cuDNN quantizes it; its amax, measured on an H100, is attn_scale times that of

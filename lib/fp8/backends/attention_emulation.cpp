@@ -74,9 +74,13 @@ AttentionForward emulate_attention_forward(const AttentionOperand& q, const Atte
   const at::Tensor qf = dequantize(q);
   const int64_t H = qf.size(1);
   const at::Tensor s = causal_scores(qf, expand_heads(dequantize(k), H), attn_scale);
-  const at::Tensor stats = at::logsumexp(s, -1, /*keepdim=*/true);
-  const at::Tensor p8 = round_fp8(at::exp(s - stats), p_slot());
-  const at::Tensor o = at::matmul(p8, expand_heads(dequantize(v), H));
+  // As the kernel does: the unnormalized exp(S - rowmax) rounded to E4M3, the row sum unrounded,
+  // O divided by it after the product (the normalized P, rounded, was 0.045 away on an H100).
+  const at::Tensor m = std::get<0>(s.max(-1, /*keepdim=*/true));
+  const at::Tensor e = at::exp(s - m);
+  const at::Tensor l = e.sum(-1, /*keepdim=*/true);
+  const at::Tensor stats = m + at::log(l);  // logsumexp(S): what the backward recomputes P from
+  const at::Tensor o = at::matmul(round_fp8(e, p_slot()), expand_heads(dequantize(v), H)) / l;
   if (o_slot == nullptr) return AttentionForward{o.to(out_dtype), stats, {}};
   // O as the kernel writes it in FP8: its codes (for the backward) and their value.
   const SlotRef cpu = on_cpu(*o_slot);
