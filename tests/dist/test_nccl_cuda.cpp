@@ -6,13 +6,13 @@
 #include "lib/dist/grad_sync.h"         // GradientSync
 #include "tests/catch.h"
 #include "tests/dist/dist_test_util.h"  // free_port
-#include "tests/kernels/cuda_test_util.h"  // require_gpu
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU
 
 using fp8t::dist::Communicator;
 using fp8t::dist::LaunchInfo;
 
 TEST_CASE("nccl: a one-rank job joins, reduces and broadcasts on the GPU", "[dist][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   LaunchInfo info;
   info.launched = true;
   info.master_port = fp8t::test::free_port();
@@ -56,7 +56,7 @@ TEST_CASE("nccl: a one-rank job joins, reduces and broadcasts on the GPU", "[dis
 }
 
 TEST_CASE("nccl: reduce-scatter and all-gather in place, and ZeRO-1 buckets, on a one-rank job", "[dist][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   LaunchInfo info;
   info.launched = true;
   info.master_port = fp8t::test::free_port();

@@ -52,7 +52,7 @@ double tolerance(at::ScalarType out) { return out == at::kBFloat16 ? std::ldexp(
 }  // namespace
 
 TEST_CASE("block gemm: fprop, dgrad and wgrad within output rounding of float64", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // (tokens M, in K, out N): TE's odd shapes (partial blocks in every dim), GPT-2 widths, larger.
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
       {256, 256, 256}, {320, 128, 336}, {320, 64, 336}, {16, 128, 128}, {512, 768, 2304}, {1024, 1024, 2048}};
@@ -98,7 +98,7 @@ TEST_CASE("block gemm: fprop, dgrad and wgrad within output rounding of float64"
 }
 
 TEST_CASE("block gemm: 128x128 x 1x128, bias epilogue, one plan per problem", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor a = blocky(192, 384, 1), b = blocky(256, 384, 2);
   const auto aq = fp8t::fp8::block_quantize(a, 128, true, false, true);
   const auto bq = fp8t::fp8::block_quantize(b, 1, true, false, true);
@@ -118,7 +118,7 @@ TEST_CASE("block gemm: 128x128 x 1x128, bias epilogue, one plan per problem", "[
 }
 
 TEST_CASE("block gemm: illegal problems are refused by name", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const auto w1 = fp8t::fp8::block_quantize(blocky(64, 128, 3), 128, true, false, true);
   const auto w2 = fp8t::fp8::block_quantize(blocky(32, 128, 4), 128, true, false, true);
   const auto x12 = fp8t::fp8::block_quantize(blocky(12, 128, 5), 1, true, false, true);
@@ -143,7 +143,7 @@ TEST_CASE("block gemm: illegal problems are refused by name", "[gemm][cuda]") {
 }
 
 TEST_CASE("block gemm: fprop agrees with at::_scaled_mm's block-scaled path", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // x [M,K] 1x128 and W [N,K] 128x128 with K/128 = 8 (no scale-row padding, the layout PyTorch
   // checks): scale_a [M, K/128] strides (1, M); scale_b = W's grid transposed, [K/128, N/128].
   const int64_t m = 256, k = 1024, n = 384;

@@ -58,7 +58,7 @@ TEST_CASE("gemm autotune: the rule keeps the heuristic's first choice unless ano
 }
 
 TEST_CASE("gemm autotune: tuned FP8 and BF16 GEMMs give the product; one record per new plan", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const AutotuneOn on;
   // Shapes no other test uses, so that the plans are made here (the cache is process-wide).
   const int64_t m = 1000, k = 512, n = 768;
@@ -96,7 +96,7 @@ TEST_CASE("gemm autotune: tuned FP8 and BF16 GEMMs give the product; one record 
 
 TEST_CASE("gemm autotune: accumulating GEMMs and plans made during CUDA-graph capture are not timed",
           "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const AutotuneOn on;
   const int64_t m = 200, k = 96, n = 136;
   at::manual_seed(9);
@@ -129,7 +129,7 @@ TEST_CASE("gemm autotune: accumulating GEMMs and plans made during CUDA-graph ca
 
 TEST_CASE("gemm autotune timing: the LLaMA-1B step's FP8 GEMMs and the head's BF16 GEMMs (runs with FP8T_TEST_REPORT)",
           "[gemm][cuda][timing]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (!reporting()) SKIP("set FP8T_TEST_REPORT=1 to time the LLaMA-1B GEMMs' candidates");
   const AutotuneOn on;
   const int64_t tokens = 16384, d = 2048, vocab = 128256, head_rows = 1024;

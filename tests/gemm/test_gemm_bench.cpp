@@ -12,7 +12,7 @@
 #include "tests/kernels/cuda_test_util.h"
 
 TEST_CASE("bench-gemm: default shapes, table and JSON", "[.bench-gemm]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::gemm::BenchOptions options;
   const auto results = fp8t::gemm::run_gemm_bench(options);
   std::printf("%s", fp8t::gemm::format_bench_table(results).c_str());

@@ -45,7 +45,7 @@ const char* name(Format f) { return fp8t::fp8::format_name(f); }
 }  // namespace
 
 TEST_CASE("fp8 gemm vs float64 product of the dequantized operands", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // (a format, b format): fprop-like E4M3 x E4M3, dgrad/wgrad-like E5M2 (gradient) x E4M3, and
   // the mirrored E4M3 x E5M2.
   const std::vector<std::pair<Format, Format>> pairs = {
@@ -94,7 +94,7 @@ TEST_CASE("fp8 gemm vs float64 product of the dequantized operands", "[gemm][cud
 }
 
 TEST_CASE("CudaBackend::gemm runs the Linear GEMMs and caches one plan per problem", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const Fp8Mat x = random_fp8(64, 96, Format::kE4M3, 1);
   const Fp8Mat w = random_fp8(80, 96, Format::kE4M3, 2);
   auto operand = [](const Fp8Mat& m, Format f) {
@@ -116,7 +116,7 @@ TEST_CASE("CudaBackend::gemm runs the Linear GEMMs and caches one plan per probl
 }
 
 TEST_CASE("bf16 gemm vs float64, row-major and transposed views, odd K, bias", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{33, 100, 50}, {128, 256, 192}, {1, 7, 3}};
   for (const auto& [m, k, n] : shapes) {
     at::manual_seed(m + k + n);
@@ -143,7 +143,7 @@ TEST_CASE("bf16 gemm vs float64, row-major and transposed views, odd K, bias", "
 
 TEST_CASE("bf16 gemm into: the product written into the leading rows of a buffer, the rest untouched",
           "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t m = 40, k = 64, n = 96;
   at::manual_seed(8);
   const at::Tensor a = at::randn({m, k}).to(at::kBFloat16), b = at::randn({k, n}).to(at::kBFloat16);
@@ -158,7 +158,7 @@ TEST_CASE("bf16 gemm into: the product written into the leading rows of a buffer
 
 TEST_CASE("bf16 gemm accumulate: out += a · bᵀ in the GEMM, over transposed views, FP32 and BF16 out",
           "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t m = 96, k = 40, n = 72;  // k: the rows of a chunk in the head's wgrad (a transposed view)
   at::manual_seed(7);
   const at::Tensor a = at::randn({m, k}).to(at::kBFloat16), b = at::randn({n, k}).to(at::kBFloat16);
@@ -183,7 +183,7 @@ TEST_CASE("bf16 gemm accumulate: out += a · bᵀ in the GEMM, over transposed v
 }
 
 TEST_CASE("fp8 gemm errors name the GEMM, the shape and the fix", "[gemm][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor one = at::ones({}, on_cuda(at::kFloat));
   auto run = [&](int64_t m, int64_t k, int64_t n, Format fa, Format fb) {
     (void)fp8t::gemm::fp8_gemm(at::zeros({m, k}, on_cuda(at::kByte)), fa, one, at::zeros({n, k}, on_cuda(at::kByte)),

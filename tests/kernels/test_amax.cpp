@@ -17,7 +17,7 @@
 #include "fp8t_kernels.h"                  // fp8t_amax_scale, fp8t_swiglu_amax_scale_value, fp8t_cast_transpose_act
 #include "lib/numerics/scaling_math.h"     // current_scale
 #include "tests/fp8/swiglu_test_util.h"    // math_swiglu, math_swiglu_backward
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, host_amax, same_bits
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, host_amax, same_bits
 #include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 namespace {
@@ -95,7 +95,7 @@ float fused_cast_amax(int act, const at::Tensor& x, const at::Tensor& h) {
 
 TEST_CASE("amax pass: plain tensors, bit-exact against the host amax at every size and alignment",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (int64_t n : kSizes) {
       if (skip_large(n)) continue;
@@ -119,7 +119,7 @@ TEST_CASE("amax pass: plain tensors, bit-exact against the host amax at every si
 
 TEST_CASE("amax pass: edge values (NaN only, inf, largest finite, subnormal only) and the margin",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const float sub = std::ldexp(1.0f, -133);
   struct Case {
@@ -151,7 +151,7 @@ TEST_CASE("amax pass: edge values (NaN only, inf, largest finite, subnormal only
 }
 
 TEST_CASE("amax pass: consecutive calls sharing a workspace give independent results", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   AmaxRun r;
   // A large amax first, then smaller ones: a leftover accumulator or ticket would show.
   const std::vector<float> peaks = {1e30f, 3.0f, 0.0f, 2.5e-3f};
@@ -175,7 +175,7 @@ TEST_CASE("amax pass: consecutive calls sharing a workspace give independent res
 }
 
 TEST_CASE("amax pass: without scale and scale_inv only the amax is written", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor x = at::randn({999}, on_cuda(at::kFloat));
   AmaxRun r;
   REQUIRE(fp8t_amax_scale(FP8T_ACT_NONE, x.data_ptr(), nullptr, FP8T_DTYPE_F32, 1, 999, r.amax.data_ptr<float>(),
@@ -187,7 +187,7 @@ TEST_CASE("amax pass: without scale and scale_inv only the amax is written", "[k
 }
 
 TEST_CASE("amax pass: GELU and GELU backward equal the amax of the fused casts", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16}, {13, 7}, {60, 160}, {217, 256},
                                                            {130, 200}, {2056, 4160}};
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -234,7 +234,7 @@ TEST_CASE("amax pass: GELU inputs where the skipped-element bound is loose or th
   // The GELU passes evaluate only elements whose cheap bound (|x|, 1.25 |dy|) exceeds the warp's
   // running max. Inputs where that bound is far from the value (all-negative h: |gelu| <= 0.17),
   // where the largest value comes last, and where GELU or its derivative overflow to inf or NaN.
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t rows = 1031, cols = 1024;  // > one round of every thread, vector path
   at::manual_seed(99);
   struct Input {
@@ -266,7 +266,7 @@ TEST_CASE("amax pass: GELU inputs where the skipped-element bound is loose or th
 
 TEST_CASE("amax pass: SwiGLU and its backward, bit-exact against swiglu_math.h on the host and the fused casts",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // [rows, F]: F not a multiple of the vector width (scalar loads), rows = 0, a large one.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16}, {13, 7}, {0, 16}, {100, 72}, {217, 256},
                                                            {130, 200}, {2056, 2080}};
@@ -303,7 +303,7 @@ TEST_CASE("amax pass: SwiGLU inputs where the skipped-point bound is loose, the 
   // far from the value (all-negative gates: |silu| <= 0.28, |silu'| <= 0.1; gates below -20,
   // where silu' is tiny), where the largest value comes last, where dy * up is subnormal, and
   // where values overflow to inf or are NaN: the amax is still the host's of every value.
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t rows = 1031, f = 1024;  // > one round of every thread, vector path
   at::manual_seed(77);
   struct Input {
@@ -344,7 +344,7 @@ TEST_CASE("amax pass: SwiGLU inputs where the skipped-point bound is loose, the 
 // the tiled SwiGLU cast kernel with no output (the pass current scaling ran before), same amax.
 TEST_CASE("amax timing: the SwiGLU backward's amax pass that skips, against the tiled cast kernel's",
           "[kernels][cuda][timing]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (!reporting() || skip_large(int64_t{1} << 30)) {
     SKIP("a timing case: it runs with FP8T_TEST_REPORT=1 (and not FP8T_TEST_SMALL)");
   }
@@ -398,7 +398,7 @@ void require_same_value(const at::Tensor& buffer, int64_t offset, const at::Tens
 TEST_CASE("amax pass with the SwiGLU value: the value is swiglu_math.h's on the host bit for bit, amax and scale "
           "as without it",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16}, {13, 7}, {0, 16}, {217, 256}, {130, 200},
                                                            {2056, 2080}};
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -433,7 +433,7 @@ TEST_CASE("amax pass with the SwiGLU value: the value is swiglu_math.h's on the 
 TEST_CASE("amax pass with the SwiGLU value: every bf16 gate (the silu table and its closed forms) gives the "
           "host's value and amax",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t f = 256, rows = 65536 / f;
   const at::Tensor hc = every_bf16_gate_h(f);
   const at::Tensor dyc = every_bf16_gate_dy(f);
@@ -458,7 +458,7 @@ TEST_CASE("amax pass with the SwiGLU value: every bf16 gate (the silu table and 
 }
 
 TEST_CASE("amax pass: precondition violations return cudaErrorInvalidValue and are named", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor x = at::ones({16, 16}, on_cuda(at::kFloat));
   AmaxRun r;
   float* a = r.amax.data_ptr<float>();
@@ -497,7 +497,7 @@ TEST_CASE("amax pass: precondition violations return cudaErrorInvalidValue and a
 
 TEST_CASE("amax pass: GPT-1.3B sizes against the old amax-only cast (timing with FP8T_TEST_REPORT)",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t rows = 16384, d = 2048, mlp = 8192;
   if (!reporting()) SKIP("a timing case: it runs with FP8T_TEST_REPORT=1");
   if (skip_large(rows * mlp)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");

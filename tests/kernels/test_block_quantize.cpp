@@ -76,7 +76,7 @@ const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 1},     {3, 200}, 
 }  // namespace
 
 TEST_CASE("block_quantize: codes and scales bit-exact vs the CPU emulation", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (const auto& [rows, cols] : kShapes) {
     if (skip_large(rows * cols)) continue;
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -97,7 +97,7 @@ TEST_CASE("block_quantize: codes and scales bit-exact vs the CPU emulation", "[k
 }
 
 TEST_CASE("block_quantize: edge values and one layout at a time", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   at::Tensor x = at::zeros({136, 264});
   const std::vector<float> edge = {inf, -inf, nan, 448.0f, -448.0f, std::ldexp(1.0f, -130), std::ldexp(1.0f, -149),
@@ -124,7 +124,7 @@ TEST_CASE("block_quantize: edge values and one layout at a time", "[kernels][cud
 }
 
 TEST_CASE("block_quantize: refused launches name the failed check", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor x = at::zeros({4, 4}, on_cuda(at::kFloat));
   const at::Tensor codes = at::zeros({4, 4}, on_cuda(at::kByte));
   REQUIRE(fp8t_block_quantize_1x128(x.data_ptr(), FP8T_DTYPE_F32, 4, 4, 1, codes.data_ptr<uint8_t>(), nullptr,
@@ -136,7 +136,7 @@ TEST_CASE("block_quantize: refused launches name the failed check", "[kernels][c
 }
 
 TEST_CASE("bandwidth of the block casts, both layouts (hidden; GPU)", "[.bench-block]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (sanitizer_run()) SKIP("not under compute-sanitizer (FP8T_TEST_SMALL): a bandwidth measurement");
   const int64_t rows = 16384, cols = 8192;
   const at::Tensor x = at::randn({rows, cols}, on_cuda(at::kBFloat16));
@@ -238,7 +238,7 @@ const std::vector<std::pair<int64_t, int64_t>> kFusedShapes = {{1, 16},     {13,
 
 TEST_CASE("block_quantize_act: GELU and GELU-backward casts equal the CPU cast of the kernels' values",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (const auto& [rows, cols] : kFusedShapes) {
     if (skip_large(rows * cols)) continue;
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -262,7 +262,7 @@ TEST_CASE("block_quantize_act: GELU and GELU-backward casts equal the CPU cast o
 }
 
 TEST_CASE("block_quantize_act: edge values through GELU and its backward", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   at::Tensor x = at::randn({160, 272});
   const std::vector<float> edge = {inf, -inf, nan, 448.0f, -448.0f, std::ldexp(1.0f, -130), std::ldexp(1.0f, -149),
@@ -284,7 +284,7 @@ TEST_CASE("block_quantize_act: edge values through GELU and its backward", "[ker
 }
 
 TEST_CASE("block_quantize_act: the kernels' GELU values are LibTorch's within one rounding", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // Not bit-exact by design: the device's tanhf and ATen's kernel may differ in the last FP32 bit
   // of tanh (or of its argument). Within 2 units of the dtype's last place of the value, plus
   // 1e-5 absolute: where 1 + tanh cancels (h < -3), one FP32 ulp of tanh (6e-8) times |h| / 2
@@ -303,7 +303,7 @@ TEST_CASE("block_quantize_act: the kernels' GELU values are LibTorch's within on
 }
 
 TEST_CASE("block_quantize_act: refused launches name the failed check", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor x = at::zeros({16, 16}, on_cuda(at::kFloat));
   const at::Tensor codes = at::zeros({16, 16}, on_cuda(at::kByte));
   const at::Tensor s = at::zeros({64}, on_cuda(at::kFloat));
@@ -325,7 +325,7 @@ TEST_CASE("block_quantize_act: refused launches name the failed check", "[kernel
 }
 
 TEST_CASE("bandwidth of the fused GELU block casts (hidden; GPU)", "[.bench-block]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (sanitizer_run()) SKIP("not under compute-sanitizer (FP8T_TEST_SMALL): a bandwidth measurement");
   const int64_t rows = 16384, cols = 8192;  // the 1.3B MLP's hidden activation
   const at::Tensor h = at::randn({rows, cols}, on_cuda(at::kBFloat16)), dy = at::randn_like(h);

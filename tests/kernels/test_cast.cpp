@@ -57,7 +57,7 @@ CastRun run_cast(const at::Tensor& x_gpu, float scale, Format f, float amax_init
 }  // namespace
 
 TEST_CASE("cast: codes bit-exact vs the reference codec, amax exact, scale_inv snapshot", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const std::vector<std::vector<int64_t>> shapes = {{1, 16}, {5, 4, 3, 160}, {217, 256}, {2051, 4099}, {3, 5}};
   for (Format f : {Format::kE4M3, Format::kE5M2}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -76,7 +76,7 @@ TEST_CASE("cast: codes bit-exact vs the reference codec, amax exact, scale_inv s
 }
 
 TEST_CASE("cast: unaligned input takes the scalar path with the same codes", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     const at::Tensor base = test_input({1, 4097}, dt, 7).cuda();
     const at::Tensor x = base.view({-1}).slice(0, 1);  // data pointer 4 or 2 bytes past alignment
@@ -87,7 +87,7 @@ TEST_CASE("cast: unaligned input takes the scalar path with the same codes", "[k
 }
 
 TEST_CASE("cast: sweep over float bit patterns incl. NaN, inf, subnormals matches the codec", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // 2^20 patterns spread over all 2^32 (odd stride: every exponent, both signs, NaN payloads).
   const int64_t kN = sanitizer_run() ? int64_t{1} << 16 : int64_t{1} << 20;
   at::Tensor bits = at::arange(kN, at::kLong).mul_(sanitizer_run() ? 65521 : 4093).add_(12345).remainder_(int64_t{1} << 32);
@@ -110,7 +110,7 @@ TEST_CASE("cast: sweep over float bit patterns incl. NaN, inf, subnormals matche
 }
 
 TEST_CASE("cast: amax accumulates across calls and ignores NaN elements", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor scale = at::ones({}, on_cuda(at::kFloat));
   at::Tensor amax = at::zeros({}, on_cuda(at::kFloat));
   at::Tensor sinv = at::empty({}, on_cuda(at::kFloat));
@@ -132,7 +132,7 @@ TEST_CASE("cast: amax accumulates across calls and ignores NaN elements", "[kern
 }
 
 TEST_CASE("cast: precondition violations return cudaErrorInvalidValue", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor x = at::ones({16}, on_cuda(at::kFloat));
   at::Tensor codes = at::empty({16}, on_cuda(at::kByte));
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
@@ -145,7 +145,7 @@ TEST_CASE("cast: precondition violations return cudaErrorInvalidValue", "[kernel
 }
 
 TEST_CASE("CudaBackend::quantize agrees with the CPU emulation bit for bit", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   fp8t::fp8::Backend& cpu = fp8t::fp8::cpu_backend();
   for (Format f : {Format::kE4M3, Format::kE5M2}) {

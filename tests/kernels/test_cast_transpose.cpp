@@ -35,7 +35,7 @@ const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 16},   {60, 160}, 
 }  // namespace
 
 TEST_CASE("cast_transpose: rowwise and columnwise codes bit-exact, amax exact", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   for (Format f : {Format::kE4M3, Format::kE5M2}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -67,7 +67,7 @@ TEST_CASE("cast_transpose: rowwise and columnwise codes bit-exact, amax exact", 
 }
 
 TEST_CASE("cast_transpose_dbias: codes exact and dbias within the FP32 summation bound", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (const auto& [rows, cols] : kShapes) {
@@ -119,7 +119,7 @@ void require_nearly_same_codes(const at::Tensor& got_gpu, const at::Tensor& want
 
 TEST_CASE("gelu casts: the codes of casting at::gelu and at::gelu_backward, without writing them",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (const auto& [rows, cols] : kShapes) {
@@ -160,7 +160,7 @@ TEST_CASE("gelu casts: the codes of casting at::gelu and at::gelu_backward, with
 }
 
 TEST_CASE("transpose_codes: byte transpose of FP8 codes", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   for (const auto& [rows, cols] : kShapes) {
     CAPTURE(rows, cols);
@@ -172,7 +172,7 @@ TEST_CASE("transpose_codes: byte transpose of FP8 codes", "[kernels][cuda]") {
 }
 
 TEST_CASE("cast_transpose: precondition violations return cudaErrorInvalidValue", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   const at::Tensor x = at::ones({16, 16}, on_cuda(at::kFloat));
   at::Tensor codes = at::empty({16, 16}, on_cuda(at::kByte));

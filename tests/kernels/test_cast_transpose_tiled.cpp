@@ -16,7 +16,7 @@
 #include <vector>     // std::vector
 
 #include "fp8t_kernels.h"                  // fp8t_cast_transpose_act, fp8t_transpose_codes, ...
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, host_encode, host_amax, first_mismatch, same_bits
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, host_encode, host_amax, first_mismatch, same_bits
 #include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 namespace {
@@ -90,7 +90,7 @@ const std::vector<std::pair<int64_t, int64_t>> kTiledShapes = {{13, 7}, {130, 20
 
 TEST_CASE("cast_transpose tiled kernel: the 64x64 kernel's codes and amax for x, gelu and the GELU backward",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (int act : {FP8T_ACT_NONE, FP8T_ACT_GELU, FP8T_ACT_DGELU}) {
     for (const auto& [rows, cols] : kTiledShapes) {
       for (bool edges : {false, true}) {
@@ -113,7 +113,7 @@ TEST_CASE("cast_transpose tiled kernel: the 64x64 kernel's codes and amax for x,
 
 TEST_CASE("cast_transpose tiled kernel: one layout or none (amax only) writes what both layouts do",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   for (int act : {FP8T_ACT_NONE, FP8T_ACT_GELU, FP8T_ACT_DGELU}) {
     for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{144, 200}, {130, 200}, {1024, 512}}) {
@@ -144,7 +144,7 @@ TEST_CASE("cast_transpose tiled kernel: one layout or none (amax only) writes wh
 
 TEST_CASE("cast_transpose tiled kernel: plain casts with NaN and inf bit-exact against the host codec",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (Format f : {Format::kE4M3, Format::kE5M2}) {
       for (const auto& [rows, cols] : kTiledShapes) {
@@ -165,7 +165,7 @@ TEST_CASE("cast_transpose tiled kernel: plain casts with NaN and inf bit-exact a
 
 TEST_CASE("cast_transpose tiled kernel: sweep over float bit patterns incl. NaN payloads matches the codec",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // 2^20 fp32 patterns spread over all 2^32 (odd stride: every exponent, both signs, NaN payloads)
   // as [1024, 1024]: every vector tile meets NaNs, so the NaN repair path runs for both layouts.
   const int64_t kSide = sanitizer_run() ? 256 : 1024;
@@ -184,7 +184,7 @@ TEST_CASE("cast_transpose tiled kernel: sweep over float bit patterns incl. NaN 
 
 TEST_CASE("cast_transpose tiled kernel: GELU of bf16 subnormals rounds as the 64x64 kernel and the host",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // |x| < 2^-126: tanh(sqrt(2/pi) (x + 0.044715 x^3)) adds nothing to 1, so gelu(x) = 0.5 * x,
   // a subnormal rounded to bf16. The tiled kernel rounds with cvt.rn.bf16x2.f32, the 64x64 kernel
   // and the host with the integer round-to-nearest-even of c10::BFloat16. Scale 2^125 brings the
@@ -202,7 +202,7 @@ TEST_CASE("cast_transpose tiled kernel: GELU of bf16 subnormals rounds as the 64
 }
 
 TEST_CASE("transpose_codes: several tiles per block ([4096, 8192]) and a partial edge", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{4096, 8192}, {4112, 8200}}) {
     if (skip_large(rows * cols)) continue;
@@ -224,7 +224,7 @@ double median_ms(const std::function<cudaError_t()>& run) {
 }  // namespace
 
 TEST_CASE("cast_transpose timing: GPT-1.3B casts in TB/s (runs with FP8T_TEST_REPORT)", "[kernels][cuda][timing]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t rows = 16384;
   if (!reporting()) SKIP("a timing case: it runs with FP8T_TEST_REPORT=1");
   if (skip_large(rows * 8192)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");

@@ -167,7 +167,7 @@ const std::vector<std::pair<int64_t, int64_t>> kShapes = {{300, 1}, {300, 65}, {
 }  // namespace
 
 TEST_CASE("cross_entropy kernels: loss, lse and gradient vs float64", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (const auto& [rows, vocab] : kShapes) {
       CAPTURE(dtype_name(dt), rows, vocab);
@@ -198,7 +198,7 @@ TEST_CASE("cross_entropy kernels: loss, lse and gradient vs float64", "[kernels]
 }
 
 TEST_CASE("cross_entropy kernels: in-place backward equals out-of-place bit for bit", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (int64_t vocab : {int64_t{65}, int64_t{50257}}) {
       CAPTURE(dtype_name(dt), vocab);
@@ -219,7 +219,7 @@ TEST_CASE("cross_entropy kernels: in-place backward equals out-of-place bit for 
 }
 
 TEST_CASE("cross_entropy kernels: unaligned bases (scalar head, scalar-only backward)", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (int64_t vocab : {int64_t{65}, int64_t{3000}, int64_t{50304}}) {
       CAPTURE(dtype_name(dt), vocab);
@@ -256,7 +256,7 @@ TEST_CASE("cross_entropy kernels: unaligned bases (scalar head, scalar-only back
 }
 
 TEST_CASE("cross_entropy kernels: an out-of-range target gives a NaN row, others unaffected", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (int64_t vocab : {int64_t{1}, int64_t{65}, int64_t{50304}}) {
       CAPTURE(dtype_name(dt), vocab);
@@ -286,7 +286,7 @@ TEST_CASE("cross_entropy kernels: an out-of-range target gives a NaN row, others
 }
 
 TEST_CASE("cross_entropy kernels: the gradient scale is read from device memory at run time", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   // The scale is rewritten on the device (fill_) between two launches on one stream: the second
   // gradient must follow the new value.
   const Problem pb = make_problem(8, 65, at::kFloat, 3);
@@ -304,7 +304,7 @@ TEST_CASE("cross_entropy kernels: the gradient scale is read from device memory 
 }
 
 TEST_CASE("cross_entropy kernels: GPT-size logits [16384, 50304] bf16 (timing with FP8T_TEST_REPORT)", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t rows = 16384, vocab = 50304;
   if (skip_large(rows * vocab)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");
   at::manual_seed(17);
@@ -368,7 +368,7 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 
 TEST_CASE("scale_unless_one: ATen's mul_ by the factor, bit for bit; nothing touched when the factor is 1",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     // 0, a scalar-only tail, a vector body with a tail, an unaligned base (scalar path), a large one.
     for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{1003}, int64_t{3000001}}) {
@@ -404,7 +404,7 @@ TEST_CASE("scale_unless_one: ATen's mul_ by the factor, bit for bit; nothing tou
 }
 
 TEST_CASE("cross_entropy kernels: preconditions", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = current_stream();
   const at::Tensor x = at::zeros({4, 16}, on_cuda(at::kFloat));
   const at::Tensor t = at::zeros({4}, on_cuda(at::kLong));

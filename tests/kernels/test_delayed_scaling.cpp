@@ -36,7 +36,7 @@ const std::vector<std::vector<float>> kScript = {
 }  // namespace
 
 TEST_CASE("update_scaling: bit-exact vs update_slot over a scripted amax sequence", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   const int slots = static_cast<int>(kScript[0].size());
   for (int history_len : {1, 4}) {

@@ -55,7 +55,7 @@ double worst(const at::Tensor& got, const at::Tensor& want, double rel_tol, doub
 }  // namespace
 
 TEST_CASE("norm forward/backward vs float64, fused FP8 output bit-exact", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   for (bool rms : {false, true}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -114,7 +114,7 @@ TEST_CASE("norm forward/backward vs float64, fused FP8 output bit-exact", "[kern
 }
 
 TEST_CASE("norm forward without FP8 output and without beta", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   at::manual_seed(5);
   const at::Tensor x = at::randn({37, 384}).cuda();
@@ -130,7 +130,7 @@ TEST_CASE("norm forward without FP8 output and without beta", "[kernels][cuda]")
 
 TEST_CASE("norm: FP8-only forward and a bf16 gradient over fp32 x, bit-exact to the plain kernels",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   for (bool rms : {false, true}) {
     for (const auto& [rows, cols] : kShapes) {

@@ -57,7 +57,7 @@ Inputs make_inputs(int64_t rows, int64_t cols, at::ScalarType h_dtype, uint64_t 
 }  // namespace
 
 TEST_CASE("add_norm: forward and backward bit-exact to the GPU's unfused add and norm", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   for (bool rms : {false, true}) {
     for (at::ScalarType h_dtype : {at::kFloat, at::kBFloat16}) {
@@ -112,7 +112,7 @@ TEST_CASE("add_norm: forward and backward bit-exact to the GPU's unfused add and
 
 TEST_CASE("ops::add_norm: the plain model's fused norm, BF16 output bit-exact to the FP32 kernel's y rounded",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   for (bool rms : {false, true}) {
     for (at::ScalarType y_dtype : {at::kFloat, at::kBFloat16}) {
@@ -151,7 +151,7 @@ TEST_CASE("ops::add_norm: the plain model's fused norm, BF16 output bit-exact to
 }
 
 TEST_CASE("ops::add_norm: refuses what it cannot fuse, and says so", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor x = at::zeros({4, 8}, on_cuda(at::kFloat));
   CHECK_FALSE(fp8t::ops::add_norm_fused(x.to(at::kBFloat16), x, at::kBFloat16));  // x must be FP32
   CHECK_FALSE(fp8t::ops::add_norm_fused(x, x.to(at::kHalf), at::kFloat));
@@ -170,7 +170,7 @@ TEST_CASE("ops::add_norm: refuses what it cannot fuse, and says so", "[kernels][
 // element); backward: BF16 dy, FP32 r and dr -> FP32 dx and BF16 dh (16 bytes per element).
 TEST_CASE("norm timing: fused add + norm at [16384, 2048], vectorized against the scalar kernels "
           "(runs with FP8T_TEST_REPORT)", "[kernels][cuda][timing]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (!reporting()) SKIP("a timing case: it runs with FP8T_TEST_REPORT=1");
   if (skip_large(int64_t{1} << 30)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");
   constexpr int64_t rows = 16384, cols = 2048, n = rows * cols;

@@ -26,7 +26,7 @@ fp8t::fp8::SlotRef cuda_slot() {
 
 TEST_CASE("kernel preconditions: a cast+transpose taller than the grid fails with op, shape and check",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   const fp8t::fp8::SlotRef slot = cuda_slot();
   // 65536 row tiles of 64: one more than gridDim.y allows.
@@ -48,7 +48,7 @@ TEST_CASE("kernel preconditions: a cast+transpose taller than the grid fails wit
 }
 
 TEST_CASE("kernel preconditions: a misaligned device workspace is named", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Tensor x = at::randn({4, 16}, on_cuda(at::kFloat));
   const at::Tensor stats = at::ones({4}, on_cuda(at::kFloat));
   const at::Tensor gamma = at::ones({16}, on_cuda(at::kFloat));

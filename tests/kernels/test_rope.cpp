@@ -15,7 +15,7 @@
 #include "lib/model/rope.h"                // model::Rotary
 #include "lib/ops/rope.h"                  // ops::rope_qkv, ops::rope_qkv_fused
 #include "tests/fp8/swiglu_test_util.h"    // bit_diff
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda, reporting, skip_large
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, on_cuda, reporting, skip_large
 #include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 namespace {
@@ -41,7 +41,7 @@ void require_same_bits(const at::Tensor& got, const at::Tensor& want, const std:
 }  // namespace
 
 TEST_CASE("rope: the fused q/k RoPE equals the CPU composition bit for bit, forward and backward", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (const at::ScalarType dt : {at::kBFloat16, at::kFloat}) {
     for (const Shape& s : kShapes) {
       INFO(dtype_name(dt) << " B" << s.B << " T" << s.T << " H" << s.H << " KV" << s.KV << " D" << s.D);
@@ -77,7 +77,7 @@ TEST_CASE("rope: the fused q/k RoPE equals the CPU composition bit for bit, forw
 }
 
 TEST_CASE("rope: the fused path keeps q, k and v only (the projection's output is released)", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   model::Rotary rot(64, 64, 500000.0);
   rot.to(at::kCUDA);
   const int64_t B = 2, T = 64, H = 8, KV = 2, D = 64, C3 = (H + 2 * KV) * D;
@@ -100,7 +100,7 @@ TEST_CASE("rope: the fused path keeps q, k and v only (the projection's output i
 }
 
 TEST_CASE("rope: refuses what it cannot run, and says why", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   model::Rotary rot(16, 64, 10000.0);
   rot.to(at::kCUDA);
   const at::Tensor qkv = at::randn({1, 16, 6 * 64}, on_cuda(at::kBFloat16));
@@ -135,7 +135,7 @@ TEST_CASE("rope: refuses what it cannot run, and says why", "[kernels][cuda]") {
 // The LLaMA-1B attention's RoPE at B8 T2048 (H32, KV8, D64), fused against the composition it
 // replaces, forward + backward (runs with FP8T_TEST_REPORT).
 TEST_CASE("rope timing: q/k RoPE of the LLaMA-1B shape, fused against the composition", "[kernels][cuda][timing]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (!reporting() || skip_large(int64_t{1} << 30)) {
     SKIP("a timing case: it runs with FP8T_TEST_REPORT=1 (and not FP8T_TEST_SMALL)");
   }

@@ -17,7 +17,7 @@ using namespace fp8t::test;
 }  // namespace
 
 TEST_CASE("saturation_stats: saturated and flushed fractions are exact", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::Backend& gpu = fp8t::fp8::cuda_backend();
   fp8t::fp8::Backend& cpu = fp8t::fp8::cpu_backend();
   for (Format f : {Format::kE4M3, Format::kE5M2}) {
@@ -60,7 +60,7 @@ TEST_CASE("saturation_stats: saturated and flushed fractions are exact", "[kerne
 }
 
 TEST_CASE("saturation_stats: empty tensor gives zeros", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   fp8t::fp8::SlotRef s;
   s.scale = at::ones({}, on_cuda(at::kFloat));
   const at::Tensor got = fp8t::fp8::cuda_backend().saturation_stats(at::empty({0, 16}, on_cuda(at::kFloat)), s).cpu();

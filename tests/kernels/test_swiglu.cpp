@@ -13,7 +13,7 @@
 #include "lib/model/layers.h"              // model::Activation
 #include "lib/ops/swiglu.h"                // ops::swiglu
 #include "tests/fp8/swiglu_test_util.h"    // unfused_swiglu*, math_swiglu*, bit_diff
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda, reporting, skip_large
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, on_cuda, reporting, skip_large
 #include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 namespace {
@@ -38,7 +38,7 @@ at::Tensor cpu_reference(const at::Tensor& math, const at::Tensor& unfused, int6
 }  // namespace
 
 TEST_CASE("swiglu: the GPU SwiGLU equals the CPU's bits, forward and backward", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (const at::ScalarType dt : {at::kBFloat16, at::kFloat}) {
     for (const auto& [rows, f] : kShapes) {
       INFO(dtype_name(dt) << " rows " << rows << " F " << f);
@@ -65,7 +65,7 @@ TEST_CASE("swiglu: the GPU SwiGLU equals the CPU's bits, forward and backward", 
 TEST_CASE("swiglu: every bf16 gate (the silu table and its closed forms) gives the CPU's bits, forward and "
           "backward",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t f = 256;
   const at::Tensor h = every_bf16_gate_h(f);
   const at::Tensor dy = every_bf16_gate_dy(f);
@@ -81,7 +81,7 @@ TEST_CASE("swiglu: every bf16 gate (the silu table and its closed forms) gives t
 }
 
 TEST_CASE("swiglu: between forward and backward only h is kept, not silu(gate)", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t rows = 256, f = 512, h_bytes = rows * 2 * f * 2, y_bytes = rows * f * 2;
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   auto allocated = [] { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current; };
@@ -99,7 +99,7 @@ TEST_CASE("swiglu: between forward and backward only h is kept, not silu(gate)",
 // The LLaMA-1B MLP's SwiGLU at B8 T2048 (h [16384, 16384] bf16), fused against the composition,
 // forward + backward (runs with FP8T_TEST_REPORT).
 TEST_CASE("swiglu timing: the LLaMA-1B SwiGLU, fused against the composition", "[kernels][cuda][timing]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (!reporting() || skip_large(int64_t{1} << 30)) {
     SKIP("a timing case: it runs with FP8T_TEST_REPORT=1 (and not FP8T_TEST_SMALL)");
   }

@@ -14,7 +14,7 @@
 
 #include "fp8t_kernels.h"                  // fp8t_swiglu_cast_transpose, fp8t_dswiglu_cast_transpose, fp8t_cast_transpose_dbias
 #include "tests/fp8/swiglu_test_util.h"    // unfused_swiglu*, math_swiglu*, bit_diff
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, host_encode, host_amax, require_same_codes
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, host_encode, host_amax, require_same_codes
 
 namespace {
 
@@ -116,7 +116,7 @@ void require_dbias(const at::Tensor& dbias, const at::Tensor& want, const at::Te
 
 TEST_CASE("swiglu cast: forward codes (both layouts), amax and scale_inv bit-exact against the CPU emulation",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   for (Format fmt : {Format::kE4M3, Format::kE5M2}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -147,7 +147,7 @@ TEST_CASE("swiglu cast: forward codes (both layouts), amax and scale_inv bit-exa
 TEST_CASE("swiglu cast: backward codes (both layouts) and amax bit-exact against the CPU emulation, dbias "
           "bit-equal to cast_transpose_dbias of the gradient",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   for (Format fmt : {Format::kE5M2, Format::kE4M3}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -193,7 +193,7 @@ TEST_CASE("swiglu cast: backward codes (both layouts) and amax bit-exact against
 TEST_CASE("swiglu cast: every bf16 gate (the silu table and its closed forms) gives the CPU emulation's codes and "
           "amax, forward and backward",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   const int64_t f = 256, rows = 65536 / f;  // whole 128x64 tiles: the tiled kernel's vector path
   const at::Tensor h = every_bf16_gate_h(f), dy = every_bf16_gate_dy(f);
@@ -219,7 +219,7 @@ TEST_CASE("swiglu cast: every bf16 gate (the silu table and its closed forms) gi
 
 TEST_CASE("swiglu cast: NaN and infinite inputs give format.h's NaN code and an amax without the NaNs, as on the CPU",
           "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   const float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
   // {256, 192}: the tiled kernel's vector path (bf16), {13, 7}: scalar accesses, {130, 200}: partial tiles.
@@ -257,7 +257,7 @@ TEST_CASE("swiglu cast: NaN and infinite inputs give format.h's NaN code and an 
 }
 
 TEST_CASE("swiglu cast: precondition violations return cudaErrorInvalidValue and are named", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
   const at::Tensor h = at::ones({16, 32}, on_cuda(at::kFloat));
   const at::Tensor scale = at::ones({}, on_cuda(at::kFloat));
@@ -279,7 +279,7 @@ TEST_CASE("swiglu cast: precondition violations return cudaErrorInvalidValue and
 }
 
 TEST_CASE("swiglu cast: LLaMA-1B MLP size [8192, 8192] bf16 (timing with FP8T_TEST_REPORT)", "[kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const int64_t rows = 8192, f = 8192;
   if (!reporting()) SKIP("a timing case: it runs with FP8T_TEST_REPORT=1");
   if (skip_large(rows * f)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");

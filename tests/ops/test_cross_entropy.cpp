@@ -14,7 +14,7 @@
 #include "lib/util/error.h"  // fp8t::Error
 #include "tests/catch.h"
 #if defined(FP8T_WITH_CUDA)
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda, dtype_name, reporting
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, on_cuda, dtype_name, reporting
 #endif
 
 namespace {
@@ -137,7 +137,7 @@ TEST_CASE("ops::cross_entropy: errors name the shapes and types", "[ops]") {
 #if defined(FP8T_WITH_CUDA)
 
 TEST_CASE("ops::cross_entropy on CUDA matches the CPU result, loss and gradient", "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   struct Case {
     at::ScalarType dt;
     int64_t batch, seq, vocab;
@@ -209,7 +209,7 @@ TEST_CASE("ops::cross_entropy on CUDA matches the CPU result, loss and gradient"
 
 TEST_CASE("ops::cross_entropy on CUDA: kOverwriteLogits gives the same gradient in the logits' memory",
           "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   using fp8t::ops::LogitsAfterBackward;
   for (const at::ScalarType dt : {at::kBFloat16, at::kFloat, at::kHalf}) {
     CAPTURE(fp8t::test::dtype_name(dt));
@@ -239,7 +239,7 @@ TEST_CASE("ops::cross_entropy on CUDA: kOverwriteLogits gives the same gradient 
 }
 
 TEST_CASE("ops::cross_entropy on CUDA: an out-of-range target gives NaN, not a device assert", "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   at::Tensor x = at::randn({4, 10}, fp8t::test::on_cuda(at::kFloat)).requires_grad_(true);
   at::Tensor t = at::zeros({4}, fp8t::test::on_cuda(at::kLong));
   t[2] = 10;

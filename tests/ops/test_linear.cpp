@@ -9,7 +9,7 @@
 #include "lib/util/torch_compat.h"  // compat::AutocastGuard
 #include "tests/catch.h"
 #if defined(FP8T_WITH_CUDA)
-#include "tests/kernels/cuda_test_util.h"  // require_gpu
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU
 #endif
 
 namespace {
@@ -63,7 +63,7 @@ TEST_CASE("ops::linear on the CPU is at::linear, bit for bit, with or without au
 #if defined(FP8T_WITH_CUDA)
 TEST_CASE("ops::linear under CUDA autocast: autocast's output and dx, FP32 weight and bias gradients",
           "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType autocast : {at::kBFloat16, at::kHalf}) {
     CAPTURE(autocast);
     const at::Device cuda(at::kCUDA, 0);

@@ -28,7 +28,7 @@
 
 #include "lib/step/step_graph.h"           // step::CapturedGraph
 #include "lib/util/memory.h"               // reset_peak_memory, peak_memory_bytes
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, on_cuda
 #endif
 
 namespace {
@@ -284,7 +284,7 @@ double gemm_ms(Gemm&& gemm) {
 }  // namespace
 
 TEST_CASE("linear_cross_entropy on CUDA (BF16, FP32) matches the unchunked head", "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   // 1000 rows: chunks of 300 leave 100; 0 = the chunk rule (one chunk at this size).
   const Problem p = on_gpu(make_problem(1000, 256, 5000, 21));
   const double upstream = 0.5;
@@ -311,7 +311,7 @@ TEST_CASE("linear_cross_entropy on CUDA (BF16, FP32) matches the unchunked head"
 }
 
 TEST_CASE("linear_cross_entropy on CUDA keeps less memory than the unchunked head", "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Device cuda(at::kCUDA);
   // Logits dominate: 16384 x 32768 BF16 = 1 GiB whole; at a 256 MiB budget the chunk rule gives 4
   // chunks of 256 MiB (at the default 512 MiB, 2 chunks: 568 MiB seen, just above half of the
@@ -346,7 +346,7 @@ TEST_CASE("linear_cross_entropy on CUDA keeps less memory than the unchunked hea
 }
 
 TEST_CASE("linear_cross_entropy on CUDA at the 1.3B's head: time and peak against the unchunked head", "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   // B8 T2048 tokens, d 2048, vocab 50304 (4 chunks of 5248 rows at the default 512 MiB).
   at::manual_seed(13);
   const at::Tensor x0 = (at::randn({16384, 2048}, fp8t::test::on_cuda(at::kFloat))).to(at::kBFloat16);
@@ -370,7 +370,7 @@ TEST_CASE("linear_cross_entropy on CUDA at the 1.3B's head: time and peak agains
 
 TEST_CASE("linear_cross_entropy timing: the LLaMA-1B head per train.loss_chunk_mib, and its three GEMMs "
           "(runs with FP8T_TEST_REPORT)", "[ops][cuda][timing]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   if (!fp8t::test::reporting()) SKIP("set FP8T_TEST_REPORT=1 to time the LLaMA-1B head");
   // B8 T2048 tokens, d 2048, vocab 128256 (the tied Llama 3 head): 2048 rows per chunk at the
   // default 512 MiB, 8 chunks.
@@ -433,7 +433,7 @@ TEST_CASE("linear_cross_entropy timing: the LLaMA-1B head per train.loss_chunk_m
 }
 
 TEST_CASE("linear_cross_entropy on CUDA replays in a CUDA graph with the eager results", "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   const at::Device cuda(at::kCUDA);
   const Problem p = on_gpu(make_problem(700, 128, 3000, 6));
   at::Tensor x = leaf(p.x.to(at::kBFloat16)), w = leaf(p.w);

@@ -14,7 +14,7 @@
 #include "lib/util/error.h"                // fp8t::Error
 #include "tests/catch.h"
 #if defined(FP8T_WITH_CUDA)
-#include "tests/kernels/cuda_test_util.h"  // require_gpu
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU
 #endif
 
 namespace {
@@ -129,7 +129,7 @@ TEST_CASE("tied_embedding: errors name what is wrong", "[ops]") {
 
 #if defined(FP8T_WITH_CUDA)
 TEST_CASE("tied_embedding on CUDA: the hand-over gives autograd's sum, the same bits run to run", "[ops][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   // A BF16 head (the chunked op's CUDA kernels and GEMMs) over 1024 tokens of a 500-row vocabulary:
   // many repeated ids per row of the weight.
   at::manual_seed(13);

@@ -21,7 +21,7 @@
 #include "lib/optim/adamw_step.h"          // adamw_multi_tensor_step, AdamWBatch
 #include "lib/util/error.h"                // fp8t::Error
 #include "tests/catch.h"
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, on_cuda, reporting, skip_large
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, on_cuda, reporting, skip_large
 #include "tests/kernels/cuda_timing.h"     // median_event_ms
 
 using namespace fp8t;
@@ -100,7 +100,7 @@ AdamWOptions options_for(MomentsDtype moments) {
 // [kernels]: scripts/device-test.sh runs these two under compute-sanitizer.
 TEST_CASE("adamw kernel, fp32 and bf16 moments: the CPU loop's bits over 61 tensors, tails, unaligned ranges",
           "[optim][kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const std::vector<int64_t> sizes = odd_sizes();
   const at::ScalarType moments = GENERATE(at::kFloat, at::kBFloat16);
   CAPTURE(moments);
@@ -138,7 +138,7 @@ TEST_CASE("adamw kernel, fp32 and bf16 moments: the CPU loop's bits over 61 tens
 
 TEST_CASE("adamw kernel: a batch whose moments do not match its parameters is refused, naming the index",
           "[optim][kernels][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   Flat gpu = make_flat({8}, at::kCUDA, 2);
   gpu.batch.exp_avgs[0] = gpu.m.narrow(0, 0, 4);  // 4 moments for 8 parameters
   try {
@@ -170,7 +170,7 @@ TEST_CASE("adamw kernel: a batch whose moments do not match its parameters is re
 
 TEST_CASE("AdamW on CUDA, fp32 and bf16 moments: the CPU optimizer's bits, sharded too, without a host sync",
           "[optim][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const MomentsDtype moments = GENERATE(MomentsDtype::kFp32, MomentsDtype::kBf16);
   CAPTURE(static_cast<int>(moments));
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
@@ -209,7 +209,7 @@ TEST_CASE("AdamW on CUDA, fp32 and bf16 moments: the CPU optimizer's bits, shard
 
 TEST_CASE("AdamW on CUDA, fp32 and bf16 moments: a step captured in a CUDA graph replays the eager steps' bits",
           "[optim][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   const MomentsDtype moments = GENERATE(MomentsDtype::kFp32, MomentsDtype::kBf16);
   CAPTURE(static_cast<int>(moments));
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(8);
@@ -258,7 +258,7 @@ TEST_CASE("AdamW on CUDA, fp32 and bf16 moments: a step captured in a CUDA graph
 
 TEST_CASE("adamw timing: 1.3B parameters in 150 tensors, fp8train's kernel (fp32 and bf16 moments) against "
           "LibTorch's fused AdamW (runs with FP8T_TEST_REPORT)", "[optim][cuda][timing]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   if (!reporting()) SKIP("a timing case: it runs with FP8T_TEST_REPORT=1");
   if (skip_large(int64_t{1} << 30)) SKIP("too large under compute-sanitizer (FP8T_TEST_SMALL)");
   constexpr int kTensors = 150;

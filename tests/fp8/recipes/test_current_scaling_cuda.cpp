@@ -71,7 +71,7 @@ at::Tensor spread_values(int64_t rows, int64_t cols, uint64_t seed) {
 
 TEST_CASE("current scaling on CUDA: plain and gradient casts equal the CPU emulation bit for bit",
           "[fp8][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (const auto& [rows, cols] : kShapes) {
       if (skip_large(rows * cols)) continue;
@@ -96,7 +96,7 @@ TEST_CASE("current scaling on CUDA: plain and gradient casts equal the CPU emula
 }
 
 TEST_CASE("current scaling on CUDA: the norm's fused amax and the cast of its output", "[fp8][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   Backend& backend = cuda_backend();
   for (bool rms : {false, true}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -127,7 +127,7 @@ TEST_CASE("current scaling on CUDA: the norm's two passes (amax alone, then the 
   // What Fp8Norm does under current scaling when nothing reads y: the first pass writes no y, the
   // second normalises the stored input (x, or r = x + h from the fused add) with the scale from
   // the first pass's amax. Against the CPU emulation's cast of the y a one-pass norm writes.
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   Backend& backend = cuda_backend();
   for (bool rms : {false, true}) {
     for (bool add : {false, true}) {
@@ -167,7 +167,7 @@ TEST_CASE("current scaling on CUDA: GELU and GELU-backward casts take the amax o
   // operator (tests/kernels/test_cast_transpose.cpp), so the reference here is the GPU's own
   // fused value: the amax pass must equal the amax the fused cast records, the scale must be
   // scaling_math.h's current_scale of it, and the codes those of the fused cast with that scale.
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   Backend& backend = cuda_backend();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     for (const auto& [rows, cols] : kShapes) {
@@ -209,7 +209,7 @@ TEST_CASE("current scaling on CUDA: SwiGLU and SwiGLU-backward casts take the am
   // swiglu_math.h's values are the CPU reference bit for bit (tests/kernels/test_swiglu_cast.cpp):
   // the amax must be the host amax of them, the scale current_scale of it, and the codes (and the
   // backward's dbias) those of the fused cast with that scale.
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   Backend& backend = cuda_backend();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 16}, {13, 7}, {130, 200}, {217, 256}, {2056, 2080}};
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -251,7 +251,7 @@ TEST_CASE("current scaling on CUDA: consecutive casts of one slot are independen
   // Each slot's amax kernel keeps an accumulator and a CTA ticket between casts: a large amax
   // must not leak into the next cast of the slot, and casts that do not record (NoRecordScope)
   // use their own workspace and leave the recorded state alone.
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   Pair gpu(at::kCUDA), cpu(at::kCPU);
   for (double magnitude : {1e6, 1e-3, 0.0, 7.0}) {
     CAPTURE(magnitude);
@@ -273,7 +273,7 @@ TEST_CASE("current scaling on CUDA: consecutive casts of one slot are independen
 
 TEST_CASE("current scaling on CUDA: an infinite element gives a NaN scale and NaN codes, as on the CPU",
           "[fp8][cuda]") {
-  require_gpu();
+  FP8T_REQUIRE_GPU();
   at::Tensor x = at::ones({64, 64});
   x[5][7] = std::numeric_limits<float>::infinity();
   Pair gpu(at::kCUDA);

@@ -12,7 +12,7 @@
 #include "lib/fp8/recipes/rowwise_scaling.h"    // RowwiseScaling
 #include "tests/catch.h"
 #include "tests/tensor_compare.h"  // test::rel_err
-#include "tests/kernels/cuda_test_util.h"  // require_gpu, reporting
+#include "tests/kernels/cuda_test_util.h"  // FP8T_REQUIRE_GPU, reporting
 
 using namespace fp8t::fp8;
 
@@ -43,7 +43,7 @@ at::Tensor hostile(int64_t rows, int64_t cols) {
 
 TEST_CASE("rowwise scaling on CUDA: both layouts' codes and scales equal the CPU emulation's, bit for bit",
           "[fp8][kernels][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   torch::manual_seed(17);
   const at::Device gpu(at::kCUDA, 0);
   // Odd sizes (tile edges of the 32x32 cast-transpose, rows of one element, more rows than one
@@ -63,7 +63,7 @@ TEST_CASE("rowwise scaling on CUDA: both layouts' codes and scales equal the CPU
 
 TEST_CASE("rowwise scaling on CUDA: the OUTER_VEC_32F GEMM against the FP32 GEMM of the dequantized operands",
           "[fp8][gemm][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   torch::manual_seed(19);
   const at::Device gpu(at::kCUDA, 0);
   const at::Tensor x = torch::randn({256, 512}) * at::pow(2.0, torch::randint(-8, 8, {256, 1}));
@@ -96,7 +96,7 @@ TEST_CASE("rowwise scaling on CUDA: the OUTER_VEC_32F GEMM against the FP32 GEMM
 }
 
 TEST_CASE("rowwise scaling: Fp8Linear on CUDA matches the CPU emulation", "[fp8][cuda]") {
-  fp8t::test::require_gpu();
+  FP8T_REQUIRE_GPU();
   torch::manual_seed(23);
   fp8t::model::Linear src(384, 272, true);
   {

@@ -154,7 +154,7 @@ TEST_CASE("te parity: microbatch mode records the weight once per step and skips
 }
 
 TEST_CASE("te parity: the CUDA update kernel and cast amaxes reproduce the TE reference", "[fp8][cuda]") {
-  REQUIRE(torch::cuda::is_available());
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   replay_all(at::Device(at::kCUDA, 0));
 }
 
@@ -178,7 +178,7 @@ TEST_CASE("te parity: every CUDA kernel's amax ignores NaN elements and counts i
   // records) over the values it casts: its input for the casts, its own rounded output y for
   // the norms (write_y), the operator for the GELU casts. Exact, except the GELU casts: within
   // one bf16 step (2^-8 relative) of the unfused operator, the bound of tests/kernels.
-  REQUIRE(torch::cuda::is_available());
+  if (!torch::cuda::is_available()) SKIP("needs a CUDA GPU");
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   torch::manual_seed(21);
   // 64 x 96: several blocks; row 3 has a NaN element, row 40 is all NaN (through the norms too).
