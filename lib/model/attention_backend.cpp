@@ -79,11 +79,13 @@ std::vector<int64_t> attention_priority_order(AttentionBackend first) {
   return order;
 }
 
-SelectedAttention select_attention_backend(AttentionBackend requested, const at::Device& device, int64_t seq_len,
-                                           bool cuda_graphs) {
-  const AttentionChoice chosen = resolve_attention_backend(requested, device, seq_len, cuda_graphs);
+AttentionChoice select_attention_backend(AttentionBackend requested, const at::Device& device, int64_t seq_len,
+                                         bool cuda_graphs) {
+  AttentionChoice chosen = resolve_attention_backend(requested, device, seq_len, cuda_graphs);
   if (device.is_cuda()) at::globalContext().setSDPPriorityOrder(attention_priority_order(chosen.backend));
-  return {backend_name(chosen.backend), chosen.replaced};
+  return chosen;
 }
+
+const char* attention_backend_name(AttentionBackend b) { return backend_name(b); }
 
 }  // namespace fp8t::model

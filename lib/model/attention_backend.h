@@ -41,13 +41,11 @@ AttentionChoice resolve_attention_backend(AttentionBackend requested, const at::
 std::vector<int64_t> attention_priority_order(AttentionBackend first);
 
 // Sets the process-wide order for the resolved backend on a CUDA device (nothing on the CPU) and
-// returns the choice: the backend's name for the log ("cudnn", "flash", ...) and, where the
-// requested backend was replaced, why.
-struct SelectedAttention {
-  std::string name;
-  std::string replaced;
-};
-SelectedAttention select_attention_backend(AttentionBackend requested, const at::Device& device, int64_t seq_len,
-                                           bool cuda_graphs);
+// returns the choice (with, where the requested backend was replaced, why).
+AttentionChoice select_attention_backend(AttentionBackend requested, const at::Device& device, int64_t seq_len,
+                                         bool cuda_graphs);
+
+// The backend's name for the log: "cudnn", "flash", "efficient", "math" or "auto".
+const char* attention_backend_name(AttentionBackend b);
 
 }  // namespace fp8t::model

@@ -134,10 +134,12 @@ void Session::build() {
   if (device_.is_cuda()) gemm::GemmEngine::instance().set_autotune(cfg_.train.gemm_autotune);
 #endif
   // train.attention_backend: the SDPA kernel ATen tries first (process-wide; CUDA only).
-  const model::SelectedAttention attention = model::select_attention_backend(
+  const model::AttentionChoice attention = model::select_attention_backend(
       cfg_.train.attention_backend, device_, cfg_.model.seq_len, cfg_.train.cuda_graphs);
   if (!attention.replaced.empty()) spdlog::warn("{}", attention.replaced);
-  if (device_.is_cuda()) spdlog::debug("attention: {} first (train.attention_backend)", attention.name);
+  if (device_.is_cuda()) {
+    spdlog::debug("attention: {} first (train.attention_backend)", model::attention_backend_name(attention.backend));
+  }
   if (cfg_.precision == Precision::kFp8) {
     auto rewritten = fp8::rewrite_to_fp8(*model_, cfg_.fp8, device_);
     scaling_ = rewritten.scaling;

@@ -34,8 +34,9 @@ TEST_CASE("attention backend: the CPU resolves to math and its order is left alo
   const auto before = at::globalContext().sDPPriorityOrder();
   const at::Device cpu(at::kCPU);
   CHECK(model::resolve_attention_backend(AttentionBackend::kCudnn, cpu, 1024, true).backend == AttentionBackend::kMath);
-  const model::SelectedAttention s = model::select_attention_backend(AttentionBackend::kCudnn, cpu, 64, true);
-  CHECK(s.name == "math");
+  const model::AttentionChoice s = model::select_attention_backend(AttentionBackend::kCudnn, cpu, 64, true);
+  CHECK(s.backend == AttentionBackend::kMath);
+  CHECK(std::string(model::attention_backend_name(s.backend)) == "math");
   CHECK(s.replaced.empty());
   CHECK(at::globalContext().sDPPriorityOrder() == before);
 }
