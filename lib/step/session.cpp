@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>       // spdlog::info, spdlog::warn
 
 #include <algorithm>  // std::find
+#include <atomic>     // std::atomic
 
 #include "lib/dist/communicator.h"            // dist::Communicator
 #include "lib/dist/expert_parallel.h"         // dist::ExpertParallel
@@ -136,7 +137,8 @@ void Session::build() {
   // train.attention_backend: the SDPA kernel ATen tries first (process-wide; CUDA only).
   const model::AttentionChoice attention = model::select_attention_backend(
       cfg_.train.attention_backend, device_, cfg_.model.seq_len, cfg_.train.cuda_graphs);
-  if (!attention.replaced.empty()) spdlog::warn("{}", attention.replaced);
+  static std::atomic<bool> attention_warned{false};  // once per process: bench builds a Session per row
+  if (!attention.replaced.empty() && !attention_warned.exchange(true)) spdlog::warn("{}", attention.replaced);
   if (device_.is_cuda()) {
     spdlog::debug("attention: {} first (train.attention_backend)", model::attention_backend_name(attention.backend));
   }
