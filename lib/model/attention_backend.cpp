@@ -24,17 +24,6 @@ at::SDPBackend aten_backend(AttentionBackend b) {
   return at::SDPBackend::math;
 }
 
-const char* backend_name(AttentionBackend b) {
-  switch (b) {
-    case AttentionBackend::kFlash: return "flash";
-    case AttentionBackend::kCudnn: return "cudnn";
-    case AttentionBackend::kEfficient: return "efficient";
-    case AttentionBackend::kMath: return "math";
-    case AttentionBackend::kAuto: break;
-  }
-  return "auto";
-}
-
 // Compute capability major of a CUDA device; 0 without CUDA.
 int compute_capability_major([[maybe_unused]] const at::Device& device) {
 #if defined(FP8T_WITH_CUDA)
@@ -86,6 +75,15 @@ AttentionChoice select_attention_backend(AttentionBackend requested, const at::D
   return chosen;
 }
 
-const char* attention_backend_name(AttentionBackend b) { return backend_name(b); }
+const char* attention_backend_name(AttentionBackend b) {
+  switch (b) {
+    case AttentionBackend::kFlash: return "flash";
+    case AttentionBackend::kCudnn: return "cudnn";
+    case AttentionBackend::kEfficient: return "efficient";
+    case AttentionBackend::kMath: return "math";
+    case AttentionBackend::kAuto: break;
+  }
+  return "auto";
+}
 
 }  // namespace fp8t::model
