@@ -5,7 +5,7 @@
 #include <numeric>  // std::accumulate
 #include <vector>   // std::vector
 
-#include "lib/model/moe_router.h"   // route, plan_dispatch, dispatch, combine, plan_received, weighted_sum
+#include "lib/model/moe_router.h"   // route, plan_dispatch, dispatch, combine, plan_received, scatter_rows
 #include "lib/util/error.h"         // FP8T_CHECK
 #include "lib/util/torch_compat.h"  // compat::autocast_dtype_or, to_ivalue, from_ivalue
 
@@ -132,11 +132,11 @@ at::Tensor MoeMlp::exchanged_experts(const at::Tensor& x2, const Routing& r) {
   const at::Tensor got = ExchangeRows::apply(rows, exchange_, send, recv);
   const ReceivedPlan plan = plan_received(from);
   const at::Tensor rows_of = plan.rows_of.to(x2.device()), offsets = plan.offsets.to(x2.device());
-  const at::Tensor buffer = at::zeros({plan.rows, d}, x2.options()).index_copy(0, rows_of, got);
+  const at::Tensor buffer = scatter_rows(got, rows_of, plan.rows);
   const at::Tensor h = act_->forward(experts_fc->forward(buffer, offsets));
   const at::Tensor y = gather_rows(experts_proj->forward(h, offsets), rows_of);
   const at::Tensor back = ExchangeRows::apply(y, exchange_, recv, send);
-  const at::Tensor pairs = at::zeros({T * k, d}, back.options()).index_copy(0, order, back);
+  const at::Tensor pairs = scatter_rows(back, order, T * k);
   if (is_training()) record(r.counts, r.aux_loss, std::accumulate(recv.begin(), recv.end(), int64_t{0}), plan.rows);
   return weighted_sum(pairs.view({T, k, d}), r.weights);
 }

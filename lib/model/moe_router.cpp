@@ -33,6 +33,24 @@ class GatherRows : public torch::autograd::Function<GatherRows> {
   }
 };
 
+// The inverse of GatherRows: rows of `src` written to rows `rows` of a zero buffer of `total` rows.
+// Saves only the index (an out-of-place index_copy would keep `src` for its backward: k rows of d
+// per token in the dispatch).
+class ScatterRows : public torch::autograd::Function<ScatterRows> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& src, const at::Tensor& rows,
+                            int64_t total) {
+    ctx->save_for_backward({rows});
+    std::vector<int64_t> shape = src.sizes().vec();
+    shape[0] = total;
+    return at::zeros(shape, src.options()).index_copy_(0, rows, src);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0].index_select(0, ctx->get_saved_variables()[0]), at::Tensor(), at::Tensor()};
+  }
+};
+
 // Round robin: pair t * k + j goes to expert (t * k + j) mod E.
 at::Tensor balanced_experts(int64_t tokens, int64_t k, int64_t experts, const at::TensorOptions& opt) {
   return at::remainder(at::arange(tokens * k, opt.dtype(at::kLong)), experts).view({tokens, k});
@@ -110,7 +128,7 @@ DispatchPlan plan_dispatch(const at::Tensor& experts, const at::Tensor& counts, 
 at::Tensor dispatch(const at::Tensor& x, const DispatchPlan& plan) {
   const int64_t tokens = x.size(0), d = x.size(1);
   const at::Tensor each = x.unsqueeze(1).expand({tokens, plan.top_k, d}).reshape({tokens * plan.top_k, d});
-  return at::zeros({plan.rows, d}, x.options()).index_copy(0, plan.rows_of, each);
+  return scatter_rows(each, plan.rows_of, plan.rows);
 }
 
 at::Tensor combine(const at::Tensor& y, const at::Tensor& weights, const DispatchPlan& plan) {
@@ -119,6 +137,10 @@ at::Tensor combine(const at::Tensor& y, const at::Tensor& weights, const Dispatc
 }
 
 at::Tensor gather_rows(const at::Tensor& y, const at::Tensor& rows) { return GatherRows::apply(y, rows); }
+
+at::Tensor scatter_rows(const at::Tensor& src, const at::Tensor& rows, int64_t total) {
+  return ScatterRows::apply(src, rows, total);
+}
 
 at::Tensor weighted_sum(const at::Tensor& picked, const at::Tensor& weights) {
   return at::bmm(weights.unsqueeze(1).to(picked.scalar_type()), picked).squeeze(1);

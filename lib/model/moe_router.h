@@ -68,6 +68,10 @@ at::Tensor combine(const at::Tensor& y, const at::Tensor& weights, const Dispatc
 // index_select's own backward makes).
 at::Tensor gather_rows(const at::Tensor& y, const at::Tensor& rows);
 
+// Its inverse: a zero buffer of `total` rows whose rows `rows` (distinct) are src's rows. The
+// backward gathers the gradient rows; only the index is kept for it (not src).
+at::Tensor scatter_rows(const at::Tensor& src, const at::Tensor& rows, int64_t total);
+
 // out[t] = sum_j weights[t, j] * picked[t, j] for picked [T, k, d]: one batched GEMM in picked's
 // dtype (FP32 accumulation; under autocast the weights are rounded to bf16, as the experts'
 // outputs are). Differentiable in both.

@@ -11,8 +11,12 @@
 #include <vector>  // std::vector
 
 #include "lib/model/layers.h"  // GroupedLinear
+#include "lib/model/moe_router.h"  // padded_rows
+#include "lib/plan/moe_terms.h"    // moe_kept_per_token
+#include "lib/util/torch_compat.h"  // compat::AutocastGuard
 #include "tests/model/moe_test_config.h"  // test::tiny_moe
 #include "tests/catch.h"
+#include "tests/model/cpu_memory_probe.h"  // test::CpuMemoryProbe
 
 using namespace fp8t;
 
@@ -80,6 +84,41 @@ TEST_CASE("moe mlp: an expert without tokens gets an exact zero gradient", "[mod
   CHECK(g_fc[3].abs().max().item<double>() == 0.0);
   CHECK(g_proj[3].abs().max().item<double>() == 0.0);
   CHECK(g_fc.select(0, 0).abs().max().item<double>() + g_fc.select(0, 1).abs().max().item<double>() > 0.0);
+}
+
+TEST_CASE("moe mlp: the forward keeps for the backward what the planner counts (CPU probe, bf16 autocast)", "[model]") {
+  // 1024 tokens of d 256, 16 experts of width 128, top-4. The planner (lib/plan/moe_terms.h)
+  // counts per token the router's FP32 input and per routed row the experts' input, the SwiGLU
+  // input, the down projection's input and the output rows the weighted sum reads. Beside those
+  // the CPU keeps the experts' bf16 weight copies (the planner counts them with the weights) and
+  // silu(gate), which the GPU's fused SwiGLU does not keep. Seen: 1.0006 times that sum (the
+  // scores and indices, less the planner's padding rows in the weighted sum's input); the
+  // dispatch's k copies of each token (k x d per token, what an out-of-place index_copy kept for
+  // its backward) made it 1.16.
+  ExperimentConfig c;
+  c.model = test::tiny_moe(/*d_model=*/256, /*d_ff=*/128, /*experts=*/16);
+  c.model.moe.top_k = 4;
+  c.model.seq_len = 512;
+  c.train.micro_batch_size = 2;
+  c.precision = Precision::kBf16;
+  const int64_t T = 1024, d = 256, F = 128, E = 16;
+  torch::manual_seed(29);
+  model::MoeMlp moe(c.model);
+  const at::Tensor x = torch::randn({2, 512, d}).requires_grad_(true);
+  auto probe = std::make_shared<test::CpuMemoryProbe>();
+  int64_t kept = 0;
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);
+    compat::AutocastGuard autocast(at::kCPU, at::kBFloat16);
+    const at::Tensor y = moe.forward(x);
+    kept = probe->live() - y.nbytes();
+  }
+  const int64_t rows = model::padded_rows(T * 4, E);
+  const double weight_copies = 2.0 * E * (2 * F * d + d * F), silu_gate = 2.0 * rows * F;
+  const double counted = plan::moe_kept_per_token(c) * T * 2.0 + weight_copies + silu_gate;
+  INFO("kept " << kept << " B, counted " << counted << " B");
+  CHECK(kept >= counted);
+  CHECK(kept <= 1.03 * counted);
 }
 
 TEST_CASE("moe model: the balancing loss reaches the router, also under recompute, counted once", "[model]") {
