@@ -278,7 +278,9 @@ std::string byte_rows(const ExperimentConfig& cfg, const MemoryEstimate& e) {
   }
   s += row(fmt::format("activations of one micro-batch (train.recompute {})", recompute_name(cfg.train.recompute)), "",
            gib(e.activation_bytes));
-  if (e.dispatch_bytes > 0) s += row("one MoE block's dispatch buffers (transient)", "", gib(e.dispatch_bytes));
+  if (e.moe_transient_bytes > 0) {
+    s += row("one MoE block's transient buffers (dispatch, or experts' wgrad)", "", gib(e.moe_transient_bytes));
+  }
   return s;
 }
 

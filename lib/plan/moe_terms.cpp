@@ -1,6 +1,7 @@
 #include "lib/plan/moe_terms.h"
 
-#include <cmath>  // std::ceil
+#include <algorithm>  // std::max
+#include <cmath>      // std::ceil
 
 namespace fp8t::plan {
 namespace {
@@ -58,6 +59,19 @@ double dispatch_buffer_bytes(const ExperimentConfig& cfg) {
   const ModelSection& m = cfg.model;
   const double d = static_cast<double>(m.d_model), f = static_cast<double>(m.expert_ff_dim());
   return dispatch_rows(cfg) * (2.0 * d + 3.0 * f) * element_bytes(cfg);
+}
+
+double expert_wgrad_bytes(const ExperimentConfig& cfg, const MoeSizes& s, double experts_held) {
+  if (!cfg.model.moe.enabled() || s.moe_layers <= 0) return 0.0;
+  const ModelSection& m = cfg.model;
+  const double d = static_cast<double>(m.d_model), f = static_cast<double>(m.expert_ff_dim());
+  const double fc_weights = experts_held / s.moe_layers * (2.0 / 3.0);  // experts_fc: 2F x d of each expert's 3F x d
+  const double gradient = cfg.precision == Precision::kFp32 ? 4.0 : 6.0;  // bf16 out of the GEMM + its FP32 widening
+  return fc_weights * gradient + dispatch_rows(cfg) * (d + 2.0 * f) * element_bytes(cfg);
+}
+
+double moe_transient_bytes(const ExperimentConfig& cfg, const MoeSizes& s, double experts_held) {
+  return std::max(dispatch_buffer_bytes(cfg), expert_wgrad_bytes(cfg, s, experts_held));
 }
 
 }  // namespace fp8t::plan

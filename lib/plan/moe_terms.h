@@ -13,8 +13,13 @@
 //                down projection's input (fp8: half an element per moe.d_ff; else moe.d_ff) and
 //                the expert outputs the weighted sum reads (d_model); the shared experts as a dense
 //                SwiGLU MLP (2 x their width). train.recompute mlp or block: none of it.
-//   dispatch     the padded buffers of one MoE block at a time (transient): rows x (2 x d_model
-//                + 3 x moe.d_ff) elements, rows = tokens x top_k rounded up to 16 + 16 x experts.
+//   transient    one MoE block at a time, the larger of two:
+//                - the forward's padded dispatch buffers: rows x (2 x d_model + 3 x moe.d_ff)
+//                  elements, rows = tokens x top_k rounded up to 16 + 16 x experts;
+//                - the backward's weight gradient of experts_fc (this rank's experts x 2 x
+//                  moe.d_ff x d_model): as its GEMM writes it (bf16) and widened to the FP32
+//                  gradient, 6 bytes per weight (fp32 runs: 4), beside the gradient rows it is
+//                  made from and the dgrad's output, rows x (d_model + 2 x moe.d_ff) elements.
 #pragma once
 
 #include "lib/config/experiment.h"  // ExperimentConfig, ModelSection
@@ -40,7 +45,14 @@ double experts_per_rank(const ExperimentConfig& cfg, const MoeSizes& s, int worl
 // Elements kept per token by one MoE block's feed-forward part (the header's activations).
 double moe_kept_per_token(const ExperimentConfig& cfg);
 
-// Bytes of one MoE block's dispatch buffers for one micro-batch (the header's dispatch term).
+// Bytes of one MoE block's dispatch buffers for one micro-batch (the header's first transient).
 double dispatch_buffer_bytes(const ExperimentConfig& cfg);
+
+// Bytes of one MoE block's experts_fc weight gradient in the backward (the header's second
+// transient), for `experts_held` expert weights on this rank (experts_per_rank).
+double expert_wgrad_bytes(const ExperimentConfig& cfg, const MoeSizes& s, double experts_held);
+
+// The larger of the two: what one MoE block adds for a moment, forward or backward.
+double moe_transient_bytes(const ExperimentConfig& cfg, const MoeSizes& s, double experts_held);
 
 }  // namespace fp8t::plan

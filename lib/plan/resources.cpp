@@ -20,7 +20,7 @@
 #include "lib/fp8/recipes/scaling.h"       // fp8::make_scaling, Scaling::weight_parts, transposes_weight_codes
 #include "lib/ops/linear_cross_entropy.h"  // ops::linear_cross_entropy_chunk_rows
 #include "lib/plan/memory_plan.h"           // plan_memory, format_levers
-#include "lib/plan/moe_terms.h"             // moe_sizes, experts_per_rank, moe_kept_per_token, dispatch_buffer_bytes
+#include "lib/plan/moe_terms.h"             // moe_sizes, experts_per_rank, moe_kept_per_token, moe_transient_bytes
 #include "lib/util/error.h"                // FP8T_THROW
 
 namespace fp8t::plan {
@@ -258,7 +258,7 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, const Paral
   }
   e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
   e.activation_bytes = activation_bytes(cfg);
-  e.dispatch_bytes = dispatch_buffer_bytes(cfg);
+  e.moe_transient_bytes = moe_transient_bytes(cfg, s.moe, experts_per_rank(cfg, s.moe, e.world_size));
   if (scores == AttentionScores::kMaterialised) e.attention_score_bytes = attention_score_bytes(cfg);
   return e;
 }
@@ -291,9 +291,9 @@ std::string MemoryEstimate::breakdown(const ExperimentConfig& cfg) const {
     transient += fmt::format("; attention scores of the math path (model.dropout {:g}) {}", cfg.model.dropout,
                              gib(attention_score_bytes));
   }
-  if (dispatch_bytes > 0) {
-    transient += fmt::format("; one MoE block's dispatch buffers {} ({:.3g} parameters in all, {:.3g} active per "
-                             "token)", gib(dispatch_bytes), total_parameters, active_parameters);
+  if (moe_transient_bytes > 0) {
+    transient += fmt::format("; one MoE block's transient buffers {} ({:.3g} parameters in all, {:.3g} active per "
+                             "token)", gib(moe_transient_bytes), total_parameters, active_parameters);
   }
   return fmt::format("{} + {} + {}{} = {:.3g} bytes/parameter (x {:.3g} parameters = {}){}; "
                      "activations of one micro-batch {} (train.micro_batch_size={} x model.seq_len={}, "

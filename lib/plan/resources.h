@@ -44,7 +44,7 @@
 // CPU when model.dropout > 0 (its CPU flash kernel takes no dropout); the fused kernels (the
 // CPU's flash kernel, the GPU's flash, memory-efficient and cuDNN kernels) never hold the scores,
 // so GPU estimates have no such term.
-// A mixture of experts' terms (parameters, experts per rank, activations, dispatch buffers):
+// A mixture of experts' terms (parameters, experts per rank, activations, transient buffers):
 // lib/plan/moe_terms.h.
 // Workspaces, allocator slack and the data are left out, so a config that fails this check can
 // never run, while one that passes may still need more than estimated.
@@ -81,13 +81,13 @@ struct MemoryEstimate {
   double attention_score_bytes = 0;  // the [B, H, T, T] scores of the math path (0: fused attention)
   // A mixture of experts (lib/plan/moe_terms.h): the model's parameters and those a token passes
   // through (parameters above: what this rank holds, its share of the experts under
-  // dist.expert_parallel), and one MoE block's dispatch buffers (transient).
+  // dist.expert_parallel), and one MoE block's transient buffers (dispatch or weight gradient).
   double total_parameters = 0;
   double active_parameters = 0;
-  double dispatch_bytes = 0;
+  double moe_transient_bytes = 0;
   double total_bytes() const {
     return state_bytes + gathered_weight_bytes + head_gradient_bytes + activation_bytes + attention_score_bytes +
-           dispatch_bytes;
+           moe_transient_bytes;
   }
   double state_bytes_per_param() const {
     return weight_bytes_per_param + grad_bytes_per_param + optimizer_bytes_per_param + fp8_bytes_per_param;

@@ -6,7 +6,7 @@
 #       padding, dropped 0) and the console line the least balanced layer;
 #   (b) under fp8.recipe block the experts stay in BF16/FP32 with the reason, naming the recipes
 #       with FP8 experts;
-#   (c) --dry-run's plan counts all and active parameters and the dispatch buffers;
+#   (c) --dry-run's plan counts all and active parameters and one block's transient buffers;
 #   (d) a resumed run (balance bias: the router's selection bias is checkpoint state) repeats the
 #       uninterrupted run's losses exactly;
 #   (e) expert parallelism on 2 CPU ranks (dist.expert_parallel 2) gives data parallelism's losses,
@@ -45,7 +45,7 @@ grep -q "delayed, current, rowwise" b.log || { cat b.log; fail "(b) the recipes 
 
 # (c)
 run --dry-run > c.log 2>&1 || { cat c.log; fail "(c) --dry-run"; }
-grep -q "active per token: top-2 of 8 experts" c.log && grep -q "dispatch buffers" c.log ||
+grep -q "active per token: top-2 of 8 experts" c.log && grep -q "MoE block's transient buffers" c.log ||
   { cat c.log; fail "(c) the plan has no MoE terms"; }
 
 # (d)

@@ -1,5 +1,5 @@
 // lib/plan/moe_terms.* and its use in the estimate: a mixture of experts' parameters (all, active,
-// per rank under dist.expert_parallel), its FP8 weight copies and its dispatch buffers, checked
+// per rank under dist.expert_parallel), its FP8 weight copies and its transient buffers, checked
 // against the parameters of the model the config builds and against the formulas written out.
 #include "lib/plan/moe_terms.h"
 
@@ -50,7 +50,11 @@ TEST_CASE("moe terms: OLMoE-1B-7B has 6.92B parameters, 1.28B active", "[plan]")
   CHECK(e.parameters == e.total_parameters);  // one process holds every expert
   // One block's dispatch buffers: (8192 tokens x top-8 = 65536 pairs, a multiple of 16, + 16 x 64
   // experts' rows) x (2 d + 3 F) bf16 elements.
-  CHECK(e.dispatch_bytes == Approx((65536.0 + 1024.0) * (2 * 2048 + 3 * 1024) * 2.0));
+  const double rows = 65536.0 + 1024.0;
+  CHECK(plan::dispatch_buffer_bytes(c) == Approx(rows * (2 * 2048 + 3 * 1024) * 2.0));
+  // The larger transient here: experts_fc's weight gradient (64 x 2F x d, bf16 + FP32) beside
+  // rows x (d + 2F) bf16 gradient elements.
+  CHECK(e.moe_transient_bytes == Approx(64.0 * 2048 * 2048 * 6.0 + rows * (2048 + 2 * 1024) * 2.0));
 }
 
 TEST_CASE("moe terms: expert parallelism divides the experts a rank holds, and their FP8 copies", "[plan]") {
@@ -66,6 +70,9 @@ TEST_CASE("moe terms: expert parallelism divides the experts a rank holds, and t
   // of this rank only.
   CHECK(ep.fp8_bytes_per_param * ep.parameters ==
         Approx(one.fp8_bytes_per_param * one.parameters - 2.0 * experts * 7.0 / 8.0).epsilon(1e-9));
+  // With an eighth of the experts the dispatch buffers are the larger transient.
+  CHECK(ep.moe_transient_bytes == Approx(plan::dispatch_buffer_bytes(c)));
+  CHECK(one.moe_transient_bytes > ep.moe_transient_bytes);
   // A layout whose ranks the group size does not divide holds every expert.
   layout.world_size = 6;
   CHECK(plan::experts_per_rank(c, plan::moe_sizes(c.model, 4.0 * 2048 * 2048), 6) == Approx(experts));
