@@ -122,16 +122,18 @@ std::string memory_section(const ExperimentConfig& cfg, const std::vector<BenchR
   for (const auto& r : results) {
     const plan::MemoryEstimate& m = r.memory;
     const double estimate = m.total_bytes();
+    const double transient = estimate - m.state_bytes - m.activation_bytes;  // every term that comes and goes
     s << std::left << std::setw(10) << r.label() << std::right << std::fixed << std::setprecision(2) << std::setw(9)
       << m.weight_bytes_per_param << std::setw(7) << m.grad_bytes_per_param << std::setw(11)
       << m.optimizer_bytes_per_param << std::setw(11) << m.fp8_bytes_per_param << std::setw(8)
       << m.state_bytes_per_param() << std::setw(11) << m.state_bytes / kGiB << std::setw(15)
-      << (m.gathered_weight_bytes + m.head_gradient_bytes) / kGiB << std::setw(17) << m.activation_bytes / kGiB
+      << transient / kGiB << std::setw(17) << m.activation_bytes / kGiB
       << std::setw(14) << estimate / kGiB << std::setw(10) << r.peak_memory_bytes / kGiB << std::setw(16)
       << (estimate > 0 ? static_cast<double>(r.peak_memory_bytes) / estimate : 0.0) << "\n";
   }
   s << "wt copies: the FP8 weights' E4M3 copy + transpose (fp8), autocast's 2-byte copies (bf16, fp16); transient: "
-       "the chunked head's FP32 weight gradient (bf16, fp8), ZeRO-3's gathered units\n";
+       "the chunked head's FP32 weight gradient (bf16, fp8), ZeRO-3's gathered units, the math path's attention "
+       "scores, one MoE block's dispatch buffers or experts' weight gradient\n";
   const plan::MemoryEstimate* first = results.empty() ? nullptr : &results.front().memory;
   if (first != nullptr && cfg.dist.zero == ZeroStage::kOptimizer) {
     s << "dist.zero 1: the AdamW moments and the FP32 gradients are sharded over " << first->shard_ranks
@@ -242,6 +244,8 @@ nlohmann::json result_json(const BenchResult& r, const BenchOptions& options) {
                           {"shard_ranks", r.memory.shard_ranks},
                           {"gathered_weight_bytes", r.memory.gathered_weight_bytes},
                           {"head_gradient_bytes", r.memory.head_gradient_bytes},
+                          {"attention_score_bytes", r.memory.attention_score_bytes},
+                          {"moe_transient_bytes", r.memory.moe_transient_bytes},
                           {"activation_bytes", r.memory.activation_bytes},
                           {"total_bytes", r.memory.total_bytes()}}}};
   if (!r.recipe.empty()) row["recipe"] = r.recipe;

@@ -192,6 +192,13 @@ TEST_CASE("bench table and JSON: the memory estimate per rank, bytes per paramet
                         "(0.50 GiB)"));
   CHECK(has_line(zero3, "fp8            4.00   2.00       4.00       1.50   11.50      11.75           0.50             "
                         "0.25         12.50      1.50            0.12"));
+  // A mixture of experts' transient buffers go in the same column: the columns add up to the estimate.
+  r.memory.moe_transient_bytes = 1.0 * 1073741824.0;
+  CHECK(has_line(lines_of(fp8t::bench::format_bench_table(cfg, bench_options(), {r})),
+                 "fp8            4.00   2.00       4.00       1.50   11.50      11.75           1.50             "
+                 "0.25         13.50      1.50            0.11"));
+  CHECK(fp8t::bench::bench_to_json(cfg, bench_options(), {r})["results"][0]["memory_estimate"]["moe_transient_bytes"] ==
+        1073741824.0);
 }
 
 TEST_CASE("bench table and JSON: whether each row replayed a CUDA graph", "[bench]") {
