@@ -64,8 +64,8 @@ TEST_CASE("fp8 attention on cuDNN: forward and backward match the CPU emulation 
   // against an emulation that rounded the normalized P, and 0.0063 and 0.0080 (the two shapes)
   // against float64 math that rounds exp(S - rowmax) and divides by the row sum after, which the
   // emulation now does (attention.h); the rest is the kernel's running maximum over key tiles and
-  // its bf16 output. Bound: 1.5e-2, about twice the 0.008 seen (not yet run against this
-  // emulation on a GPU).
+  // its bf16 output. Against this emulation on an H200 (c438f26): 0.0063 and 0.0080 again.
+  // Bound: 1.5e-2, about twice that.
   const double fwd_err = test::rel_err(gpu->out, cpu.out);
   WARN("forward: rel_err " << fwd_err << " against the emulation");
   CHECK(fwd_err < 1.5e-2);
@@ -98,7 +98,8 @@ TEST_CASE("fp8 attention on cuDNN: forward and backward match the CPU emulation 
   // now rounds attn_scale P (dP - Delta) as the kernel does (attention.h). The second H100 run
   // (7d2c93e): dS amax within 0.03% (7.77143e-3 against 7.77002e-3), dq 0.011 and 0.018, dk 0.0097
   // and 0.017, dv 0.0097 and 0.014 for the two shapes (a second process: within 1e-3 of these).
-  // Bound: 3e-2, 1.7x the largest seen.
+  // On an H200 (c438f26): dq 0.0097 and 0.0128, dk 0.0079 and 0.0134, dv 0.0094 and 0.0138, dS
+  // amax within 1.9e-4 and 2.9e-4. Bounds: 3e-2, 1.7x the largest seen; dS amax 1e-3, 3.4x.
   const double dq_err = test::rel_err(got->dq, want.dq), dk_err = test::rel_err(got->dk, want.dk),
                dv_err = test::rel_err(got->dv, want.dv);
   WARN("backward: rel_err dq " << dq_err << ", dk " << dk_err << ", dv " << dv_err << "; dS amax "
@@ -106,5 +107,5 @@ TEST_CASE("fp8 attention on cuDNN: forward and backward match the CPU emulation 
   CHECK(dq_err < 3e-2);
   CHECK(dk_err < 3e-2);
   CHECK(dv_err < 3e-2);
-  CHECK(gpu_scales.ds.amax.item<float>() == Approx(cpu_scales.ds.amax.item<float>()).epsilon(0.005));  // seen: 3e-4
+  CHECK(gpu_scales.ds.amax.item<float>() == Approx(cpu_scales.ds.amax.item<float>()).epsilon(1e-3));
 }
