@@ -247,7 +247,8 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, const Paral
   e.world_size = std::max(layout.world_size, 1);
   e.shard_ranks = layout.shard_ranks();
   // dist.expert_parallel: this rank's share of the experts (moe_terms.h).
-  e.parameters = s.parameters - (s.moe.experts - experts_per_rank(cfg, s.moe, e.world_size));
+  const double experts_held = experts_per_rank(cfg, s.moe, e.world_size);
+  e.parameters = s.parameters - (s.moe.experts - experts_held);
   e.total_parameters = s.parameters;
   e.active_parameters = s.parameters - s.moe.experts + s.moe.active_experts;
   const double moment_bytes = cfg.train.moments_dtype == MomentsDtype::kBf16 ? 4.0 : 8.0;  // two moments
@@ -258,7 +259,7 @@ MemoryEstimate estimate_training_memory(const ExperimentConfig& cfg, const Paral
   }
   e.state_bytes = e.state_bytes_per_param() * e.parameters + e.gradient_bucket_bytes;
   e.activation_bytes = activation_bytes(cfg);
-  e.moe_transient_bytes = moe_transient_bytes(cfg, s.moe, experts_per_rank(cfg, s.moe, e.world_size));
+  e.moe_transient_bytes = moe_transient_bytes(cfg, s.moe, experts_held);
   if (scores == AttentionScores::kMaterialised) e.attention_score_bytes = attention_score_bytes(cfg);
   return e;
 }
